@@ -1,0 +1,135 @@
+"""Connect to a Dask cluster, or start a local one laid out for training.
+
+The layout follows DESIGN.md: one single-threaded worker process per core, BLAS limited
+to that thread, so workers do not fight over cores. Workers that ppt_dask starts also get
+glibc malloc settings that keep the hot loop from returning memory to the system after
+every mini-batch (the nanny's default ``MALLOC_TRIM_THRESHOLD_=65536`` made mini-batch
+numpy training about 2.5x slower in DASK-NOTES.md). Clusters that ppt_dask does not start
+keep their own settings; :func:`worker_report` shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import dask
+from distributed import Client, LocalCluster
+
+# Environment of the worker processes ppt_dask starts (set before the process spawns).
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    # A large trim threshold and a fixed mmap threshold (the largest glibc accepts) keep
+    # freed mini-batch buffers in the heap for reuse instead of unmapping them each time.
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 25),
+}
+
+# Tasks pinned to a worker that is gone fail after this long instead of waiting forever.
+NO_WORKERS_TIMEOUT = "60s"
+
+_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^/\s]+$")
+
+
+def check_address(address: str) -> str:
+    """Reject what is not a Dask scheduler address, before any network work."""
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"scheduler address must be a non-empty string, got {address!r}")
+    if "://" not in address:
+        address = "tcp://" + address
+    if not _ADDRESS.match(address):
+        raise ValueError(
+            f"bad scheduler address {address!r}: expected PROTOCOL://HOST:PORT with "
+            "PROTOCOL one of tcp, tls, inproc, ucx, ws, wss (for example tls://host:8786)"
+        )
+    return address
+
+
+def connect(
+    address: str | None = None,
+    *,
+    n_workers: int | None = None,
+    threads_per_worker: int = 1,
+    processes: bool = True,
+    dashboard_address: str | None = "127.0.0.1:0",
+    security=None,
+    timeout: float = 10.0,
+    **cluster_kwargs,
+) -> Client:
+    """A Dask client: to the scheduler at ``address``, or to a new LocalCluster.
+
+    Parameters
+    ----------
+    address : str, optional
+        ``tcp://host:8786``, ``tls://host:8786`` ... When None, start a LocalCluster with
+        ``n_workers`` processes (default: one per core) of ``threads_per_worker`` threads.
+    dashboard_address : str or None
+        Where the LocalCluster's dashboard listens; localhost unless asked otherwise.
+    security : distributed.Security or bool, optional
+        TLS settings; None uses the dask configuration (``distributed.comm.tls``).
+    timeout : float
+        Seconds to wait for the scheduler before raising ``OSError``.
+
+    The client closes the LocalCluster it started when the client is closed.
+    """
+    if address is not None:
+        address = check_address(address)
+        try:
+            return Client(address, timeout=f"{timeout}s", security=security)
+        except (OSError, TimeoutError) as exc:
+            raise OSError(f"cannot reach the Dask scheduler at {address!r} within {timeout} s: {exc}") from exc
+    n_workers = n_workers or os.cpu_count() or 1
+    if int(n_workers) != n_workers or n_workers < 1:
+        raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
+    if int(threads_per_worker) != threads_per_worker or threads_per_worker < 1:
+        raise ValueError(f"threads_per_worker must be a positive integer, got {threads_per_worker!r}")
+    env = dict(WORKER_ENV)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads_per_worker)
+    config = {
+        "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
+        "distributed.nanny.pre-spawn-environ": env,
+    }
+    with dask.config.set(config):
+        cluster = LocalCluster(
+            n_workers=int(n_workers),
+            threads_per_worker=int(threads_per_worker),
+            processes=processes,
+            dashboard_address=dashboard_address,
+            security=security,
+            **({"host": "127.0.0.1"} if processes else {}),  # threads talk in-process
+            **cluster_kwargs,
+        )
+    client = Client(cluster, security=security)
+    client._ppt_owns_cluster = True  # close() of the client also closes the cluster
+    return client
+
+
+def close(client: Client) -> None:
+    """Close the client, and the LocalCluster too when :func:`connect` started it."""
+    cluster = client.cluster if getattr(client, "_ppt_owns_cluster", False) else None
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def _worker_settings() -> dict:
+    from threadpoolctl import threadpool_info
+
+    blas = [
+        {"api": p.get("internal_api"), "threads": p.get("num_threads")}
+        for p in threadpool_info()
+        if p.get("user_api") == "blas"
+    ]
+    return {
+        "blas": blas,
+        "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    }
+
+
+def worker_report(client: Client) -> dict:
+    """Per worker: BLAS thread pools (threadpoolctl) and the malloc and OMP settings."""
+    return client.run(_worker_settings)

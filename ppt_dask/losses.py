@@ -1,0 +1,190 @@
+"""Loss functions and the output-layer delta, as a string-keyed registry.
+
+Every loss returns the **sum** over patterns, never the mean, so the values
+computed on disjoint shards of the data add up to the value on the whole set.
+
+``target`` is either
+
+* a 1-D integer array of class labels, shape (n,), for a softmax output (the
+  one-hot matrix is never built: the label entries are reached by integer
+  indexing, as scikit-learn does), or
+* a 2-D float array with the shape of ``out``, (n, n_outputs).
+
+The output-layer delta ``dL/dz`` (``z`` the output pre-activation) is given for
+every valid (output activation, loss) pair; the pairs are the keys of
+``Loss.deltas``:
+
+=========  ===============  ================================================
+output     loss             dL/dz per pattern, with r = out - t
+=========  ===============  ================================================
+linear     mse              r
+sigmoid    mse              r * out * (1 - out)
+softmax    mse              out * (r - <r, out>)   (Jacobian-vector product)
+sigmoid    cross_entropy    r
+softmax    cross_entropy    r
+=========  ===============  ================================================
+
+linear + cross_entropy is not a valid pair (a linear output is not a probability).
+
+Examples
+--------
+>>> import numpy as np
+>>> out = np.array([[0.7, 0.2, 0.1]])
+>>> round(LOSSES["cross_entropy"].value(out, np.array([0]), "softmax"), 4)  # -log 0.7
+0.3567
+>>> output_delta("cross_entropy", "softmax", out, np.array([0]))
+array([[-0.3,  0.2,  0.1]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Loss", "LOSSES", "check_pair", "output_delta", "residual"]
+
+
+@dataclass(frozen=True, eq=False)
+class Loss:
+    """One loss function and its output-layer deltas.
+
+    Attributes
+    ----------
+    name : str
+        The registry key.
+    value : callable ``value(out, target, output) -> float``
+        Sum over the n patterns of the per-pattern loss; ``out`` has shape
+        (n, n_outputs), ``output`` names the output activation.
+    deltas : mapping output name -> callable ``delta(out, target) -> ndarray``
+        ``dL/dz`` of shape (n, n_outputs), a new array; the keys are the
+        output activations this loss may be paired with.
+    """
+
+    name: str
+    value: Callable[[np.ndarray, np.ndarray, str], float]
+    deltas: Mapping[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]
+
+
+def residual(out: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Return ``out - t`` as a new array of shape (n, n_outputs).
+
+    With integer labels ``t`` is the one-hot matrix, applied by subtracting 1 at
+    the label entries instead of being built.
+    """
+    if target.ndim == 1:
+        r = out.copy()
+        r[np.arange(len(target)), target] -= 1
+        return r
+    return out - target
+
+
+def _clip(p: np.ndarray) -> np.ndarray:
+    # Keep log() finite, as scikit-learn's log_loss / binary_log_loss do.
+    eps = np.finfo(p.dtype).eps
+    return np.clip(p, eps, 1 - eps)
+
+
+# ------------------------------------------------------------------ mean squared error
+
+def _mse_value(out: np.ndarray, target: np.ndarray, output: str) -> float:
+    # 0.5 * sum over patterns and outputs of (out - t)**2
+    r = residual(out, target)
+    return 0.5 * float(np.vdot(r, r))
+
+
+def _mse_delta_linear(out: np.ndarray, target: np.ndarray) -> np.ndarray:
+    return residual(out, target)
+
+
+def _mse_delta_sigmoid(out: np.ndarray, target: np.ndarray) -> np.ndarray:
+    delta = residual(out, target)
+    delta *= out
+    delta *= 1 - out
+    return delta
+
+
+def _mse_delta_softmax(out: np.ndarray, target: np.ndarray) -> np.ndarray:
+    # The softmax Jacobian is J = diag(p) - p p^T (symmetric), so the chain rule
+    # dL/dz = J r = p * r - p <p, r> = p * (r - <p, r>), row by row.
+    delta = residual(out, target)
+    delta -= np.einsum("ij,ij->i", delta, out)[:, None]
+    delta *= out
+    return delta
+
+
+# ------------------------------------------------------------------ cross-entropy
+
+def _cross_entropy_value(out: np.ndarray, target: np.ndarray, output: str) -> float:
+    if output == "softmax":
+        # categorical: -sum_i log p[i, label_i], or -sum t * log p for 2-D targets
+        if target.ndim == 1:
+            picked = out[np.arange(len(target)), target]
+            return -float(np.sum(np.log(_clip(picked))))
+        return -float(np.vdot(target, np.log(_clip(out))))
+    if output == "sigmoid":
+        # binary, summed over the outputs: -sum t log p + (1 - t) log(1 - p)
+        p = _clip(out)
+        return -float(np.vdot(target, np.log(p)) + np.vdot(1 - target, np.log1p(-p)))
+    raise ValueError(_pair_message(output, "cross_entropy"))
+
+
+def _cross_entropy_delta(out: np.ndarray, target: np.ndarray) -> np.ndarray:
+    # Softmax + categorical and sigmoid + binary cross-entropy both give out - t:
+    # the activation's derivative cancels against the loss's (Bishop 1995,
+    # "Neural Networks for Pattern Recognition", ch. 6).
+    return residual(out, target)
+
+
+LOSSES: dict[str, Loss] = {
+    "mse": Loss(
+        "mse",
+        _mse_value,
+        {"linear": _mse_delta_linear, "sigmoid": _mse_delta_sigmoid,
+         "softmax": _mse_delta_softmax},
+    ),
+    "cross_entropy": Loss(
+        "cross_entropy",
+        _cross_entropy_value,
+        {"sigmoid": _cross_entropy_delta, "softmax": _cross_entropy_delta},
+    ),
+}
+"""Losses, keyed by name."""
+
+
+def _pair_message(output: str, loss: str) -> str:
+    """The error message for an invalid (output activation, loss) pair."""
+    valid = sorted(LOSSES[loss].deltas) if loss in LOSSES else []
+    return (f"output activation {output!r} cannot be paired with loss {loss!r}; "
+            f"{loss!r} accepts outputs {valid}")
+
+
+def check_pair(output: str, loss: str) -> None:
+    """Raise ValueError unless ``loss`` is known and may follow ``output``."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; valid losses are {sorted(LOSSES)}")
+    if output not in LOSSES[loss].deltas:
+        raise ValueError(_pair_message(output, loss))
+
+
+def output_delta(loss: str, output: str, out: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Return ``dL/dz`` for the output layer.
+
+    Parameters
+    ----------
+    loss : str
+        Key of :data:`LOSSES`.
+    output : str
+        Name of the output activation (key of ``activations.OUTPUT``).
+    out : ndarray, shape (n, n_outputs)
+        The network's output ``f(z)``.
+    target : ndarray, shape (n,) of int labels, or (n, n_outputs)
+
+    Returns
+    -------
+    ndarray, shape (n, n_outputs)
+        A new array; ``out`` is left untouched.
+    """
+    check_pair(output, loss)
+    return LOSSES[loss].deltas[output](out, target)

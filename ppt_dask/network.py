@@ -1,0 +1,338 @@
+"""A multi-layer perceptron as a pure function of a flat parameter vector.
+
+:class:`MLP` only *describes* a network (widths, activations, loss, dtype); it holds
+no weights. The weights are one flat 1-D array, so a gradient task on a Dask worker
+is a pure function ``(params, X, Y) -> (grad_sum, stats)`` and the per-shard
+results add up: every loss and gradient is a **sum** over patterns, not a mean.
+
+Flat layout, layer after layer: ``W_l`` of shape (sizes[l], sizes[l+1]) in C order,
+then ``b_l`` of shape (sizes[l+1],). A layer computes ``a_{l+1} = f(a_l @ W_l + b_l)``
+with one pattern per row, as scikit-learn's ``MLPClassifier`` does.
+
+This module imports numpy only.
+
+Examples
+--------
+>>> import numpy as np
+>>> net = MLP((2, 3, 2), hidden="tanh", output="softmax")
+>>> net.loss, net.n_params
+('cross_entropy', 17)
+>>> params = net.init_params(seed=0)
+>>> X, y = np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1, 0])
+>>> loss, grad, n = net.loss_and_grad(params, X, y)
+>>> grad.shape, n
+((17,), 2)
+>>> net.stats(params, X, y)[2]
+np.float64(2.0)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .activations import HIDDEN, OUTPUT
+from .losses import LOSSES, check_pair, output_delta
+
+__all__ = ["MLP"]
+
+_DTYPES = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class MLP:
+    """Shape, activations and loss of a feed-forward network.
+
+    Parameters
+    ----------
+    sizes : tuple of int
+        ``(n_inputs, hidden_1, ..., n_outputs)``; at least 2 entries, all >= 1.
+        ``(n_inputs, n_classes)`` with a softmax output is softmax regression.
+    hidden : {"sigmoid", "tanh", "relu"}
+        Activation of every hidden layer (key of ``activations.HIDDEN``).
+    output : {"softmax", "sigmoid", "linear"}
+        Activation of the output layer (key of ``activations.OUTPUT``).
+    loss : {"cross_entropy", "mse"} or None
+        Key of ``losses.LOSSES``; None means cross-entropy for softmax or sigmoid
+        outputs and mse for a linear output.
+    dtype : {"float64", "float32"}
+        dtype of parameters, gradients and the arithmetic.
+    tolerance : float
+        Linear output only: a pattern counts as wrong when any ``|out - t|``
+        exceeds it.
+
+    Notes
+    -----
+    Targets ``Y`` may be 1-D integer class labels 0..n_outputs-1 (softmax output),
+    a 1-D array when ``n_outputs == 1`` (read as a column), or a 2-D array of shape
+    (n, n_outputs) (for softmax: one-hot rows or probabilities).
+    """
+
+    sizes: tuple[int, ...]
+    hidden: str = "tanh"
+    output: str = "softmax"
+    loss: str | None = None
+    dtype: str = "float64"
+    tolerance: float = 0.1
+
+    def __post_init__(self):
+        sizes = tuple(self.sizes) if np.ndim(self.sizes) == 1 else ()
+        if len(sizes) < 2:
+            raise ValueError(f"sizes needs at least 2 entries (inputs, outputs), got {self.sizes!r}")
+        for width in sizes:
+            if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+                raise ValueError(f"every width in sizes must be an integer >= 1, "
+                                 f"got {width!r} in {self.sizes!r}")
+        object.__setattr__(self, "sizes", tuple(int(w) for w in sizes))
+        if self.hidden not in HIDDEN:
+            raise ValueError(f"unknown hidden activation {self.hidden!r}; valid: {sorted(HIDDEN)}")
+        if self.output not in OUTPUT:
+            raise ValueError(f"unknown output activation {self.output!r}; valid: {sorted(OUTPUT)}")
+        if self.output == "softmax" and self.sizes[-1] < 2:
+            raise ValueError(f"softmax output needs >= 2 outputs, got sizes {self.sizes}; "
+                             "use output='sigmoid' for one output")
+        if self.loss is None:
+            object.__setattr__(self, "loss", "mse" if self.output == "linear" else "cross_entropy")
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; valid: {sorted(LOSSES)}")
+        check_pair(self.output, self.loss)
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+        tol = self.tolerance
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
+            raise ValueError(f"tolerance must be a finite number >= 0, got {tol!r}")
+        object.__setattr__(self, "tolerance", float(tol))
+
+    # ------------------------------------------------------------------ layout
+
+    @property
+    def n_inputs(self) -> int:
+        return self.sizes[0]
+
+    @property
+    def n_outputs(self) -> int:
+        return self.sizes[-1]
+
+    @property
+    def n_params(self) -> int:
+        return sum((fan_in + 1) * fan_out for fan_in, fan_out in zip(self.sizes, self.sizes[1:]))
+
+    def unflatten(self, params: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Split a flat vector into ``[(W_0, b_0), (W_1, b_1), ...]``.
+
+        Parameters
+        ----------
+        params : ndarray, shape (n_params,)
+
+        Returns
+        -------
+        list of (W, b)
+            ``W_l`` of shape (sizes[l], sizes[l+1]) and ``b_l`` of shape
+            (sizes[l+1],), both *views* into ``params`` (writing to them writes
+            to ``params``).
+        """
+        params = self._check_params(params, cast=False)
+        layers, start = [], 0
+        for fan_in, fan_out in zip(self.sizes, self.sizes[1:]):
+            W = params[start:start + fan_in * fan_out].reshape(fan_in, fan_out)
+            start += fan_in * fan_out
+            b = params[start:start + fan_out]
+            start += fan_out
+            layers.append((W, b))
+        return layers
+
+    def weight_mask(self) -> np.ndarray:
+        """1 on weight entries, 0 on biases: shape (n_params,), dtype ``self.dtype``.
+
+        Used to apply L2 regularisation to the weights only.
+        """
+        mask = np.zeros(self.n_params, dtype=self.dtype)
+        for W, _ in self.unflatten(mask):
+            W[...] = 1
+        return mask
+
+    def init_params(self, seed) -> np.ndarray:
+        """Random initial parameters, shape (n_params,), dtype ``self.dtype``.
+
+        Glorot & Bengio (2010) uniform initialisation as in scikit-learn's
+        ``BaseMultilayerPerceptron._init_coef``: W and then b of every layer drawn
+        from U(-bound, bound) with ``bound = sqrt(6 / (fan_in + fan_out))``, or
+        ``sqrt(2 / (fan_in + fan_out))`` when the hidden activation is sigmoid.
+        ``seed`` goes to ``np.random.default_rng``; the same seed gives the same
+        vector bit for bit (drawn in float64, then cast).
+        """
+        rng = np.random.default_rng(seed)
+        factor = 2.0 if self.hidden == "sigmoid" else 6.0
+        params = np.empty(self.n_params, dtype=np.float64)
+        for W, b in self.unflatten(params):
+            fan_in, fan_out = W.shape
+            bound = math.sqrt(factor / (fan_in + fan_out))
+            W[...] = rng.uniform(-bound, bound, W.shape)
+            b[...] = rng.uniform(-bound, bound, b.shape)
+        return params.astype(self.dtype, copy=False)
+
+    # ------------------------------------------------------------------ public math
+
+    def forward(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Network output, shape (n, n_outputs), for X of shape (n, n_inputs)."""
+        params, X = self._check_params(params), self._check_X(X)
+        return self._forward(self.unflatten(params), X)[-1]
+
+    def loss_and_grad(self, params: np.ndarray, X: np.ndarray, Y
+                      ) -> tuple[float, np.ndarray, int]:
+        """Summed loss over the rows of X and its gradient.
+
+        Parameters
+        ----------
+        params : ndarray, shape (n_params,)
+        X : ndarray, shape (n, n_inputs)
+        Y : targets for the n rows (see the class notes)
+
+        Returns
+        -------
+        loss_sum : float
+            Sum over the n patterns of the per-pattern loss.
+        grad_sum : ndarray, shape (n_params,), dtype ``self.dtype``
+            Gradient of ``loss_sum`` with respect to ``params`` (a new array).
+        n : int
+            Number of patterns.
+        """
+        grad, stats = self._evaluate(params, X, Y, backward=True)
+        return float(stats[0]), grad, int(stats[2])
+
+    def loss_grad_stats(self, params: np.ndarray, X: np.ndarray, Y
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Gradient and statistics from one forward/backward pass (the training hot path).
+
+        Returns
+        -------
+        grad_sum : ndarray, shape (n_params,), dtype ``self.dtype``
+            As in :meth:`loss_and_grad`.
+        stats : ndarray, shape (3,), float64
+            ``[loss_sum, n_wrong, n]``; ``n_wrong`` counts the misclassified
+            patterns (see :meth:`stats`). Shards' stats add up.
+        """
+        return self._evaluate(params, X, Y, backward=True)
+
+    def stats(self, params: np.ndarray, X: np.ndarray, Y) -> np.ndarray:
+        """``[loss_sum, n_wrong, n]`` (float64, shape (3,)) from a forward pass only.
+
+        A pattern is wrong when (softmax) the arg-max output is not its class,
+        (sigmoid) any output is on the other side of 0.5 from its target, or
+        (linear) any ``|out - t| > tolerance``.
+        """
+        return self._evaluate(params, X, Y, backward=False)[1]
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Class labels (softmax, shape (n,)), 0/1 (sigmoid) or values (linear).
+
+        Sigmoid and linear outputs have shape (n, n_outputs), or (n,) when there
+        is a single output (as scikit-learn's estimators).
+        """
+        out = self.forward(params, X)
+        if self.output == "softmax":
+            return out.argmax(axis=1)
+        if self.output == "sigmoid":
+            out = (out > 0.5).astype(np.int64)
+        return out.ravel() if self.n_outputs == 1 else out
+
+    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Probabilities, shape (n, n_outputs): of each class (softmax), or of
+        each output being 1 (sigmoid). Not defined for a linear output."""
+        if self.output == "linear":
+            raise ValueError("predict_proba needs a softmax or sigmoid output, not 'linear'")
+        return self.forward(params, X)
+
+    # ------------------------------------------------------------------ internals
+
+    def _forward(self, layers, X: np.ndarray) -> list[np.ndarray]:
+        """Activations ``[X, a_1, ..., out]`` of every layer."""
+        activations = [X]
+        for l, (W, b) in enumerate(layers):
+            z = activations[-1] @ W        # a new array, overwritten in place below
+            z += b
+            f = OUTPUT[self.output] if l == len(layers) - 1 else HIDDEN[self.hidden]
+            activations.append(f.forward(z))
+        return activations
+
+    def _evaluate(self, params, X, Y, backward: bool) -> tuple[np.ndarray | None, np.ndarray]:
+        """One pass: ``(grad_sum or None, [loss_sum, n_wrong, n])``."""
+        params, X = self._check_params(params), self._check_X(X)
+        target = self._check_Y(Y, len(X))
+        grad = np.zeros(self.n_params, dtype=self.dtype) if backward else None
+        if len(X) == 0:
+            return grad, np.zeros(3)
+        layers = self.unflatten(params)
+        activations = self._forward(layers, X)
+        out = activations[-1]
+        stats = np.array([LOSSES[self.loss].value(out, target, self.output),
+                          self._n_wrong(out, target), len(X)], dtype=np.float64)
+        if not backward:
+            return None, stats
+
+        # Backpropagation (Rumelhart, Hinton & Williams 1986): delta = dL/dz of a
+        # layer; the layer's gradient is a_in^T delta and the column sums of delta.
+        delta = output_delta(self.loss, self.output, out, target)
+        d_hidden = HIDDEN[self.hidden].backward
+        grad_layers = self.unflatten(grad)
+        for l in range(len(layers) - 1, -1, -1):
+            gW, gb = grad_layers[l]
+            np.matmul(activations[l].T, delta, out=gW)
+            np.sum(delta, axis=0, out=gb)
+            if l > 0:                      # no delta needed for the inputs
+                delta = d_hidden(activations[l], delta @ layers[l][0].T)
+        return grad, stats
+
+    def _n_wrong(self, out: np.ndarray, target: np.ndarray) -> int:
+        if self.output == "softmax":
+            labels = target if target.ndim == 1 else target.argmax(axis=1)
+            return int(np.count_nonzero(out.argmax(axis=1) != labels))
+        if self.output == "sigmoid":
+            wrong = (out > 0.5) != (target > 0.5)
+        else:
+            wrong = np.abs(out - target) > self.tolerance
+        return int(np.count_nonzero(wrong.any(axis=1)))
+
+    def _check_params(self, params, cast: bool = True) -> np.ndarray:
+        params = np.asarray(params, dtype=self.dtype) if cast else np.asarray(params)
+        if params.shape != (self.n_params,):
+            raise ValueError(f"params must be a 1-D vector of length n_params={self.n_params} "
+                             f"for sizes {self.sizes}, got shape {params.shape}")
+        return params
+
+    def _check_X(self, X) -> np.ndarray:
+        X = np.asarray(X, dtype=self.dtype)    # no copy when X already has self.dtype
+        if X.ndim != 2 or X.shape[1] != self.n_inputs:
+            raise ValueError(f"X must have shape (n, {self.n_inputs}), got {X.shape}")
+        return X
+
+    def _check_Y(self, Y, n: int) -> np.ndarray:
+        """Targets as 1-D integer labels (softmax) or a 2-D array of ``self.dtype``."""
+        Y = np.asarray(Y)
+        if Y.ndim == 1 and self.output == "softmax":
+            Y = self._check_labels(Y)
+        elif Y.ndim == 1 and self.n_outputs == 1:
+            Y = Y.astype(self.dtype, copy=False).reshape(-1, 1)
+        elif Y.ndim == 2 and Y.shape[1] == self.n_outputs:
+            Y = Y.astype(self.dtype, copy=False)
+        else:
+            one_d = " or (n,)" if self.output == "softmax" or self.n_outputs == 1 else ""
+            raise ValueError(f"Y must have shape (n, {self.n_outputs}){one_d}, got {Y.shape}")
+        if len(Y) != n:
+            raise ValueError(f"Y has {len(Y)} rows but X has {n}")
+        return Y
+
+    def _check_labels(self, y: np.ndarray) -> np.ndarray:
+        if y.dtype.kind not in "iu":
+            # bool labels must become 0/1 (a bool array would index as a mask)
+            labels = y.astype(np.intp) if y.dtype.kind in "bf" else None
+            if labels is None or not np.array_equal(labels, y):
+                raise ValueError(f"1-D Y must hold integer class labels, got dtype {y.dtype}")
+            y = labels
+        if y.size and (y.min() < 0 or y.max() >= self.n_outputs):
+            raise ValueError(f"class labels must lie in 0..{self.n_outputs - 1}, "
+                             f"got values in {y.min()}..{y.max()}")
+        return y

@@ -1,0 +1,420 @@
+"""Closed-form run-time model of training set parallelism (pure numpy, no I/O, no plots).
+
+Source: seed 001, F. Moerchen, "Analysis of speedup as function of block size and
+cluster size for parallel feed-forward neural networks on a Beowulf cluster",
+section V-A, equations (3) to (8), and section VII, equation (9). Symbols:
+
+=========  ==========================================================================
+``n``      training patterns; ``m`` test patterns; ``w`` weights (Table IV)
+``b``      block size: training patterns between weight updates, split over p workers
+``Tf Tb``  forward / backward pass of *one pattern*; ``Ts`` squared error of one test
+           pattern (so a test pattern costs ``Tf + Ts``)
+``Tu Tm``  one weight update; one copy of all weights (sequential program only)
+``To``     overhead of one iteration (square root, stopping test, OS, ...)
+``Tr(p)``  all-reduce of w weights over p workers, eq. (4)
+=========  ==========================================================================
+
+In 001 an *iteration* is one pass over the training set plus the test error: here that
+is :func:`epoch_seconds`. One weight update (one Dask round) is :func:`iteration_seconds`.
+Dask adds a head/scheduler cost per round that MPI did not have: ``Th(p) = th0 + th1 *
+tasks_per_round(p)``, charged once per round (``n/b`` times an epoch).
+
+>>> c = PAPER_CONSTANTS["bat_cave", "function"]
+>>> fn = PAPER_PROBLEMS["function"]
+>>> round(speedup(2, 64, fn.n_patterns, fn.n_weights, c, n_test=fn.n_test), 2)  # Table VII
+1.2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+_MS, _US = 1e-3, 1e-6
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Time constants of 001 (Tables II, III, V) plus the Dask head term; all in seconds.
+
+    ``th1_seconds`` is seconds *per task* and ``tw_seconds_per_weight`` seconds per weight
+    per tree level. Every field must be finite and >= 0 (``ValueError`` otherwise).
+    """
+
+    tf_seconds: float  # Tf: forward pass, one pattern
+    tb_seconds: float  # Tb: backward pass, one pattern
+    tu_seconds: float  # Tu: one weight update (momentum)
+    tm_seconds: float  # Tm: copy all weights (sequential program only, eq. (3))
+    ts_seconds: float  # Ts: squared error, one test pattern
+    to_seconds: float  # To: overhead, once per iteration (epoch)
+    tw_seconds_per_weight: float = 0.0  # Tw of eq. (4)
+    ti_seconds: float = 0.0  # Ti of eq. (4): start-up and latency of one all-reduce
+    ta_seconds: float = 0.0  # Ta of eq. (9): one weight averaging (scale, copy, reset)
+    th0_seconds: float = 0.0  # Dask: fixed head/scheduler cost per round
+    th1_seconds: float = 0.0  # Dask: head/scheduler cost per task in a round
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            number = isinstance(value, (int, float, np.integer, np.floating))
+            if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
+                raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Sizes of one of 001's problems (Table IV); ``layers`` from section IV."""
+
+    n_patterns: int
+    n_test: int
+    n_weights: int
+    layers: tuple[int, ...]
+
+
+def count_weights(layers, biases: bool = True) -> int:
+    """Parameters of a fully connected network; 001's ``w`` (Table IV) has no biases.
+
+    >>> count_weights((2, 128, 128, 1), biases=False)
+    16768
+    """
+    layers = [int(x) for x in layers]
+    if len(layers) < 2 or min(layers) < 1:
+        raise ValueError(f"layers must be >= 2 positive sizes, got {layers!r}")
+    return sum(a * z + (z if biases else 0) for a, z in zip(layers[:-1], layers[1:]))
+
+
+# 001, Table IV (n, m, w) and section IV (architectures); w counts weights without biases.
+PAPER_PROBLEMS = {
+    "function": Problem(1024, 128, 16768, (2, 128, 128, 1)),
+    "encoder": Problem(256, 0, 4096, (256, 8, 256)),
+    "digits": Problem(60000, 10000, 54912, (784, 64, 64, 10)),
+}
+
+
+def _paper(tf, tb, tu, tm, ts, to, tw, ti) -> Constants:
+    # Tables II/III print Tf..To in ms. Table V is headed "ms", but Tw * w * log2(p) must
+    # be milliseconds: only Tw in us per weight (= ms per 1000 weights) and Ti in us
+    # reproduce Table VII (with ms the p = 2, b = 16 speedup would be 0.03, not 0.57) and
+    # match the links (100 MBit/s moves one 8-byte weight in 0.64 us).
+    return Constants(tf * _MS, tb * _MS, tu * _MS, tm * _MS, ts * _MS, to * _MS,
+                     tw_seconds_per_weight=tw * _US, ti_seconds=ti * _US)
+
+
+# 001, Table II (Bat Cave), Table III (Messner), Table V (Tw, Ti per cluster). The digits
+# To is printed "314 529.2" and "40 218.1" (thin-space thousands): 314 s and 40 s, which
+# the text confirms ("more than half of the run time is constant").
+PAPER_CONSTANTS = {
+    ("bat_cave", "function"): _paper(0.22, 0.41, 0.07, 0.04, 0.001, 30.9, 0.798, 365.868),
+    ("bat_cave", "encoder"): _paper(0.12, 0.16, 0.01, 0.01, 0.023, 28.4, 0.798, 365.868),
+    ("bat_cave", "digits"): _paper(1.37, 1.33, 0.66, 0.22, 0.003, 314529.2, 0.798, 365.868),
+    ("messner", "function"): _paper(0.12, 0.20, 0.03, 0.003, 0.002, 17.7, 0.230, 515.250),
+    ("messner", "encoder"): _paper(0.07, 0.09, 0.01, 0.001, 0.013, 9.4, 0.230, 515.250),
+    ("messner", "digits"): _paper(0.26, 0.27, 0.92, 0.058, 0.003, 40218.1, 0.230, 515.250),
+}
+
+
+# ---------------------------------------------------------------- input checks
+
+def _ints(name: str, value, minimum: int) -> np.ndarray:
+    arr = np.asarray(value)
+    ok = arr.size > 0 and arr.dtype.kind in "iuf"
+    if ok:
+        flat = arr.ravel().astype(float)
+        bad = ~np.isfinite(flat) | (flat != np.floor(flat)) | (flat < minimum)
+        ok = not bad.any()
+    if not ok:
+        shown = flat[bad][0].item() if arr.size > 0 and arr.dtype.kind in "iuf" else value
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {shown!r}")
+    return arr.astype(np.int64)
+
+
+def _fan_in(fan_in) -> int:
+    if isinstance(fan_in, bool) or not isinstance(fan_in, (int, np.integer)) or fan_in < 2:
+        raise ValueError(f"fan_in must be an integer >= 2, got {fan_in!r}")
+    return int(fan_in)
+
+
+def _constants(c) -> Constants:
+    if not isinstance(c, Constants):
+        raise ValueError(f"c must be a perfmodel.Constants, got {type(c).__name__}")
+    return c
+
+
+def _out(x):
+    x = np.asarray(x, dtype=float)
+    return float(x) if x.ndim == 0 else x
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+# ---------------------------------------------------------------- the model
+
+def tree_levels(p, fan_in: int = 2):
+    """``ceil(log_k p)``: levels of a reduction tree of fan-in k over p leaves (0 for p=1).
+
+    Integer arithmetic, so ``tree_levels(8) == 3`` exactly. Shape of ``p``.
+    """
+    p, k = _ints("p", p, 1), _fan_in(fan_in)
+    levels, span = np.zeros_like(p), np.ones_like(p)
+    while (short := span < p).any():
+        levels += short
+        span = np.where(short, span * k, span)
+    return levels if levels.ndim else int(levels)
+
+
+def tasks_per_round(p, fan_in: int = 2):
+    """Tasks the Dask head schedules per round: p map tasks, the reduce tasks of a fan-in
+    tree over p leaves, one update task. Fit :func:`fit_head` with the same counting."""
+    p, k = _ints("p", p, 1), _fan_in(fan_in)
+    count, reduces = p.copy(), np.zeros_like(p)
+    while (more := count > 1).any():
+        count = np.where(more, _ceil_div(count, k), count)
+        reduces += np.where(more, count, 0)
+    total = p + reduces + 1
+    return total if total.ndim else int(total)
+
+
+def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
+    """All-reduce time ``Tr(p) = Tw * w * ceil(log_k p) + Ti``: 001 eq. (4), k = 2 there.
+
+    p = 1 communicates nothing, so ``Tr(1) = 0`` (eq. (4) would give Ti). Broadcasts
+    ``p`` against ``n_weights``.
+    """
+    c = _constants(c)
+    levels = np.asarray(tree_levels(p, fan_in))
+    w = _ints("n_weights", n_weights, 1)
+    tr = c.tw_seconds_per_weight * w * levels + c.ti_seconds
+    return _out(np.where(levels > 0, tr, 0.0))
+
+
+def head_seconds(p, c: Constants, fan_in: int = 2):
+    """Dask head/scheduler cost of one round, ``Th(p) = th0 + th1 * tasks_per_round(p)``.
+
+    Not in 001 (MPI has no head); calibrate with :func:`fit_head`.
+    """
+    c = _constants(c)
+    return _out(c.th0_seconds + c.th1_seconds * np.asarray(tasks_per_round(p, fan_in)))
+
+
+def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2):
+    """One weight update (one Dask round) with block b split over p workers.
+
+    The per-block share of 001 eq. (5): the slowest worker's ``ceil(b/p) (Tf + Tb)``,
+    then ``Tu + Tr(p)``, plus the Dask head ``Th(p)``. 001 assumes p | b, where
+    ``ceil(b/p) = b/p``; for b < p, p - b workers idle. Broadcasts ``p`` and ``block``.
+
+    >>> c = Constants(1e-3, 2e-3, 1e-4, 0.0, 0.0, 0.0, 1e-6, 1e-3)
+    >>> round(iteration_seconds(4, 64, 1000, c), 6)  # 16*3ms + 0.1ms + (2*1ms + 1ms)
+    0.0511
+    """
+    c = _constants(c)
+    p, b = _ints("p", p, 1), _ints("block", block, 1)
+    compute = _ceil_div(b, p) * (c.tf_seconds + c.tb_seconds)
+    return _out(compute + c.tu_seconds + np.asarray(reduce_seconds(p, n_weights, c, fan_in))
+                + np.asarray(head_seconds(p, c, fan_in)))
+
+
+def _epoch_inputs(block, n_patterns, n_test):
+    n = int(_ints("n_patterns", n_patterns, 1))
+    m = int(_ints("n_test", n_test, 0))
+    b = _ints("block", block, 1)
+    if (b > n).any():
+        raise ValueError(f"block must be <= n_patterns = {n}, got {int(b.max())}")
+    return b, n, m
+
+
+def sequential_epoch_seconds(block, n_patterns, c: Constants, *, n_test: int = 0):
+    """One iteration of the sequential program, 001 eq. (3):
+    ``(n+m) Tf + n Tb + (n/b)(Tu + Tm) + m Ts + To``. Assumes b | n like 001."""
+    c = _constants(c)
+    b, n, m = _epoch_inputs(block, n_patterns, n_test)
+    return _out((n + m) * c.tf_seconds + n * c.tb_seconds + n / b * (c.tu_seconds + c.tm_seconds)
+                + m * c.ts_seconds + c.to_seconds)
+
+
+def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
+                  fan_in: int = 2):
+    """One iteration of the parallel program (001's Tpi), eq. (5) plus the Dask head:
+
+    ``(n/b) [ceil(b/p)(Tf + Tb) + Tu + Tr(p) + Th(p)] + ceil(m/p)(Tf + Ts) + To``.
+
+    With p | b, p | m and Th = 0 this is eq. (5) term by term: ``(n+m)Tf/p + nTb/p +
+    (n/b)(Tu + Tr(p)) + mTs/p + To``. No Tm (the reduction's buffer replaces the copy)
+    and To is not divided by p, as in eq. (5). Broadcasts ``p`` and ``block``.
+    """
+    c = _constants(c)
+    b, n, m = _epoch_inputs(block, n_patterns, n_test)
+    p = _ints("p", p, 1)
+    test = _ceil_div(m, p) * (c.tf_seconds + c.ts_seconds)
+    per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in))
+    return _out(n / b * per_round + test + c.to_seconds)
+
+
+def speedup(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
+            fan_in: int = 2):
+    """Predicted speedup of one iteration, 001 eq. (7) = eq. (3) / eq. (5).
+
+    At p = 1 this is not exactly 1: the parallel program saves ``(n/b) Tm`` and pays Th.
+    """
+    seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
+    return _out(np.asarray(seq) / np.asarray(
+        epoch_seconds(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in)))
+
+
+def efficiency(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
+               fan_in: int = 2):
+    """Predicted efficiency ``S(p) / p``, 001 eq. (8) (and eq. (2))."""
+    s = speedup(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in)
+    return _out(np.asarray(s) / _ints("p", p, 1))
+
+
+def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Constants, *,
+                            n_test: int = 0, fan_in: int = 2):
+    """One iteration with weight averaging, 001 eq. (9) (section VII), plus the Dask head:
+
+    ``ceil(n/p) Tf + ceil(m/p) Tf + ceil(n/p) Tb + (n/b)(Tu + Tm)
+    + (n/a)(Ta + Tr(p) + Th(p)) + ceil(m/p) Ts + To``
+
+    with local block b and averaging every a patterns (``interval``). As printed, eq. (9)
+    charges ``n/b`` local updates (not ``n/(p b)``) and ``n/a`` averages (a counted over
+    all workers); we follow the paper. Broadcasts ``p``, ``block`` and ``interval``.
+    """
+    c = _constants(c)
+    b, n, m = _epoch_inputs(block, n_patterns, n_test)
+    a = _ints("interval", interval, 1)
+    p = _ints("p", p, 1)
+    local = _ceil_div(n, p) * (c.tf_seconds + c.tb_seconds) + n / b * (c.tu_seconds + c.tm_seconds)
+    average = n / a * (c.ta_seconds + np.asarray(reduce_seconds(p, n_weights, c, fan_in))
+                       + np.asarray(head_seconds(p, c, fan_in)))
+    test = _ceil_div(m, p) * (c.tf_seconds + c.ts_seconds)
+    return _out(local + average + test + c.to_seconds)
+
+
+def averaging_speedup(p, block, interval, n_patterns, n_weights, c: Constants, *,
+                      n_test: int = 0, fan_in: int = 2):
+    """Speedup with weight averaging: eq. (3) (unchanged, same b) over eq. (9)."""
+    seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
+    return _out(np.asarray(seq) / np.asarray(averaging_epoch_seconds(
+        p, block, interval, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in)))
+
+
+# ---------------------------------------------------------------- decisions
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The (block, p) of least predicted time per epoch, with its speedup and efficiency."""
+
+    block: int
+    p: int
+    epoch_seconds: float
+    speedup: float
+    efficiency: float
+
+
+def recommend(n_patterns, n_weights, c: Constants, p_max: int, blocks=None, *,
+              n_test: int = 0, fan_in: int = 2) -> Recommendation:
+    """The (block, p), p in 1..p_max, that minimises :func:`epoch_seconds` (001 sec. V-C).
+
+    Larger blocks always cost less per epoch but converge slower (001 sec. VI), so pass
+    the ``blocks`` whose convergence you accept; default: powers of two up to n, and n.
+    Ties go to the fewer workers, then the smaller block.
+    """
+    n = int(_ints("n_patterns", n_patterns, 1))
+    p_max = int(_ints("p_max", p_max, 1))
+    if blocks is None:
+        blocks = sorted({2**j for j in range(n.bit_length()) if 2**j <= n} | {n})
+    blocks = np.unique(_ints("blocks", blocks, 1).ravel())
+    ps = np.arange(1, p_max + 1)
+    t = epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test, fan_in=fan_in)
+    i, j = np.unravel_index(np.argmin(t), t.shape)
+    p, b = int(ps[i]), int(blocks[j])
+    s = speedup(p, b, n, n_weights, c, n_test=n_test, fan_in=fan_in)
+    return Recommendation(block=b, p=p, epoch_seconds=float(t[i, j]), speedup=s, efficiency=s / p)
+
+
+def min_block_for_speedup(p, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
+                          fan_in: int = 2):
+    """Smallest block b in 1..n with predicted speedup (eq. (7)) > 1 on p workers, or
+    None. 001 sec. V-C: function example on Bat Cave, no speedup below b of about 50."""
+    n = int(_ints("n_patterns", n_patterns, 1))
+    p = int(_ints("p", p, 1))
+    blocks = np.arange(1, n + 1)
+    above = np.flatnonzero(speedup(p, blocks, n, n_weights, c, n_test=n_test, fan_in=fan_in) > 1)
+    return int(blocks[above[0]]) if above.size else None
+
+
+# ---------------------------------------------------------------- fitting (separate)
+
+def _nonneg_lstsq(x: np.ndarray, y: np.ndarray, what: str) -> tuple[float, float]:
+    """Least squares for two coefficients constrained >= 0.
+
+    If the unconstrained optimum has a negative coefficient, the constrained optimum of
+    this convex problem lies on a face where that coefficient is 0 (KKT): try both faces.
+    """
+    if np.linalg.matrix_rank(x) < 2:
+        raise ValueError(f"cannot separate the two coefficients: {what}")
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    if (coef >= 0).all():
+        return float(coef[0]), float(coef[1])
+    faces = []
+    for j in range(2):
+        col = x[:, j]
+        face = np.zeros(2)
+        face[j] = max(col @ y / (col @ col), 0.0)
+        faces.append(face)
+    best = min(faces, key=lambda f: float(np.sum((x @ f - y) ** 2)))
+    return float(best[0]), float(best[1])
+
+
+def _seconds(name, value) -> np.ndarray:
+    arr = np.asarray(value, dtype=float).ravel()
+    if arr.size == 0 or not np.isfinite(arr).all() or (arr < 0).any():
+        raise ValueError(f"{name} must be finite seconds >= 0, got {value!r}")
+    return arr
+
+
+def fit_reduce(p_values, n_weights_values, seconds, fan_in: int = 2) -> tuple[float, float]:
+    """Fit eq. (4), ``seconds = Tw * w * ceil(log_k p) + Ti``, as 001 does for Fig. 1.
+
+    Parameters: ``p_values`` (k,) ints >= 2 (p = 1 has no reduction), ``n_weights_values``
+    (k,), ``seconds`` (k,) measured all-reduce times. Least squares on the design
+    ``[w * ceil(log_k p), 1]`` with both coefficients >= 0 (a negative bandwidth or
+    latency means noise, so the fit sits on the boundary instead).
+    Returns ``(tw_seconds_per_weight, ti_seconds)``.
+    """
+    p = _ints("p_values", p_values, 2).ravel()
+    w = _ints("n_weights_values", n_weights_values, 1).ravel()
+    y = _seconds("seconds", seconds)
+    if not p.size == w.size == y.size:
+        raise ValueError(f"lengths differ: p {p.size}, n_weights {w.size}, seconds {y.size}")
+    x = np.column_stack([w * np.asarray(tree_levels(p, fan_in)), np.ones(p.size)])
+    return _nonneg_lstsq(x, y, "need two distinct values of w * ceil(log_k p)")
+
+
+def fit_head(tasks_per_round_values, seconds) -> tuple[float, float]:
+    """Fit ``seconds = th0 + th1 * tasks`` (both >= 0) to measured head time per round.
+
+    ``tasks_per_round_values`` (k,) task counts (see :func:`tasks_per_round`), ``seconds``
+    (k,). Returns ``(th0_seconds, th1_seconds)``.
+    """
+    t = _ints("tasks_per_round", tasks_per_round_values, 1).ravel()
+    y = _seconds("seconds", seconds)
+    if t.size != y.size:
+        raise ValueError(f"lengths differ: tasks {t.size}, seconds {y.size}")
+    x = np.column_stack([np.ones(t.size), t.astype(float)])
+    return _nonneg_lstsq(x, y, "need two distinct task counts")
+
+
+def prediction_error(predicted, measured) -> float:
+    """Mean absolute relative error ``mean(|predicted - measured| / measured)``; 001's
+    Table VI reports about 5%. Arrays of equal shape; measured > 0."""
+    pred, meas = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    if pred.shape != meas.shape or pred.size == 0:
+        raise ValueError(f"shapes differ or empty: {pred.shape} vs {meas.shape}")
+    if not (np.isfinite(pred).all() and np.isfinite(meas).all() and (meas > 0).all()):
+        raise ValueError(f"measured must be finite and > 0, got {measured!r}")
+    return float(np.mean(np.abs(pred - meas) / meas))

@@ -1,0 +1,42 @@
+"""The serial reference: the same rounds in one process, no Dask.
+
+It runs the strategy's own ``work`` on every shard, adds the partials along the same
+fixed tree (:func:`ppt_dask.tree.reduce_serial`) and applies the same update, so a seeded
+distributed run must end with bitwise the same weights. With ``n_shards=1`` it is also
+the plain serial program that speedups are measured against (001's T_serial).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import tree
+
+
+def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_shards: int = 1,
+                 seed: int = 0, params: np.ndarray | None = None, fan_in: int = 2):
+    """Run ``rounds`` rounds of ``strategy`` on ``n_shards`` shards of (X, y) serially.
+
+    Returns
+    -------
+    params : ndarray, shape (net.n_params,)
+        The weights after the last round.
+    history : list of dict
+        Per round: loss, error_rate (of the weights the round started from), seconds.
+    """
+    X = np.ascontiguousarray(X, dtype=net.dtype)
+    y = np.ascontiguousarray(y)
+    strategy = strategy.check(len(X), n_shards)
+    shards = [(X[a:b], y[a:b]) for a, b in tree.split_rows(len(X), n_shards)]
+    state = strategy.init(net.init_params(seed) if params is None else params)
+    history = []
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        parts = [strategy.work(net, state.params, shard, s, r) for s, shard in enumerate(shards)]
+        state = strategy.apply(net, state, tree.reduce_serial(parts, fan_in))
+        loss_sum, n_wrong, n = state.stats
+        history.append({"round": r, "loss": loss_sum / n, "error_rate": n_wrong / n,
+                        "wall_seconds": time.perf_counter() - t0})
+    return state.params, history

@@ -1,0 +1,249 @@
+"""Enter data / exit data: logical shards placed once on the workers, pinned.
+
+OmpCluster's ``target enter data`` (seed 002) copies each block to its device once; the
+tasks of every round then run where the data already is. Here the rows are split into
+``n_shards`` logical shards, a number fixed at entry and independent of the number of
+workers. The workers are given contiguous blocks of shards, so each worker's share is a
+run of leaves of the fixed reduction tree (see :mod:`ppt_dask.tree`).
+
+Pinning uses worker *resources* rather than addresses: each worker gets a label
+``ppt-<set>-w<slot>`` (set with ``Worker.set_resources``) and every task of that slot asks
+for it. An address stops matching when a nanny restarts a worker on a new port (the task
+would wait in ``no-worker``, DASK-NOTES.md); a label can be given to the replacement.
+
+Three sources:
+
+* numpy arrays on the head: validated there, scattered to the slot's worker; the head
+  keeps references to them (re-sent if a worker is lost);
+* dask arrays: each shard is a task over the array's graph, computed on its worker, so
+  the head never holds the data and Dask can rebuild a lost shard;
+* a loader ``loader(start, stop) -> (X, y)`` run on the workers (for example
+  ``functools.partial(datasets.mnist_rows, data_dir, "train")``), recomputable too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from distributed import Client, Future, wait
+
+from . import validation
+from .tree import split_rows, split_shards
+
+SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What the head knows of one shard without holding it."""
+
+    index: int
+    start: int  # rows [start, stop) of the training set
+    stop: int
+    n_features: int
+    dtype: str
+    y_shape: tuple  # shape[1:] of y: () for labels, (k,) for targets
+    y_min: float
+    y_max: float
+    y_integral: bool
+
+
+@dataclass
+class ShardSet:
+    """Logical shards resident on workers (the result of :func:`enter_data`)."""
+
+    client: Client
+    futures: list[Future]
+    info: list[ShardInfo]
+    workers: list[str]  # addresses, by slot
+    blocks: list[tuple[int, int]]  # per slot: shards [first, stop)
+    name: str  # the label prefix, unique per shard set
+    source: str  # "numpy", "dask" or "loader"
+    head_copy: tuple | None = field(default=None, repr=False)
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.futures)
+
+    @property
+    def n_rows(self) -> int:
+        return self.info[-1].stop
+
+    @property
+    def n_features(self) -> int:
+        return self.info[0].n_features
+
+    @property
+    def dtype(self) -> str:
+        return self.info[0].dtype
+
+    def label(self, slot: int) -> str:
+        return f"{self.name}-w{slot}"
+
+    def worker_blocks(self) -> list[tuple[str, int, int]]:
+        """Per worker holding shards: (resource label, first shard, stop shard)."""
+        return [(self.label(w), a, b) for w, (a, b) in enumerate(self.blocks) if b > a]
+
+    def who_has(self) -> dict[int, tuple[str, ...]]:
+        """The scheduler's own view: shard index -> addresses holding it."""
+        held = self.client.who_has(self.futures)
+        return {i.index: tuple(held[f.key]) for i, f in zip(self.info, self.futures)}
+
+
+def _check_y(y, n_rows: int) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim not in (1, 2):
+        raise ValueError(f"y must be 1-D labels or 2-D targets, got shape {y.shape}")
+    if len(y) != n_rows:
+        raise ValueError(f"X has {n_rows} rows but y has {len(y)}")
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"y must be numeric, got dtype {y.dtype}")
+    return validation.check_finite(y, "y")
+
+
+# ---- worker side -----------------------------------------------------------------------
+
+
+async def _label_worker(labels: dict, dask_worker=None):
+    await dask_worker.set_resources(**labels)
+
+
+def _shard_info(shard, index: int, start: int, stop: int) -> ShardInfo:
+    X, y = shard
+    if X.ndim != 2 or X.shape[0] != stop - start or len(y) != stop - start:
+        raise ValueError(
+            f"shard {index} (rows {start}:{stop}) has X of shape {X.shape} and y of length "
+            f"{len(y)}; expected {stop - start} rows")
+    for name, arr in (("X", X), ("y", y)):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            row = start + int(np.argwhere(bad)[0][0])
+            raise ValueError(f"{name} has {int(bad.sum())} NaN/inf values; the first in row {row} (shard {index})")
+    y_integral = bool(np.all(np.mod(y, 1) == 0)) if y.size else True
+    return ShardInfo(index, start, stop, X.shape[1], str(X.dtype), tuple(y.shape[1:]),
+                     float(y.min()) if y.size else 0.0, float(y.max()) if y.size else 0.0, y_integral)
+
+
+def _make_shard(X, y, dtype: str):
+    return np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(y)
+
+
+def _load_shard(loader: Callable, start: int, stop: int, dtype: str):
+    X, y = loader(start, stop)
+    return _make_shard(X, y, dtype)
+
+
+# ---- head side ---------------------------------------------------------------------------
+
+
+def _choose_workers(client: Client, workers) -> list[str]:
+    known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if workers is None:
+        if not known:
+            raise ValueError("the cluster has no workers")
+        return known
+    missing = [w for w in workers if w not in known]
+    if missing:
+        raise ValueError(f"unknown worker addresses {missing}; the cluster has {known}")
+    return list(workers)
+
+
+def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
+               workers: list[str] | None = None, keep_copy: bool = True) -> ShardSet:
+    """Place ``(X, y)`` on the workers as ``n_shards`` logical shards, once.
+
+    Parameters
+    ----------
+    X : ndarray or dask array, shape (n_rows, n_features)
+    y : ndarray or dask array, shape (n_rows,) or (n_rows, n_outputs)
+    n_shards : int
+        Logical shards, fixed for the run; independent of the number of workers.
+    dtype : {"float64", "float32"}
+        Feature dtype on the workers (match the network's).
+    workers : list of addresses, optional
+        Workers to use (default: all, in address order).
+    keep_copy : bool
+        For numpy input, keep references on the head so lost shards can be re-sent.
+
+    Returns
+    -------
+    ShardSet
+    """
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    is_dask = hasattr(X, "dask") or hasattr(y, "dask")
+    if not is_dask:
+        X = validation.check_X(X)
+        y = _check_y(y, X.shape[0])
+    elif len(X.shape) != 2 or len(y.shape) not in (1, 2) or X.shape[0] != y.shape[0]:
+        raise ValueError(f"X must be 2-D and y 1-D or 2-D with as many rows; got {X.shape} and {y.shape}")
+    rows = split_rows(int(X.shape[0]), n_shards)
+    if is_dask:
+        def place(s, a, b, label):
+            import dask
+            shard = dask.delayed(_make_shard)(X[a:b], y[a:b], dtype)
+            return client.compute(shard, resources={label: 1})
+        return _enter(client, rows, place, workers, "dask", None)
+
+    def place(s, a, b, label):
+        shard = _make_shard(X[a:b], y[a:b], dtype)
+        return client.scatter([shard], workers=[addr_of[label]], hash=False)[0]
+    addr_of: dict = {}
+    return _enter(client, rows, place, workers, "numpy", (X, y) if keep_copy else None, addr_of)
+
+
+def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *,
+                 dtype: str = "float64", workers: list[str] | None = None) -> ShardSet:
+    """Shards built on the workers by ``loader(start, stop) -> (X_rows, y_rows)``."""
+    if not callable(loader):
+        raise ValueError(f"loader must be callable, got {loader!r}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    rows = split_rows(int(n_rows), n_shards)
+
+    def place(s, a, b, label):
+        return client.submit(_load_shard, loader, a, b, dtype, key=f"ppt-shard-{label}-s{s}",
+                             resources={label: 1}, pure=False)
+    return _enter(client, rows, place, workers, "loader", None)
+
+
+def _enter(client, rows, place, workers, source, head_copy, addr_of=None) -> ShardSet:
+    workers = _choose_workers(client, workers)
+    name = f"ppt-{uuid.uuid4().hex[:8]}"
+    blocks = split_shards(len(rows), len(workers))
+    for slot, address in enumerate(workers):
+        client.run(_label_worker, {f"{name}-w{slot}": 1e9}, workers=[address])
+        if addr_of is not None:
+            addr_of[f"{name}-w{slot}"] = address
+    futures: list = [None] * len(rows)
+    for slot, (a, b) in enumerate(blocks):
+        for s in range(a, b):
+            futures[s] = place(s, *rows[s], f"{name}-w{slot}")
+    slot_of = {s: slot for slot, (a, b) in enumerate(blocks) for s in range(a, b)}
+    infos = [client.submit(_shard_info, f, s, *rows[s], key=f"ppt-shardinfo-{name}-s{s}",
+                           resources={f"{name}-w{slot_of[s]}": 1})
+             for s, f in enumerate(futures)]
+    try:
+        wait(infos, timeout=SCATTER_TIMEOUT)
+        info = client.gather(infos)
+    except BaseException:
+        client.cancel(futures + infos)
+        raise
+    finally:
+        del infos
+    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy)
+
+
+def exit_data(shards: ShardSet) -> None:
+    """Release the shards and the workers' labels; nothing is left on the scheduler."""
+    client = shards.client
+    client.cancel(shards.futures)
+    shards.futures = []
+    for slot, address in enumerate(shards.workers):
+        try:
+            client.run(_label_worker, {shards.label(slot): 0}, workers=[address])
+        except (OSError, ValueError, KeyError):
+            pass  # the worker is gone; its labels went with it

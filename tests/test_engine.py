@@ -1,0 +1,140 @@
+"""The engine end to end on real LocalClusters: placement, rounds, determinism."""
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+from ppt_dask import datasets
+from ppt_dask.serial import train_serial
+
+from conftest import scheduler_keys
+
+
+def _data(n=96, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 5))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64) + (X[:, 3] > 1)
+    return X, y
+
+
+def test_shards_are_placed_in_contiguous_blocks_and_released(client4, workers4):
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:2])
+    held = shards.who_has()  # the scheduler's own view
+    assert all(held[s] == (workers4[0],) for s in range(4))
+    assert all(held[s] == (workers4[1],) for s in range(4, 8))
+    assert [i.stop - i.start for i in shards.info] == [12] * 8
+    ppt.exit_data(shards)
+    assert scheduler_keys(client4) == []
+
+
+def test_a_round_never_moves_shards(client4, workers4):
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    before = shards.who_has()
+    net = ppt.MLP((5, 4, 3), hidden="tanh", output="softmax")
+    ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
+    assert shards.who_has() == before  # still one copy each, where it was placed
+    ppt.exit_data(shards)
+
+
+@pytest.mark.parametrize("strategy", [ppt.Sync(lr=0.5, momentum=0.9, l2=0.01),
+                                      ppt.Sync(lr=0.3, momentum=0.5, block=24)],
+                         ids=["epoch", "block"])
+def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strategy):
+    X, y = _data()
+    net = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
+    expected, _ = train_serial(net, X, y, strategy, rounds=10, n_shards=8, seed=3)
+    rounds = {}
+    for p in (1, 2, 4):
+        shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
+        epochs = 10 / strategy.rounds_per_epoch(len(X))
+        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3)
+        ppt.exit_data(shards)
+        rounds[p] = result.rounds
+        assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
+    assert rounds == {1: 10, 2: 10, 4: 10}
+
+
+def test_unaligned_blocks_and_fan_in_3_still_match_serial(client4, workers4):
+    X, y = _data(n=70)
+    net = ppt.MLP((5, 6, 3), hidden="relu", output="softmax")
+    strategy = ppt.Sync(lr=0.2, momentum=0.9)
+    expected, _ = train_serial(net, X, y, strategy, rounds=5, n_shards=7, seed=1, fan_in=3)
+    shards = ppt.enter_data(client4, X, y, n_shards=7, workers=workers4[:3])
+    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=5), seed=1, fan_in=3)
+    ppt.exit_data(shards)
+    assert result.params.tobytes() == expected.tobytes()
+
+
+def test_pipelining_does_not_change_the_result(client4, workers4):
+    X, y = _data()
+    net = ppt.MLP((5, 4, 3))
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    a = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6), pipeline=0)
+    b = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6), pipeline=3)
+    ppt.exit_data(shards)
+    assert a.params.tobytes() == b.params.tobytes()
+    assert [r["loss"] for r in a.history] == [r["loss"] for r in b.history]
+
+
+def test_history_records_loss_error_wall_and_head_time(client4, workers4):
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    result = ppt.train(ppt.MLP((5, 4, 3)), shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=4))
+    ppt.exit_data(shards)
+    assert [r["round"] for r in result.history] == [0, 1, 2, 3]
+    for r in result.history:
+        assert r["patterns"] == len(X) and 0 <= r["error_rate"] <= 1
+        assert r["wall_seconds"] > 0 and 0 < r["head_seconds"] < r["elapsed_seconds"]
+    assert result.head_seconds == pytest.approx(sum(r["head_seconds"] for r in result.history))
+
+
+def test_parity8_is_learned_on_processes(client4, workers4):
+    d = datasets.parity(8)
+    shards = ppt.enter_data(client4, d.X, d.y, n_shards=8, workers=workers4[:2])
+    net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    result = ppt.train(net, shards, ppt.Sync(lr=2.0, momentum=0.9),
+                       ppt.Stop(max_epochs=2000, target_error=0.0))
+    ppt.exit_data(shards)
+    assert result.learned and result.stopped_because == "target_error"
+    assert (net.predict(result.params, d.X) == d.y).all()  # all 256 patterns right
+
+
+def test_a_threads_cluster_gives_the_same_weights(threads_client):
+    X, y = _data()
+    net = ppt.MLP((5, 4, 3))
+    expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=5, n_shards=4)
+    shards = ppt.enter_data(threads_client, X, y, n_shards=4)
+    result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=5))
+    ppt.exit_data(shards)
+    assert result.params.tobytes() == expected.tobytes()
+
+
+def test_shards_built_on_the_workers_from_a_source(client4, workers4, tmp_path):
+    """The head passes a loader; each worker reads its own rows of the MNIST files."""
+    import functools
+    data_dir = datasets.find_data_dir()
+    loader = functools.partial(datasets.mnist_rows, str(data_dir), "train")
+    shards = ppt.enter_source(client4, loader, n_rows=600, n_shards=4, workers=workers4[:2])
+    X, y = datasets.mnist_rows(data_dir, "train", 0, 600)
+    net = ppt.MLP((784, 8, 10))
+    expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=4)
+    result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
+    assert shards.source == "loader"
+    ppt.exit_data(shards)
+    assert result.params.tobytes() == expected.tobytes()
+
+
+def test_shards_from_a_dask_array(client4, workers4):
+    import dask.array as da
+    X, y = _data()
+    dX, dy = da.from_array(X, chunks=(30, 5)), da.from_array(y, chunks=30)
+    shards = ppt.enter_data(client4, dX, dy, n_shards=4, workers=workers4[:2])
+    net = ppt.MLP((5, 4, 3))
+    expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=4)
+    result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
+    held = shards.who_has()
+    ppt.exit_data(shards)
+    assert result.params.tobytes() == expected.tobytes()
+    assert all(held[s] == (workers4[0],) for s in (0, 1)) and all(held[s] == (workers4[1],) for s in (2, 3))

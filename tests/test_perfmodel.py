@@ -1,0 +1,325 @@
+"""Tests of the closed-form run-time model against seed 001 (Moerchen), eq. (3)-(9)."""
+
+import dataclasses
+import doctest
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+from ppt_dask import perfmodel as pm
+
+BAT_FN = pm.PAPER_CONSTANTS["bat_cave", "function"]
+FN = pm.PAPER_PROBLEMS["function"]
+
+# 001, Table VII: predicted speedups, function example on Bat Cave; {block: (p=2, p=4, p=8)}.
+TABLE_VII = {16: (0.57, 0.36, 0.26), 32: (0.87, 0.64, 0.48),
+             64: (1.20, 1.09, 0.88), 128: (1.48, 1.67, 1.54)}
+
+
+def fn_speedup(p, block, c=BAT_FN):
+    return pm.speedup(p, block, FN.n_patterns, FN.n_weights, c, n_test=FN.n_test)
+
+
+# ------------------------------------------------------------------ Table VII
+
+# Hand computation with Tables II, IV, V (ms; Tw = 0.798 us/weight, Ti = 365.868 us):
+#   eq. (3): Tsigma = 1152*0.22 + 1024*0.41 + (1024/b)*(0.07+0.04) + 128*0.001 + 30.9
+#            = 704.308 + 112.64/b            -> b=16: 711.348, 32: 707.828, 64: 706.068
+#   eq. (4): Tr(p) = 0.000798*16768*log2(p) + 0.365868 = 13.380864*log2(p) + 0.365868
+#            -> Tr(2) = 13.746732, Tr(4) = 27.127596, Tr(8) = 40.508460
+#   eq. (5): Tpi = 673.408/p + (1024/b)*(Tr(p) + 0.07) + 30.9
+#     b=16,p=2: 336.704 + 64*13.816732 + 30.9 = 1251.875 -> S = 0.5682 -> 0.57 (printed 0.57)
+#     b=16,p=8:  84.176 + 64*40.578460 + 30.9 = 2712.097 -> S = 0.2623 -> 0.26 (printed 0.26)
+#     b=32,p=2: 336.704 + 32*13.816732 + 30.9 =  809.739 -> S = 0.8741 -> 0.87 (printed 0.87)
+#     b=64,p=2: 336.704 + 16*13.816732 + 30.9 =  588.672 -> S = 1.1994 -> 1.20 (printed 1.20)
+# The other cells come out 0.3667, 0.6618, 0.5007, 1.1129, 0.9238, 1.4749, 1.6918, 1.6038
+# against printed 0.36, 0.64, 0.48, 1.09, 0.88, 1.48, 1.67, 1.54: eq. (5) is always a
+# little high at p = 4 and 8 (up to 5%, the model's own error in Table VI). No reading of
+# the equations fixes that: dividing To by p, keeping Tm in eq. (5), ceil(b/p), an
+# undivided test set or Tu/p all match 4 cells or fewer; even a free Tr(p) per p matches at
+# most 10 of 12 with the printed constants, and allowing every constant to move within
+# its printed rounding, eq. (4)/(5) match at most 5. The table is matched best (9 of 12,
+# see the next test) by Tr(p) = Tw*w*log2(p) + Ti*(p-1), which is not what eq. (4) says; so
+# the model keeps eq. (4) as printed and the Table VII cells below are those it reproduces.
+@pytest.mark.parametrize("block, p", [(16, 2), (16, 8), (32, 2), (64, 2)])
+def test_table_vii_cells_reproduced_to_printed_precision(block, p):
+    printed = TABLE_VII[block][(2, 4, 8).index(p)]
+    assert round(fn_speedup(p, block), 2) == printed
+
+
+def test_table_vii_every_cell_within_model_error():
+    ps, blocks = np.array([2, 4, 8]), np.array(list(TABLE_VII))
+    predicted = fn_speedup(ps[None, :], blocks[:, None])
+    printed = np.array(list(TABLE_VII.values()))
+    assert predicted.shape == (4, 3)
+    assert pm.prediction_error(predicted, printed) < 0.03
+    assert np.all(np.abs(predicted / printed - 1) < 0.05)
+
+
+def test_table_vii_readings_compared_by_hand():
+    """Which reading of Tr(p) gives which cells (see the comment above)."""
+    def s(block, p, ti_factor):
+        seq = 704.308 + 112.64 / block
+        tr = 13.380864 * math.log2(p) + 0.365868 * ti_factor
+        return seq / (673.408 / p + 1024 / block * (tr + 0.07) + 30.9)
+
+    def matches(ti_factor):
+        return sum(round(s(b, p, ti_factor(p)), 2) == row[i]
+                   for b, row in TABLE_VII.items() for i, p in enumerate((2, 4, 8)))
+
+    assert matches(lambda p: 1) == 4  # eq. (4) as printed: the model
+    assert matches(lambda p: p - 1) == 9  # Ti once per partner: not in the paper
+    assert round(s(64, 4, 1), 4) == round(fn_speedup(4, 64), 4) == 1.1129
+
+
+# ------------------------------------------------------------------ worked steps
+
+def test_hand_computed_epoch_eq5():
+    # p = 4, b = 64, function on Bat Cave, in ms (eq. (5)):
+    #   1152*0.22/4 + 1024*0.41/4 + (1024/64)*(0.07 + 0.000798*16768*2 + 0.365868)
+    #   + 128*0.001/4 + 30.9 = 63.36 + 104.96 + 16*27.197596 + 0.032 + 30.9 = 634.413536
+    got = pm.epoch_seconds(4, 64, FN.n_patterns, FN.n_weights, BAT_FN, n_test=FN.n_test)
+    assert got == pytest.approx(634.413536e-3, rel=1e-12)
+
+
+def test_hand_computed_sequential_eq3():
+    # 1152*0.22 + 1024*0.41 + (1024/16)*(0.07+0.04) + 128*0.001 + 30.9 = 711.348 ms
+    got = pm.sequential_epoch_seconds(16, FN.n_patterns, BAT_FN, n_test=FN.n_test)
+    assert got == pytest.approx(711.348e-3, rel=1e-12)
+
+
+def test_hand_computed_round_with_dask_head():
+    c = dataclasses.replace(BAT_FN, th0_seconds=2e-3, th1_seconds=0.5e-3)
+    # p = 4, fan-in 2: 4 map + (2 + 1) reduce + 1 update = 8 tasks -> Th = 2 + 8*0.5 = 6 ms
+    assert pm.tasks_per_round(4) == 8
+    # ceil(64/4)*(0.22+0.41) + 0.07 + (0.000798*16768*2 + 0.365868) + 6
+    #   = 10.08 + 0.07 + 27.127596 + 6 = 43.277596 ms
+    got = pm.iteration_seconds(4, 64, FN.n_weights, c)
+    assert got == pytest.approx(43.277596e-3, rel=1e-12)
+    # an epoch is n/b = 16 such rounds plus the test set and To
+    epoch = pm.epoch_seconds(4, 64, FN.n_patterns, FN.n_weights, c, n_test=FN.n_test)
+    assert epoch == pytest.approx(16 * 43.277596e-3 + 32 * 0.221e-3 + 30.9e-3, rel=1e-12)
+
+
+def test_hand_computed_weight_averaging_eq9():
+    c = dataclasses.replace(BAT_FN, ta_seconds=0.05e-3)
+    # p = 4, local block 4, averaging every 512 patterns, in ms (eq. (9)):
+    #   (1152/4)*0.22 + (1024/4)*0.41 + (1024/4)*(0.07+0.04) + (1024/512)*(0.05 + 27.127596)
+    #   + (128/4)*0.001 + 30.9 = 63.36 + 104.96 + 28.16 + 54.355192 + 0.032 + 30.9
+    got = pm.averaging_epoch_seconds(4, 4, 512, FN.n_patterns, FN.n_weights, c, n_test=FN.n_test)
+    assert got == pytest.approx(281.767192e-3, rel=1e-12)
+    seq = 704.308 + 112.64 / 4
+    assert pm.averaging_speedup(4, 4, 512, FN.n_patterns, FN.n_weights, c, n_test=FN.n_test) \
+        == pytest.approx(seq / 281.767192, rel=1e-12)
+
+
+# ------------------------------------------------------------------ paper data
+
+def test_paper_network_sizes_match_table_iv():
+    for problem in pm.PAPER_PROBLEMS.values():
+        assert pm.count_weights(problem.layers, biases=False) == problem.n_weights
+    assert pm.count_weights((2, 128, 128, 1)) == 16768 + 128 + 128 + 1
+
+
+def test_paper_constants_units():
+    assert len(pm.PAPER_CONSTANTS) == 6
+    assert pm.PAPER_CONSTANTS["messner", "digits"].to_seconds == pytest.approx(40.2181)
+    # 001: for digits "more than half of the run time is constant" (To of eq. (3))
+    dig = pm.PAPER_PROBLEMS["digits"]
+    for cluster in ("bat_cave", "messner"):
+        c = pm.PAPER_CONSTANTS[cluster, "digits"]
+        seq = pm.sequential_epoch_seconds(dig.n_patterns, dig.n_patterns, c, n_test=dig.n_test)
+        assert c.to_seconds > seq / 2
+
+
+def test_no_speedup_below_block_about_50():
+    # 001 sec. V-C: up to b = 32 several processors are slower than one; at b = 64 two
+    # processors win slightly; "with block sizes up to almost 50 no speedup".
+    assert 32 < pm.min_block_for_speedup(2, FN.n_patterns, FN.n_weights, BAT_FN,
+                                         n_test=FN.n_test) <= 64
+    for p in (4, 8):
+        assert 32 < pm.min_block_for_speedup(p, FN.n_patterns, FN.n_weights, BAT_FN,
+                                             n_test=FN.n_test) <= 128
+    # with no communication and no overhead the parallel program wins from b = 2 on;
+    # at b = 1 one worker does all the work while the other three idle: speedup 1
+    free = pm.Constants(1e-3, 1e-3, 0.0, 0.0, 0.0, 0.0)
+    assert pm.min_block_for_speedup(4, 64, 100, free) == 2
+    slow = dataclasses.replace(BAT_FN, ti_seconds=100.0)
+    assert pm.min_block_for_speedup(2, 64, 100, slow) is None
+
+
+def test_recommend():
+    best = pm.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 8, blocks=[4, 8, 16, 32, 64],
+                        n_test=FN.n_test)
+    assert (best.block, best.p) == (64, 2)  # Table VII: at b = 64 only p = 2 is fastest
+    assert best.speedup == pytest.approx(1.1994, abs=1e-4)
+    assert best.efficiency == pytest.approx(best.speedup / 2)
+    small = pm.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 8, blocks=[16, 32],
+                         n_test=FN.n_test)
+    assert small.p == 1  # below b ~ 50 one processor is fastest
+    grid = pm.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 64, n_test=FN.n_test)
+    assert grid.block == FN.n_patterns and grid.p <= 64  # learning by epoch is cheapest
+    ps, bs = np.arange(1, 65)[:, None], np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+    t = pm.epoch_seconds(ps, bs, FN.n_patterns, FN.n_weights, BAT_FN, n_test=FN.n_test)
+    assert grid.epoch_seconds == pytest.approx(t.min())
+
+
+def test_grid_for_figures_is_vectorised():
+    dig, c = pm.PAPER_PROBLEMS["digits"], pm.PAPER_CONSTANTS["bat_cave", "digits"]
+    ps, bs = np.arange(1, 65)[:, None], np.arange(1, 4097)[None, :]
+    s = pm.speedup(ps, bs, dig.n_patterns, dig.n_weights, c, n_test=dig.n_test)
+    e = pm.efficiency(ps, bs, dig.n_patterns, dig.n_weights, c, n_test=dig.n_test)
+    assert s.shape == e.shape == (64, 4096)
+    assert s[7, 999] == pm.speedup(8, 1000, dig.n_patterns, dig.n_weights, c, n_test=dig.n_test)
+    assert np.allclose(e, s / ps)
+
+
+# ------------------------------------------------------------------ properties
+
+seconds = st.floats(0.0, 1e-2)
+positive_seconds = st.floats(1e-7, 1e-2)
+
+
+@st.composite
+def constants(draw):
+    return pm.Constants(*(draw(seconds) for _ in range(6)), tw_seconds_per_weight=draw(seconds),
+                        ti_seconds=draw(seconds), ta_seconds=draw(seconds),
+                        th0_seconds=draw(seconds), th1_seconds=draw(seconds))
+
+
+sizes = dict(p=st.integers(1, 64), block=st.integers(1, 256), n_weights=st.integers(1, 10**5),
+             fan_in=st.integers(2, 8))
+
+
+@settings(deadline=None)
+@given(c=constants(), tw=seconds, **sizes)
+def test_time_falls_as_bandwidth_rises(c, tw, p, block, n_weights, fan_in):
+    fast, slow = sorted([c.tw_seconds_per_weight, tw])
+    t = [pm.epoch_seconds(p, block, 256, n_weights,
+                          dataclasses.replace(c, tw_seconds_per_weight=x), fan_in=fan_in)
+         for x in (fast, slow)]
+    assert t[0] <= t[1]
+
+
+@settings(deadline=None)
+@given(c=constants(), extra=st.integers(0, 10**5), **sizes)
+def test_time_rises_with_weights(c, extra, p, block, n_weights, fan_in):
+    t = [pm.iteration_seconds(p, block, w, c, fan_in=fan_in) for w in (n_weights, n_weights + extra)]
+    assert t[0] <= t[1]
+
+
+@settings(deadline=None)
+@given(tf=positive_seconds, tb=seconds, ts=seconds, tu=seconds, p=st.integers(1, 32),
+       block=st.integers(1, 128), rounds=st.integers(1, 8), m=st.integers(0, 100))
+def test_speedup_at_most_p_without_communication(tf, tb, ts, tu, p, block, rounds, m):
+    # To = Tr = Th = 0 and Tm = 0 (else the parallel program, which skips Tm, could
+    # beat p); both programs run the same n/b rounds.
+    c = pm.Constants(tf, tb, tu, 0.0, ts, 0.0)
+    n = block * rounds
+    assert pm.speedup(p, block, n, 100, c, n_test=m) <= p * (1 + 1e-12)
+
+
+@settings(deadline=None)
+@given(tf=positive_seconds, tb=seconds, ts=seconds, p=st.integers(1, 32),
+       q=st.integers(1, 16), rounds=st.integers(1, 8), s=st.integers(0, 8))
+def test_speedup_is_p_when_block_divides_evenly(tf, tb, ts, p, q, rounds, s):
+    c = pm.Constants(tf, tb, 0.0, 0.0, ts, 0.0)
+    block = p * q
+    assert pm.speedup(p, block, block * rounds, 100, c, n_test=p * s) == pytest.approx(p, rel=1e-12)
+
+
+@given(c=constants(), n_weights=st.integers(1, 10**6), fan_in=st.integers(2, 16))
+def test_reduce_free_on_one_worker(c, n_weights, fan_in):
+    assert pm.reduce_seconds(1, n_weights, c, fan_in) == 0.0
+
+
+@given(p=st.integers(1, 10**6), fan_in=st.integers(2, 16))
+def test_tree_levels_is_ceil_log(p, fan_in):
+    levels = pm.tree_levels(p, fan_in)
+    assert fan_in**levels >= p and (levels == 0 or fan_in ** (levels - 1) < p)
+    assert pm.tasks_per_round(p, fan_in) >= p + 1 + (levels > 0)
+
+
+@settings(deadline=None)
+@given(tw=st.floats(1e-9, 1e-5), ti=st.floats(1e-6, 1e-1), fan_in=st.integers(2, 4),
+       ps=st.lists(st.integers(2, 64), min_size=3, max_size=12),
+       ws=st.lists(st.integers(1, 10**5), min_size=3, max_size=12))
+def test_fit_reduce_recovers_noise_free(tw, ti, fan_in, ps, ws):
+    k = min(len(ps), len(ws))
+    p, w = np.array(ps[:k]), np.array(ws[:k])
+    x = w * pm.tree_levels(p, fan_in)
+    assume(np.ptp(x) > 0.01 * x.max())
+    y = tw * x + ti
+    got_tw, got_ti = pm.fit_reduce(p, w, y, fan_in=fan_in)
+    assert got_tw == pytest.approx(tw, rel=1e-6)
+    assert got_ti == pytest.approx(ti, rel=1e-6, abs=1e-6 * y.max())
+
+
+@given(th0=st.floats(0, 1e-2), th1=st.floats(0, 1e-3),
+       tasks=st.lists(st.integers(2, 500), min_size=2, max_size=10, unique=True))
+def test_fit_head_recovers_noise_free(th0, th1, tasks):
+    y = th0 + th1 * np.array(tasks)
+    got = pm.fit_head(tasks, y)
+    assert got == pytest.approx((th0, th1), rel=1e-6, abs=1e-9)
+
+
+def test_fits_stay_non_negative():
+    # times that fall with w*log2(p) would give a negative Tw: clamp to 0, Ti = mean
+    tw, ti = pm.fit_reduce([2, 4, 8], [100, 100, 100], [3.0, 2.0, 1.0])
+    assert tw == 0.0 and ti == pytest.approx(2.0)
+    # a line through a negative intercept: Ti = 0, Tw by least squares through the origin
+    tw, ti = pm.fit_reduce([2, 2, 2], [1, 2, 3], [0.5, 1.5, 2.5])
+    assert ti == 0.0 and tw == pytest.approx((0.5 + 3.0 + 7.5) / 14)
+    th0, th1 = pm.fit_head([2, 4, 6], [0.2, 0.1, 0.0])
+    assert th1 == 0.0 and th0 == pytest.approx(0.1)
+
+
+def test_prediction_error():
+    assert pm.prediction_error([1.1, 0.9, 2.0], [1.0, 1.0, 2.0]) == pytest.approx(0.2 / 3)
+
+
+# ------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: pm.reduce_seconds(0, 10, BAT_FN), "p must be an integer >= 1, got 0"),
+    (lambda: pm.iteration_seconds(2, 0, 10, BAT_FN), "block must be an integer >= 1, got 0"),
+    (lambda: pm.iteration_seconds(2.5, 4, 10, BAT_FN), "p must be an integer >= 1, got 2.5"),
+    (lambda: pm.speedup(np.array([2, -1]), 4, 64, 10, BAT_FN), "got -1"),
+    (lambda: pm.epoch_seconds(2, 128, 64, 10, BAT_FN), "block must be <= n_patterns = 64, got 128"),
+    (lambda: pm.reduce_seconds(2, 10, BAT_FN, fan_in=1), "fan_in must be an integer >= 2, got 1"),
+    (lambda: pm.tree_levels(4, fan_in=2.0), "fan_in must be an integer >= 2, got 2.0"),
+    (lambda: pm.Constants(1e-3, -1e-3, 0, 0, 0, 0), "tb_seconds .* got -0.001"),
+    (lambda: pm.Constants(1e-3, 1e-3, 0, 0, 0, 0, ti_seconds=float("nan")), "ti_seconds .* nan"),
+    (lambda: pm.fit_reduce([1, 2], [10, 10], [1.0, 2.0]), "p_values .* got 1"),
+    (lambda: pm.fit_reduce([2, 2], [10, 10], [1.0, 2.0]), "cannot separate"),
+    (lambda: pm.fit_head([3, 4], [1.0, -2.0]), "seconds must be finite"),
+    (lambda: pm.prediction_error([1.0], [0.0]), "measured must be finite and > 0"),
+    (lambda: pm.recommend(64, 10, BAT_FN, 0), "p_max must be an integer >= 1, got 0"),
+])
+def test_bad_input_names_the_value(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# ------------------------------------------------------------------ the module itself
+
+def test_doctests():
+    assert doctest.testmod(pm).failed == 0
+
+
+def test_pure_numpy_no_dask_or_bokeh():
+    path = Path(pm.__file__)
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('perfmodel', {str(path)!r})\n"
+        "mod = sys.modules['perfmodel'] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(mod)\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'bokeh')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
