@@ -46,26 +46,48 @@ def _hidden(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ppt-dask", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a network on a data set")
     t.add_argument("dataset", choices=sorted(PRESETS))
-    t.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
-    t.add_argument("--threads-per-worker", type=int, default=1)
-    t.add_argument("--shards", type=int, default=None, help="logical shards (default: 8, or the workers if more)")
+    t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
+    t.add_argument("--threads-per-worker", type=_int_at_least(1), default=1)
+    t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
     t.add_argument("--strategy", choices=["epoch", "block"], default=None)
-    t.add_argument("--block", type=int, default=None, help="patterns per update (strategy block)")
+    t.add_argument("--block", type=_int_at_least(1), default=None, help="patterns per update (strategy block)")
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--momentum", type=float, default=None)
     t.add_argument("--l2", type=float, default=None)
-    t.add_argument("--epochs", type=float, default=None)
+    t.add_argument("--epochs", type=_positive_float, default=None)
     t.add_argument("--target-error", type=float, default=None, help="error rate to reach (verified)")
     t.add_argument("--hidden", type=_hidden, default=None, help="hidden widths, e.g. 64,64")
     t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
     t.add_argument("--dtype", choices=["float64", "float32"], default="float64")
-    t.add_argument("--fan-in", type=int, default=2, help="children per reduce task")
-    t.add_argument("--pipeline", type=int, default=1, help="rounds submitted ahead")
+    t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
+    t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     t.add_argument("--data-dir", default=None, help="folder holding mnist/ and digits5000/")
@@ -103,6 +125,8 @@ def train_command(args) -> int:
     import ppt_dask as ppt  # the dask-using layers, loaded once the arguments are good
 
     s = _settings(args)
+    if args.scheduler:
+        ppt.cluster.check_address(args.scheduler)
     data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=args.dtype)
     n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                  else 1 if data.y.ndim == 1 else data.y.shape[1])

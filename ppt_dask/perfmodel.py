@@ -119,15 +119,14 @@ PAPER_CONSTANTS = {
 
 def _ints(name: str, value, minimum: int) -> np.ndarray:
     arr = np.asarray(value)
-    ok = arr.size > 0 and arr.dtype.kind in "iuf"
-    if ok:
+    shown = value
+    if arr.size > 0 and arr.dtype.kind in "iuf":
         flat = arr.ravel().astype(float)
         bad = ~np.isfinite(flat) | (flat != np.floor(flat)) | (flat < minimum)
-        ok = not bad.any()
-    if not ok:
-        shown = flat[bad][0].item() if arr.size > 0 and arr.dtype.kind in "iuf" else value
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {shown!r}")
-    return arr.astype(np.int64)
+        if not bad.any():
+            return arr.astype(np.int64)
+        shown = arr.ravel()[bad][0].item()
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {shown!r}")
 
 
 def _fan_in(fan_in) -> int:

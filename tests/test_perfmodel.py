@@ -289,7 +289,7 @@ def test_prediction_error():
     (lambda: pm.reduce_seconds(0, 10, BAT_FN), "p must be an integer >= 1, got 0"),
     (lambda: pm.iteration_seconds(2, 0, 10, BAT_FN), "block must be an integer >= 1, got 0"),
     (lambda: pm.iteration_seconds(2.5, 4, 10, BAT_FN), "p must be an integer >= 1, got 2.5"),
-    (lambda: pm.speedup(np.array([2, -1]), 4, 64, 10, BAT_FN), "got -1"),
+    (lambda: pm.speedup(np.array([2, -1]), 4, 64, 10, BAT_FN), "p must be .* got -1$"),
     (lambda: pm.epoch_seconds(2, 128, 64, 10, BAT_FN), "block must be <= n_patterns = 64, got 128"),
     (lambda: pm.reduce_seconds(2, 10, BAT_FN, fan_in=1), "fan_in must be an integer >= 2, got 1"),
     (lambda: pm.tree_levels(4, fan_in=2.0), "fan_in must be an integer >= 2, got 2.0"),

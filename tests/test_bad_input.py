@@ -1,0 +1,111 @@
+"""Bad input gets a clear error naming the value, within seconds, before training work."""
+
+import time
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+
+from conftest import scheduler_keys
+
+
+def _xy(n=40):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, 3)), rng.integers(0, 3, n)
+
+
+@pytest.mark.parametrize("value, match", [(np.nan, "NaN"), (np.inf, "inf")])
+def test_non_finite_features_are_refused_before_placement(client4, value, match):
+    X, y = _xy()
+    X[7, 1] = value
+    with pytest.raises(ValueError, match=match) as info:
+        ppt.enter_data(client4, X, y, n_shards=4)
+    assert "7" in str(info.value)  # the row of the first bad value
+    assert scheduler_keys(client4) == []  # nothing was sent
+
+
+def test_mismatched_lengths(client4):
+    X, y = _xy()
+    with pytest.raises(ValueError, match="40 rows but y has 39"):
+        ppt.enter_data(client4, X, y[:-1], n_shards=4)
+
+
+def test_string_features(client4):
+    with pytest.raises(ValueError, match="dtype"):
+        ppt.enter_data(client4, np.array([["a", "b"]] * 4), np.zeros(4), n_shards=2)
+
+
+def test_more_shards_than_rows(client4):
+    X, y = _xy(5)
+    with pytest.raises(ValueError, match=r"more shards \(6\) than rows \(5\)"):
+        ppt.enter_data(client4, X, y, n_shards=6)
+    assert scheduler_keys(client4) == []
+
+
+def test_labels_out_of_range_stop_before_any_round(client4):
+    X, y = _xy()
+    y[3] = 7
+    shards = ppt.enter_data(client4, X, y, n_shards=2)
+    with pytest.raises(ValueError, match=r"labels must be integers in \[0, 3\).*\[0, 7\]"):
+        ppt.train(ppt.MLP((3, 4, 3)), shards, ppt.Sync(lr=0.1))
+    ppt.exit_data(shards)
+
+
+def test_network_not_matching_the_data(client4):
+    X, y = _xy()
+    shards = ppt.enter_data(client4, X, y, n_shards=2)
+    with pytest.raises(ValueError, match="takes 5 inputs but the data has 3 features"):
+        ppt.train(ppt.MLP((5, 4, 3)), shards, ppt.Sync(lr=0.1))
+    with pytest.raises(ValueError, match="float32 but the shards hold float64"):
+        ppt.train(ppt.MLP((3, 4, 3), dtype="float32"), shards, ppt.Sync(lr=0.1))
+    ppt.exit_data(shards)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"lr": 0}, "lr must be > 0"), ({"lr": -0.1}, "lr must be > 0"),
+    ({"lr": float("nan")}, "lr"), ({"momentum": 1.0}, "momentum"),
+    ({"l2": -1}, "l2"), ({"block": 0}, "block must be a positive integer"),
+])
+def test_bad_hyper_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ppt.Sync(**kwargs)
+
+
+def test_block_larger_than_the_data_or_smaller_than_the_shards(client4):
+    X, y = _xy()
+    shards = ppt.enter_data(client4, X, y, n_shards=4)
+    with pytest.raises(ValueError, match=r"block \(41\) is larger than the training set \(40 rows\)"):
+        ppt.train(ppt.MLP((3, 4, 3)), shards, ppt.Sync(block=41))
+    with pytest.raises(ValueError, match=r"block \(3\) must be at least the number of shards \(4\)"):
+        ppt.train(ppt.MLP((3, 4, 3)), shards, ppt.Sync(block=3))
+    ppt.exit_data(shards)
+
+
+@pytest.mark.parametrize("fan_in", [1, 0, 2.5])
+def test_fan_in_below_two(client4, fan_in):
+    X, y = _xy()
+    shards = ppt.enter_data(client4, X, y, n_shards=2)
+    with pytest.raises(ValueError, match="fan_in must be an integer >= 2"):
+        ppt.train(ppt.MLP((3, 4, 3)), shards, ppt.Sync(), fan_in=fan_in)
+    ppt.exit_data(shards)
+
+
+def test_bad_stop_rule():
+    with pytest.raises(ValueError, match="max_epochs"):
+        ppt.Stop(max_epochs=0)
+    with pytest.raises(ValueError, match="target_error"):
+        ppt.Stop(target_error=1.5)
+
+
+def test_unreachable_scheduler_fails_fast():
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match="cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
+        ppt.connect("tcp://127.0.0.1:9", timeout=2)
+    assert time.monotonic() - t0 < 15
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:8786", "tcp://", "", "tcp://host/extra path"])
+def test_wrong_protocol_or_malformed_address(address):
+    with pytest.raises(ValueError, match="scheduler address"):
+        ppt.connect(address)

@@ -1,0 +1,57 @@
+"""The ppt-dask command line, run as a user runs it (a real subprocess, real clusters)."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ppt_dask.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_parity8_learned_with_two_workers(tmp_path):
+    out = tmp_path / "out.json"
+    proc = run("train", "parity8", "--workers", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    for key in ("dataset", "strategy", "workers", "shards", "epochs", "rounds", "train_loss",
+                "train_error_rate", "test_accuracy", "wall_seconds", "head_seconds", "learned"):
+        assert key in summary
+    assert summary["learned"] is True and summary["train_error_rate"] == 0.0
+    assert summary["workers"] == 2 and summary["test_accuracy"] is None
+    assert "epoch" in proc.stderr and "s/round" in proc.stderr  # progress was shown
+
+
+def test_mnist_block_learning_short_run(tmp_path):
+    out = tmp_path / "out.json"
+    proc = run("train", "mnist", "--workers", "2", "--strategy", "block", "--block", "1000",
+               "--epochs", "1", "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    assert summary["rounds"] == 60 and summary["test_accuracy"] > 0.90
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lr", "-1"], "lr must be > 0, got -1"),
+    (["--fan-in", "1"], "--fan-in: must be >= 2"),
+    (["--shards", "300"], "more shards (300) than rows (256)"),
+    (["--scheduler", "tcp://127.0.0.1:9"], "cannot reach the Dask scheduler"),
+    (["--scheduler", "http://127.0.0.1:9"], "bad scheduler address"),
+    (["--epochs", "0"], "--epochs: must be a positive number"),
+])
+def test_bad_arguments_exit_2_with_a_message_within_seconds(args, message):
+    t0 = time.monotonic()
+    proc = run("train", "parity8", *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def test_missing_data_dir_names_the_file_and_the_remedy(tmp_path):
+    proc = run("train", "mnist", "--data-dir", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    assert "train-images-idx3-ubyte.gz" in proc.stderr and "PPT_DASK_DATA" in proc.stderr
