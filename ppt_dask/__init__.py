@@ -19,11 +19,14 @@ from .cluster import connect
 from .network import MLP
 from .optimizers import SGD
 from .shards import ShardSet, enter_data, enter_source, exit_data
-from .strategies import Sync
-from .trainer import Result, Stop, evaluate, train
+from .asynchronous import Async
+from .estimator import PPTClassifier, PPTRegressor
+from .stopping import Stop
+from .strategies import PPT, Average, Slowed, Sync
+from .trainer import Result, evaluate, train
 
 __all__ = [
-    "MLP", "SGD", "Result", "ShardSet", "Stop", "Sync", "cluster", "connect", "datasets",
+    "MLP", "SGD", "Async", "Average", "PPT", "PPTClassifier", "PPTRegressor", "Slowed", "Result", "ShardSet", "Stop", "Sync", "cluster", "connect", "datasets",
     "enter_data", "enter_source", "evaluate", "exit_data", "strategies", "train", "validation",
 ]
 __version__ = "0.1.0"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import time
 
@@ -34,6 +35,54 @@ PRESETS = {
     "digits5000": dict(hidden=(25,), activation="sigmoid", output="softmax", strategy="epoch",
                        lr=2.0, momentum=0.9, l2=0.6987, epochs=500, target_error=None),
 }
+
+
+# Per (data set, strategy): settings that differ from the data set's preset.
+STRATEGY_PRESETS = {
+    ("parity8", "ppt"): dict(local_epoch=32, replicate=True, epochs=5000),
+    ("parity8", "average"): dict(lr=0.5, block=16),
+    ("mnist", "average"): dict(lr=0.1, momentum=0.9, block=100, local_epochs=1.0, epochs=15),
+    ("mnist", "ppt"): dict(local_epoch=500, lr=0.5, epochs=15),
+    ("mnist", "async"): dict(block=1000, lr=0.2, staleness=4, epochs=10),
+    ("digits5000", "average"): dict(lr=2.0, momentum=0.0, sample_fraction=0.9, local_epochs=5,
+                                    epochs=500),
+}
+STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
+                 "sample_fraction", "momentum_policy", "staleness")
+
+
+def _checkpoints(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise ValueError(f"--checkpoints takes epochs like 100,200; got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise ValueError(f"--checkpoints must be positive epochs; got {text!r}")
+    return values
+
+
+def _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints) -> int:
+    """004's repeated experiment: mean and spread of test accuracy over random splits."""
+    from .experiments import repeated_splits
+
+    def show(record):
+        if not args.quiet:
+            print("split {split}: ".format(**record) + "  ".join(
+                f"{k}={v:.4f}" for k, v in record.items() if k != "split"), file=sys.stderr)
+    X = data.X if data.X_test is None else np.concatenate([data.X, data.X_test])
+    y = data.y if data.y_test is None else np.concatenate([data.y, data.y_test])
+    out = repeated_splits(client, net, X, y, strategy, stop, args.splits, checkpoints=checkpoints,
+                          seed=args.seed, n_shards=n_shards, workers=addresses, fan_in=args.fan_in,
+                          progress=show)
+    print(f"test accuracy over {args.splits} random 70/30 splits (mean ± std):")
+    for epoch, mean, std in zip(out["checkpoints"], out["mean"], out["std"]):
+        print(f"  epoch {epoch:6g}: {100 * mean:6.2f}% ± {100 * std:.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"dataset": args.dataset, "strategy": strategy.name, "splits": args.splits,
+                       "checkpoints": list(out["checkpoints"]), "mean": out["mean"].tolist(),
+                       "std": out["std"].tolist(), "wall_seconds": out["wall_seconds"]}, fh, indent=2)
+    return 0
 
 
 def _hidden(text: str) -> tuple[int, ...]:
@@ -76,8 +125,33 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
     t.add_argument("--threads-per-worker", type=_int_at_least(1), default=1)
     t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
-    t.add_argument("--strategy", choices=["epoch", "block"], default=None)
-    t.add_argument("--block", type=_int_at_least(1), default=None, help="patterns per update (strategy block)")
+    t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "async"], default=None,
+                   help="epoch: full batch; block: --block patterns per update (001); ppt: random "
+                        "local epochs (000); average: weight averaging (001, 004); async: bounded staleness")
+    t.add_argument("--block", type=_int_at_least(1), default=None,
+                   help="patterns per update (block, async), or the local mini-batch (average)")
+    t.add_argument("--local-epoch", type=_int_at_least(1), default=None,
+                   help="ppt: patterns each shard draws per round (000's local epoch size)")
+    t.add_argument("--replicate", action=argparse.BooleanOptionalAction, default=None,
+                   help="ppt: every worker holds the whole set and draws from all of it (000)")
+    t.add_argument("--interval", type=_int_at_least(1), default=None,
+                   help="average: patterns per shard between averages (001's a)")
+    t.add_argument("--local-epochs", type=_positive_float, default=None,
+                   help="average: passes over each shard between averages (004: 5)")
+    t.add_argument("--sample-fraction", type=_positive_float, default=None,
+                   help="average: each local step draws this fraction of the shard with replacement (004: 0.9)")
+    t.add_argument("--momentum-policy", choices=["reset", "average"], default=None,
+                   help="average: the velocity across averages")
+    t.add_argument("--staleness", type=_int_at_least(0), default=None,
+                   help="async: the largest staleness (updates) a gradient may have")
+    t.add_argument("--restarts", type=_int_at_least(0), default=0,
+                   help="tries from new random weights when one ends without learning (000)")
+    t.add_argument("--window-epochs", type=_positive_float, default=1.0,
+                   help="the error estimate covers the last k*n patterns (000's k)")
+    t.add_argument("--splits", type=_int_at_least(1), default=None,
+                   help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")
+    t.add_argument("--checkpoints", default="100,200,250,500",
+                   help="with --splits: epochs at which to measure test accuracy")
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--momentum", type=float, default=None)
     t.add_argument("--l2", type=float, default=None)
@@ -90,16 +164,28 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
+    t.add_argument("--security", default=None, metavar="DIR",  # deploy
+                   help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
     t.add_argument("--data-dir", default=None, help="folder holding mnist/ and digits5000/")
     t.add_argument("--json", default=None, metavar="PATH", help="write a summary here")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
+    t.add_argument("--report", default=None, metavar="PATH",  # diagnostics
+                   help="write a standalone HTML report of the run (time breakdown, curves, settings)")
+    t.add_argument("--trace", default=None, metavar="PATH",  # diagnostics
+                   help="write the run as a Chrome trace (one track per worker plus the head)")
+    from .sshcluster import add_cluster_parser  # deploy: ppt-dask cluster ssh HOSTFILE --certs DIR
+    add_cluster_parser(sub)  # deploy
+    from .modelcli import add_model_parser  # model: ppt-dask model calibrate|predict|recommend
+    add_model_parser(sub)  # model
     return parser
 
 
 def _settings(args) -> dict:
     s = dict(PRESETS[args.dataset])
+    s.update(STRATEGY_PRESETS.get((args.dataset, args.strategy or s["strategy"]), {}))
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
-                 "hidden", "activation"):
+                 "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
+                 "sample_fraction", "momentum_policy", "staleness"):
         value = getattr(args, name)
         if value is not None:
             s[name] = value
@@ -127,22 +213,38 @@ def train_command(args) -> int:
     s = _settings(args)
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
+    security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
+        args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
+    for flag, path in (("--report", args.report), ("--trace", args.trace)):  # diagnostics
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
     data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=args.dtype)
     n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                  else 1 if data.y.ndim == 1 else data.y.shape[1])
     net = ppt.MLP((data.X.shape[1], *s["hidden"], n_outputs), hidden=s["activation"],
                   output=s["output"], dtype=args.dtype)
-    strategy = ppt.strategies.make(s["strategy"], lr=s["lr"], momentum=s["momentum"],
-                                   l2=s.get("l2", 0.0), block=s.get("block"))
+    strategy = ppt.strategies.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
     test = (data.X_test, data.y_test) if data.X_test is not None else None
-    stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test)
+    stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
+                    window_epochs=args.window_epochs, restarts=args.restarts)
     workers = args.workers
-    n_shards = args.shards or max(8, workers or 0)
+    # ppt and average: one shard per worker, as in 000 (local epoch per node) and 001/004
+    # (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8 workers)
+    per_worker = s["strategy"] in ("ppt", "average")
+    n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
+    checkpoints = _checkpoints(args.checkpoints) if args.splits else None
     ppt.validation.check_n_shards(n_shards, len(data.X))
-    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker)
+    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker,
+                         security=security)  # deploy
+    url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
+    if url:
+        print(f"time breakdown, live: {url}", file=sys.stderr)
     try:
         addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])[: workers or None]
-        shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=args.dtype, workers=addresses)
+        if args.splits:
+            return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
+        shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=args.dtype, workers=addresses,
+                                replicate=bool(s.get("replicate")))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            pipeline=args.pipeline, progress=None if args.quiet else Progress())
         ppt.exit_data(shards)
@@ -151,9 +253,16 @@ def train_command(args) -> int:
     summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
+    times = result.diagnostics.summary() if result.diagnostics is not None else {}  # diagnostics
+    summary["percent_not_gradient"] = times.get("percent_not_gradient")
+    summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
     print(" ".join(f"{k}={v}" for k, v in summary.items() if k in (
         "dataset", "strategy", "workers", "epochs", "rounds", "train_loss", "train_error_rate",
-        "test_accuracy", "wall_seconds", "learned")))
+        "test_accuracy", "wall_seconds", "learned", "percent_not_gradient")))
+    if args.report:  # diagnostics
+        result.report(args.report)
+    if args.trace:
+        result.trace(args.trace)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
@@ -169,6 +278,12 @@ def main(argv=None) -> int:
     try:
         if args.command == "train":
             return train_command(args)
+        if args.command == "cluster":  # deploy
+            from .sshcluster import cluster_command
+            return cluster_command(args)
+        if args.command == "model":  # model
+            from .modelcli import model_command
+            return model_command(args)
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"ppt-dask: error: {exc}", file=sys.stderr)
         return 2

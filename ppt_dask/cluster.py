@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path  # deploy
 
 import dask
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, Security  # deploy: Security
 
 # Environment of the worker processes ppt_dask starts (set before the process spawns).
 WORKER_ENV = {
@@ -31,6 +32,63 @@ WORKER_ENV = {
 NO_WORKERS_TIMEOUT = "60s"
 
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^/\s]+$")
+
+# deploy: the files of a TLS directory made by deploy/make_certs.py
+CERT_FILES = {
+    "ca": "ca.pem",
+    "scheduler": ("scheduler.pem", "scheduler-key.pem"),
+    "worker": ("worker.pem", "worker-key.pem"),
+    "client": ("client.pem", "client-key.pem"),
+}
+_TLS_SCHEMES = ("tls", "wss")  # deploy
+
+
+def tls_security(certs_dir) -> Security:  # deploy
+    """TLS settings from a directory made by ``deploy/make_certs.py``; encryption required.
+
+    The CA and the client certificate must be there. The scheduler and worker certificates
+    are used when present (a LocalCluster started with these settings needs them).
+    """
+    base = Path(certs_dir).expanduser().resolve()
+    if not base.is_dir():
+        raise FileNotFoundError(f"TLS directory {str(base)!r} not found: make it with deploy/make_certs.py")
+    ca = base / CERT_FILES["ca"]
+    missing = [str(p) for p in (ca, *(base / n for n in CERT_FILES["client"])) if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"TLS directory {str(base)!r} lacks {', '.join(missing)} "
+                                "(deploy/make_certs.py makes them)")
+    kwargs = {"tls_ca_file": str(ca)}
+    for role in ("client", "scheduler", "worker"):
+        cert, key = (base / n for n in CERT_FILES[role])
+        if cert.is_file() and key.is_file():
+            kwargs[f"tls_{role}_cert"], kwargs[f"tls_{role}_key"] = str(cert), str(key)
+    return Security(require_encryption=True, **kwargs)
+
+
+def resolve_security(security, address: str | None = None):  # deploy
+    """``security`` as given to :func:`connect`, checked against the address's scheme."""
+    if isinstance(security, (str, os.PathLike)):
+        security = tls_security(security)
+    elif security is not None and not isinstance(security, (bool, Security)):
+        raise TypeError("security must be a distributed.Security, a TLS directory made by "
+                        f"deploy/make_certs.py, or None (the dask configuration); got {type(security).__name__}")
+    if address is None:
+        return security
+    scheme = address.split("://", 1)[0]
+    if scheme in _TLS_SCHEMES:
+        if security is None and dask.config.get("distributed.client.security-loader", None):
+            return security
+        effective = security if isinstance(security, Security) else Security()
+        if not (effective.tls_ca_file and effective.tls_client_cert):
+            raise ValueError(
+                f"{address!r} uses TLS but no client certificate is set: pass security=CERTS_DIR "
+                "(made by deploy/make_certs.py) or a distributed.Security, or set "
+                "distributed.comm.tls.ca-file and distributed.comm.tls.client.cert/.key in the dask "
+                "configuration")
+    elif isinstance(security, Security) and security.require_encryption and scheme not in ("inproc",):
+        raise ValueError(f"{address!r} is not encrypted but the TLS settings require encryption: "
+                         f"use tls://{address.split('://', 1)[1]}")
+    return security
 
 
 def check_address(address: str) -> str:
@@ -67,8 +125,9 @@ def connect(
         ``n_workers`` processes (default: one per core) of ``threads_per_worker`` threads.
     dashboard_address : str or None
         Where the LocalCluster's dashboard listens; localhost unless asked otherwise.
-    security : distributed.Security or bool, optional
-        TLS settings; None uses the dask configuration (``distributed.comm.tls``).
+    security : distributed.Security, path or bool, optional
+        TLS settings: a ``Security``, or a directory made by ``deploy/make_certs.py`` (its CA
+        and client certificate); None uses the dask configuration (``distributed.comm.tls``).
     timeout : float
         Seconds to wait for the scheduler before raising ``OSError``.
 
@@ -76,10 +135,18 @@ def connect(
     """
     if address is not None:
         address = check_address(address)
+        security = resolve_security(security, address)  # deploy
         try:
             return Client(address, timeout=f"{timeout}s", security=security)
         except (OSError, TimeoutError) as exc:
-            raise OSError(f"cannot reach the Dask scheduler at {address!r} within {timeout} s: {exc}") from exc
+            hint = ""  # deploy: say what to check when TLS is involved
+            if address.split("://", 1)[0] in _TLS_SCHEMES:
+                hint = (" (TLS: is the client certificate signed by the cluster's CA, and the CA file "
+                        "the one that signed the scheduler's? see deploy/make_certs.py)")
+            elif address.startswith("tcp://"):
+                hint = " (if the scheduler uses TLS, connect to tls://... with its certificates)"
+            raise OSError(f"cannot reach the Dask scheduler at {address!r} within {timeout} s: {exc}{hint}") from exc
+    security = resolve_security(security)  # deploy
     n_workers = n_workers or os.cpu_count() or 1
     if int(n_workers) != n_workers or n_workers < 1:
         raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
@@ -92,6 +159,9 @@ def connect(
         "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
         "distributed.nanny.pre-spawn-environ": env,
     }
+    # diagnostics: the scheduler preloads the /ppt page and its collector
+    scheduler_kwargs = dict(cluster_kwargs.pop("scheduler_kwargs", None) or {})
+    scheduler_kwargs["preload"] = [*scheduler_kwargs.get("preload", ()), "ppt_dask.dashboard"]
     with dask.config.set(config):
         cluster = LocalCluster(
             n_workers=int(n_workers),
@@ -100,11 +170,22 @@ def connect(
             dashboard_address=dashboard_address,
             security=security,
             **({"host": "127.0.0.1"} if processes else {}),  # threads talk in-process
+            scheduler_kwargs=scheduler_kwargs,  # diagnostics
             **cluster_kwargs,
         )
     client = Client(cluster, security=security)
     client._ppt_owns_cluster = True  # close() of the client also closes the cluster
     return client
+
+
+def page_url(client: Client) -> str | None:
+    """Where the ppt_dask page of the client's dashboard is (None without a dashboard).
+
+    Schedulers that ppt_dask starts have it; start others with
+    ``dask scheduler --preload ppt_dask.dashboard`` (diagnostics).
+    """
+    link = client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
+    return link.rsplit("/", 1)[0] + "/ppt" if link else None
 
 
 def close(client: Client) -> None:

@@ -11,8 +11,8 @@ they do not use), so a command line can call ``load(name, **kwargs)``.
 Pure numpy and the standard library: importing this module does not import dask.
 
 >>> d = parity(3)
->>> d.X.shape, d.y.tolist()
-((8, 3), [0, 1, 1, 0, 1, 0, 0, 1])
+>>> d.X.shape, d.X[1].tolist(), d.y.tolist()
+((8, 3), [-1.0, -1.0, 1.0], [0, 1, 1, 0, 1, 0, 0, 1])
 """
 
 from __future__ import annotations
@@ -79,14 +79,17 @@ def _float_dtype(dtype) -> np.dtype:
 def parity(n_bits: int = 8, dtype=np.float64) -> Dataset:
     """All 2**n_bits bit patterns and their parity (000: 8-bit parity, 8-100-1 net).
 
-    000 does not say how FANN coded the bits; we use 0/1 inputs and 0/1 targets, which
-    suit a sigmoid output unit.  There is no test set: 000 measures learning of the
-    whole set.
+    000 does not say how FANN coded the bits. The inputs are -1/+1 (FANN's "symmetric"
+    coding): with 0/1 inputs a tanh network learns parity far less reliably (in our
+    runs, most seeds of random-local-epoch training failed within 3000 rounds; with -1/+1
+    all learned). The targets are 0/1, which suit a sigmoid output unit. There is no
+    test set: 000 measures learning of the whole set.
 
     Returns
     -------
     Dataset named f"parity{n_bits}", task "binary":
-        X : (2**n_bits, n_bits), row i is i in binary, most significant bit first.
+        X : (2**n_bits, n_bits) in {-1, +1}, row i is i in binary (bit 1 -> +1, bit 0 -> -1),
+            most significant bit first.
         y : (2**n_bits,) int64, the number of ones modulo 2.
     """
     n_bits = check_int_at_least("n_bits", n_bits, 1)
@@ -94,8 +97,8 @@ def parity(n_bits: int = 8, dtype=np.float64) -> Dataset:
         raise ValueError(f"n_bits={n_bits} would give 2**{n_bits} rows; use at most 24")
     patterns = (np.arange(2**n_bits)[:, None] >> np.arange(n_bits - 1, -1, -1)) & 1
     y = (patterns.sum(axis=1) % 2).astype(np.int64)
-    return Dataset(f"parity{n_bits}", patterns.astype(_float_dtype(dtype)), y,
-                   task="binary")
+    X = (2 * patterns - 1).astype(_float_dtype(dtype))
+    return Dataset(f"parity{n_bits}", X, y, task="binary")
 
 
 def encoder(n: int = 256, dtype=np.float64) -> Dataset:

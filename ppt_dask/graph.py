@@ -112,14 +112,15 @@ def make_plan(worker_blocks: list[tuple[str, int, int]], n_shards: int, fan_in: 
 
 
 def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable,
-                weights, state, round_index: int, generation: int = 0, prefix: str = "ppt-grad",
-                tag: str | None = None):
+                weights, state, round_index: int, tag: str, prefix: str = "ppt-grad",
+                broadcast: Callable = weights_of):
     """The graph of one round and the keys the head keeps: (update, weights, stats).
 
-    Keys carry the generation and the round (``tag``), so a resubmitted round never
-    collides with an old one (DASK-NOTES.md: "Detected different run_spec").
+    ``tag`` names the run, the generation and the round (``"3f2a9c1b-g0-r12"``), so a
+    resubmitted round never collides with an old one (DASK-NOTES.md: "Detected different
+    run_spec") and the dashboard still groups keys by prefix (``ppt-grad``).
+    ``broadcast(state)`` is what the next round's map tasks receive (the weights).
     """
-    tag = tag or f"g{generation}-r{round_index}"
     layers: dict[str, MaterializedLayer] = {}
     refs: dict = {}  # tree node -> (reference, node-or-None) to feed a parent
 
@@ -158,7 +159,7 @@ def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable
     update_key, weights_key, stats_key = (f"ppt-update-{tag}", f"ppt-weights-{tag}", f"ppt-stats-{tag}")
     layers[update_key] = MaterializedLayer({
         update_key: Task(update_key, update_task, DataNode(None, apply), state, *root_args),
-        weights_key: Task(weights_key, weights_of, TaskRef(update_key)),
+        weights_key: Task(weights_key, broadcast, TaskRef(update_key)),
         stats_key: Task(stats_key, stats_of, TaskRef(update_key)),
     })
     graph = HighLevelGraph(layers, {name: set() for name in layers})
@@ -166,10 +167,10 @@ def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable
 
 
 def submit_round(client, plan: Plan, shard_futures, work, apply, weights, state,
-                 round_index: int, generation: int = 0, prefix: str = "ppt-grad",
-                 tag: str | None = None):
+                 round_index: int, tag: str, prefix: str = "ppt-grad",
+                 broadcast: Callable = weights_of):
     """Send one round to the scheduler; return futures (update, weights, stats)."""
     graph, keys = round_graph(plan, shard_futures, work, apply, weights, state,
-                              round_index, generation, prefix, tag)
+                              round_index, tag, prefix, broadcast)
     futures = client.get(graph, list(keys), sync=False)
     return tuple(futures)

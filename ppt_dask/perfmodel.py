@@ -16,8 +16,20 @@ section V-A, equations (3) to (8), and section VII, equation (9). Symbols:
 
 In 001 an *iteration* is one pass over the training set plus the test error: here that
 is :func:`epoch_seconds`. One weight update (one Dask round) is :func:`iteration_seconds`.
-Dask adds a head/scheduler cost per round that MPI did not have: ``Th(p) = th0 + th1 *
-tasks_per_round(p)``, charged once per round (``n/b`` times an epoch).
+
+Dask adds three terms that MPI did not have (all 0 for the paper's constants):
+
+* ``Th(p) = th0 + th1 * tasks_per_round(p)``: the head/scheduler cost of one round,
+  charged once per round (``n/b`` times an epoch); :func:`tasks_per_round` counts the
+  tasks exactly as :func:`ppt_dask.graph.round_graph` builds them.
+* ``tc``: the fixed cost of one gradient call (one shard's block), charged per shard a
+  worker holds. numpy vectorises over the patterns of a block, so a call costs
+  ``tc + rows (Tf + Tb)``: the intercept and slope of a least-squares fit over block
+  sizes (:func:`fit_per_pattern`), where 001 measured per pattern.
+* ``tq``: the shortest gradient phase the scheduler allows. The scheduler batches its
+  messages to a worker (``BatchedSend(interval="5ms")`` in ``distributed.scheduler``),
+  so the update task is sent no sooner than ~5 ms after the gradient task went to the
+  same worker, however short the gradient: a round costs ``max(compute, tq)``.
 
 >>> c = PAPER_CONSTANTS["bat_cave", "function"]
 >>> fn = PAPER_PROBLEMS["function"]
@@ -28,6 +40,7 @@ tasks_per_round(p)``, charged once per round (``n/b`` times an epoch).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +54,7 @@ class Constants:
 
     ``th1_seconds`` is seconds *per task* and ``tw_seconds_per_weight`` seconds per weight
     per tree level. Every field must be finite and >= 0 (``ValueError`` otherwise).
+    :func:`constants_to_dict` / :func:`constants_from_dict` give the JSON form.
     """
 
     tf_seconds: float  # Tf: forward pass, one pattern
@@ -54,6 +68,8 @@ class Constants:
     ta_seconds: float = 0.0  # Ta of eq. (9): one weight averaging (scale, copy, reset)
     th0_seconds: float = 0.0  # Dask: fixed head/scheduler cost per round
     th1_seconds: float = 0.0  # Dask: head/scheduler cost per task in a round
+    tc_seconds: float = 0.0  # Dask/numpy: fixed cost of one gradient call (one shard)
+    tq_seconds: float = 0.0  # Dask: shortest gradient phase (scheduler message batching)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -165,16 +181,100 @@ def tree_levels(p, fan_in: int = 2):
     return levels if levels.ndim else int(levels)
 
 
-def tasks_per_round(p, fan_in: int = 2):
-    """Tasks the Dask head schedules per round: p map tasks, the reduce tasks of a fan-in
-    tree over p leaves, one update task. Fit :func:`fit_head` with the same counting."""
+@functools.lru_cache(maxsize=4096)
+def _round_tasks(p: int, k: int, s: int) -> int:
+    """Tasks of :func:`ppt_dask.graph.round_graph` for p workers over s shards, fan-in k.
+
+    Mirrors ``tree.split_shards`` (contiguous blocks of shards per worker),
+    ``tree.decompose`` (each worker evaluates the largest subtrees inside its block) and
+    ``graph.make_plan`` (a reduce task per tree node above those, the root's combine
+    fused into the update). Pure Python here so this module needs no dask.
+    """
+    def node_range(level, j):
+        return j * k**level, min((j + 1) * k**level, s)
+
+    def children(level, j):
+        span = k ** (level - 1)
+        return [(level - 1, c) for c in range(j * k, (j + 1) * k) if c * span < s]
+
+    height = 0
+    while k**height < s:
+        height += 1
+    owned: set = set()
+    maps = 0
+    for w in range(p):
+        a, b = w * s // p, (w + 1) * s // p
+        if b == a:
+            continue  # a worker without shards gets no task (ShardSet.worker_blocks)
+        maps += 1
+        stack = [(height, 0)]
+        while stack:
+            node = stack.pop()
+            lo, hi = node_range(*node)
+            if hi <= a or lo >= b:
+                continue
+            if a <= lo and hi <= b:
+                owned.add(node)
+            else:
+                stack.extend(children(*node))
+    reduces, stack = 0, [(height, 0)]
+    while stack:  # the tree nodes above the owned ones
+        node = stack.pop()
+        if node not in owned:
+            reduces += 1
+            stack.extend(children(*node))
+    fused_root = 1 if (height, 0) not in owned else 0
+    return maps + (reduces - fused_root) + 3  # + update, weights, stats
+
+
+def tasks_per_round(p, fan_in: int = 2, n_shards=None):
+    """Tasks of one round exactly as :func:`ppt_dask.graph.round_graph` builds them.
+
+    One ``ppt-grad`` task per worker holding shards, a ``ppt-reduce`` task per node of
+    the fixed shard tree (fan-in k) above the subtrees the workers evaluate themselves,
+    except the root, whose combine is fused into ``ppt-update``; then ``ppt-update``,
+    ``ppt-weights`` and ``ppt-stats``. ``n_shards`` None means one shard per worker
+    (the tree over p leaves, 001's picture): ``2p + 1`` tasks when p is a power of k.
+    Fit :func:`fit_head` with the same counting. Shape of ``p``.
+
+    >>> [tasks_per_round(p) for p in (1, 2, 4, 8)]
+    [4, 5, 9, 17]
+    >>> tasks_per_round(3, n_shards=8)  # shards 0-1 | 2-4 | 5-7: three reduce tasks
+    9
+    """
     p, k = _ints("p", p, 1), _fan_in(fan_in)
-    count, reduces = p.copy(), np.zeros_like(p)
-    while (more := count > 1).any():
-        count = np.where(more, _ceil_div(count, k), count)
-        reduces += np.where(more, count, 0)
-    total = p + reduces + 1
+    s = None if n_shards is None else int(_ints("n_shards", n_shards, 1))
+    flat = [_round_tasks(int(q), k, int(q) if s is None else s) for q in p.ravel()]
+    total = np.array(flat, dtype=np.int64).reshape(p.shape)
     return total if total.ndim else int(total)
+
+
+def _layout(p, n_shards):
+    """Workers that hold shards, and the most shards one of them holds (calls per round)."""
+    p = _ints("p", p, 1)
+    if n_shards is None:
+        return p, np.ones_like(p)
+    s = int(_ints("n_shards", n_shards, 1))
+    workers = np.minimum(p, s)
+    return workers, _ceil_div(s, workers)
+
+
+def _slowest_patterns(workers, b, n_shards):
+    """Patterns of the busiest worker when a block of b is split over the shards.
+
+    001 assumes p | b: ``b/p``. With ``n_shards`` given, Sync gives shard s the share
+    ``floor((s+1) b/S) - floor(s b/S)`` and worker w the shards ``[w S/p, (w+1) S/p)``.
+    """
+    if n_shards is None:
+        return _ceil_div(b, workers)
+    s = int(n_shards)
+    workers, b = np.broadcast_arrays(workers, b)
+    most = np.zeros(workers.shape, dtype=np.int64)
+    for w in range(int(workers.max())):
+        first, stop = w * s // workers, (w + 1) * s // workers
+        share = stop * b // s - first * b // s
+        most = np.where(w < workers, np.maximum(most, share), most)
+    return most
 
 
 def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
@@ -190,31 +290,49 @@ def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
     return _out(np.where(levels > 0, tr, 0.0))
 
 
-def head_seconds(p, c: Constants, fan_in: int = 2):
+def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None):
     """Dask head/scheduler cost of one round, ``Th(p) = th0 + th1 * tasks_per_round(p)``.
 
     Not in 001 (MPI has no head); calibrate with :func:`fit_head`.
     """
     c = _constants(c)
-    return _out(c.th0_seconds + c.th1_seconds * np.asarray(tasks_per_round(p, fan_in)))
+    tasks = np.asarray(tasks_per_round(p, fan_in, n_shards))
+    return _out(c.th0_seconds + c.th1_seconds * tasks)
 
 
-def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2):
+def compute_seconds(p, block, c: Constants, n_shards=None):
+    """Gradient phase of one round: the busiest worker's calls and patterns.
+
+    ``max(calls * tc + patterns * (Tf + Tb), tq)`` with ``patterns = ceil(b/p)`` (001's
+    ``b/p``) when ``n_shards`` is None, else the exact split of Sync over the shards,
+    and ``calls`` the shards that worker holds. Broadcasts ``p`` and ``block``.
+    """
+    c = _constants(c)
+    b = _ints("block", block, 1)
+    workers, calls = _layout(p, n_shards)
+    patterns = _slowest_patterns(workers, b, n_shards)
+    busy = calls * c.tc_seconds + patterns * (c.tf_seconds + c.tb_seconds)
+    return _out(np.maximum(busy, c.tq_seconds))
+
+
+def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=None):
     """One weight update (one Dask round) with block b split over p workers.
 
-    The per-block share of 001 eq. (5): the slowest worker's ``ceil(b/p) (Tf + Tb)``,
-    then ``Tu + Tr(p)``, plus the Dask head ``Th(p)``. 001 assumes p | b, where
-    ``ceil(b/p) = b/p``; for b < p, p - b workers idle. Broadcasts ``p`` and ``block``.
+    The per-block share of 001 eq. (5): the slowest worker's ``ceil(b/p) (Tf + Tb)``
+    (see :func:`compute_seconds` for the Dask terms tc and tq), then ``Tu + Tr(p)``,
+    plus the Dask head ``Th(p)``. 001 assumes p | b, where ``ceil(b/p) = b/p``; for
+    b < p, p - b workers idle. With ``n_shards`` S < p only S workers get work.
+    Broadcasts ``p`` and ``block``.
 
     >>> c = Constants(1e-3, 2e-3, 1e-4, 0.0, 0.0, 0.0, 1e-6, 1e-3)
     >>> round(iteration_seconds(4, 64, 1000, c), 6)  # 16*3ms + 0.1ms + (2*1ms + 1ms)
     0.0511
     """
     c = _constants(c)
-    p, b = _ints("p", p, 1), _ints("block", block, 1)
-    compute = _ceil_div(b, p) * (c.tf_seconds + c.tb_seconds)
-    return _out(compute + c.tu_seconds + np.asarray(reduce_seconds(p, n_weights, c, fan_in))
-                + np.asarray(head_seconds(p, c, fan_in)))
+    workers, _ = _layout(p, n_shards)
+    return _out(np.asarray(compute_seconds(p, block, c, n_shards)) + c.tu_seconds
+                + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))
+                + np.asarray(head_seconds(p, c, fan_in, n_shards)))
 
 
 def _epoch_inputs(block, n_patterns, n_test):
@@ -228,54 +346,58 @@ def _epoch_inputs(block, n_patterns, n_test):
 
 def sequential_epoch_seconds(block, n_patterns, c: Constants, *, n_test: int = 0):
     """One iteration of the sequential program, 001 eq. (3):
-    ``(n+m) Tf + n Tb + (n/b)(Tu + Tm) + m Ts + To``. Assumes b | n like 001."""
+    ``(n+m) Tf + n Tb + (n/b)(Tu + Tm + tc) + m Ts + To``. Assumes b | n like 001.
+
+    ``tc`` (0 in 001) is the fixed cost of the one gradient call per block."""
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
-    return _out((n + m) * c.tf_seconds + n * c.tb_seconds + n / b * (c.tu_seconds + c.tm_seconds)
+    per_block = c.tu_seconds + c.tm_seconds + c.tc_seconds
+    return _out((n + m) * c.tf_seconds + n * c.tb_seconds + n / b * per_block
                 + m * c.ts_seconds + c.to_seconds)
 
 
 def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-                  fan_in: int = 2):
+                  fan_in: int = 2, n_shards=None):
     """One iteration of the parallel program (001's Tpi), eq. (5) plus the Dask head:
 
     ``(n/b) [ceil(b/p)(Tf + Tb) + Tu + Tr(p) + Th(p)] + ceil(m/p)(Tf + Ts) + To``.
 
-    With p | b, p | m and Th = 0 this is eq. (5) term by term: ``(n+m)Tf/p + nTb/p +
-    (n/b)(Tu + Tr(p)) + mTs/p + To``. No Tm (the reduction's buffer replaces the copy)
-    and To is not divided by p, as in eq. (5). Broadcasts ``p`` and ``block``.
+    With p | b, p | m and the Dask terms 0 this is eq. (5) term by term: ``(n+m)Tf/p +
+    nTb/p + (n/b)(Tu + Tr(p)) + mTs/p + To``. No Tm (the reduction's buffer replaces the
+    copy) and To is not divided by p, as in eq. (5). Broadcasts ``p`` and ``block``.
     """
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
-    p = _ints("p", p, 1)
-    test = _ceil_div(m, p) * (c.tf_seconds + c.ts_seconds)
-    per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in))
+    workers, _ = _layout(p, n_shards)
+    test = _ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
+    per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in, n_shards=n_shards))
     return _out(n / b * per_round + test + c.to_seconds)
 
 
 def speedup(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-            fan_in: int = 2):
+            fan_in: int = 2, n_shards=None):
     """Predicted speedup of one iteration, 001 eq. (7) = eq. (3) / eq. (5).
 
     At p = 1 this is not exactly 1: the parallel program saves ``(n/b) Tm`` and pays Th.
     """
     seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
-    return _out(np.asarray(seq) / np.asarray(
-        epoch_seconds(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in)))
+    return _out(np.asarray(seq) / np.asarray(epoch_seconds(
+        p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards)))
 
 
 def efficiency(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-               fan_in: int = 2):
+               fan_in: int = 2, n_shards=None):
     """Predicted efficiency ``S(p) / p``, 001 eq. (8) (and eq. (2))."""
-    s = speedup(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in)
+    s = speedup(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
+                n_shards=n_shards)
     return _out(np.asarray(s) / _ints("p", p, 1))
 
 
 def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Constants, *,
-                            n_test: int = 0, fan_in: int = 2):
+                            n_test: int = 0, fan_in: int = 2, n_shards=None):
     """One iteration with weight averaging, 001 eq. (9) (section VII), plus the Dask head:
 
-    ``ceil(n/p) Tf + ceil(m/p) Tf + ceil(n/p) Tb + (n/b)(Tu + Tm)
+    ``ceil(n/p) Tf + ceil(m/p) Tf + ceil(n/p) Tb + (n/b)(Tu + Tm + tc)
     + (n/a)(Ta + Tr(p) + Th(p)) + ceil(m/p) Ts + To``
 
     with local block b and averaging every a patterns (``interval``). As printed, eq. (9)
@@ -285,20 +407,22 @@ def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Consta
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     a = _ints("interval", interval, 1)
-    p = _ints("p", p, 1)
-    local = _ceil_div(n, p) * (c.tf_seconds + c.tb_seconds) + n / b * (c.tu_seconds + c.tm_seconds)
-    average = n / a * (c.ta_seconds + np.asarray(reduce_seconds(p, n_weights, c, fan_in))
-                       + np.asarray(head_seconds(p, c, fan_in)))
-    test = _ceil_div(m, p) * (c.tf_seconds + c.ts_seconds)
+    workers, _ = _layout(p, n_shards)
+    local = (_ceil_div(n, workers) * (c.tf_seconds + c.tb_seconds)
+             + n / b * (c.tu_seconds + c.tm_seconds + c.tc_seconds))
+    average = n / a * (c.ta_seconds + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))
+                       + np.asarray(head_seconds(p, c, fan_in, n_shards)))
+    test = _ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
     return _out(local + average + test + c.to_seconds)
 
 
 def averaging_speedup(p, block, interval, n_patterns, n_weights, c: Constants, *,
-                      n_test: int = 0, fan_in: int = 2):
+                      n_test: int = 0, fan_in: int = 2, n_shards=None):
     """Speedup with weight averaging: eq. (3) (unchanged, same b) over eq. (9)."""
     seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
     return _out(np.asarray(seq) / np.asarray(averaging_epoch_seconds(
-        p, block, interval, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in)))
+        p, block, interval, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
+        n_shards=n_shards)))
 
 
 # ---------------------------------------------------------------- decisions
@@ -314,8 +438,12 @@ class Recommendation:
     efficiency: float
 
 
+def _default_blocks(n: int) -> np.ndarray:
+    return np.array(sorted({2**j for j in range(n.bit_length()) if 2**j <= n} | {n}))
+
+
 def recommend(n_patterns, n_weights, c: Constants, p_max: int, blocks=None, *,
-              n_test: int = 0, fan_in: int = 2) -> Recommendation:
+              n_test: int = 0, fan_in: int = 2, n_shards=None) -> Recommendation:
     """The (block, p), p in 1..p_max, that minimises :func:`epoch_seconds` (001 sec. V-C).
 
     Larger blocks always cost less per epoch but converge slower (001 sec. VI), so pass
@@ -324,25 +452,46 @@ def recommend(n_patterns, n_weights, c: Constants, p_max: int, blocks=None, *,
     """
     n = int(_ints("n_patterns", n_patterns, 1))
     p_max = int(_ints("p_max", p_max, 1))
-    if blocks is None:
-        blocks = sorted({2**j for j in range(n.bit_length()) if 2**j <= n} | {n})
-    blocks = np.unique(_ints("blocks", blocks, 1).ravel())
+    blocks = _default_blocks(n) if blocks is None else np.unique(_ints("blocks", blocks, 1).ravel())
     ps = np.arange(1, p_max + 1)
-    t = epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test, fan_in=fan_in)
+    t = epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test,
+                      fan_in=fan_in, n_shards=n_shards)
     i, j = np.unravel_index(np.argmin(t), t.shape)
     p, b = int(ps[i]), int(blocks[j])
-    s = speedup(p, b, n, n_weights, c, n_test=n_test, fan_in=fan_in)
+    s = speedup(p, b, n, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards)
     return Recommendation(block=b, p=p, epoch_seconds=float(t[i, j]), speedup=s, efficiency=s / p)
 
 
+def best_workers(blocks, n_patterns, n_weights, c: Constants, p_max: int, *,
+                 n_test: int = 0, fan_in: int = 2, n_shards=None):
+    """For each block, the p in 1..p_max of least :func:`epoch_seconds` (fewest on ties).
+
+    Returns ``(p, epoch_seconds, speedup)``, three arrays of shape (len(blocks),): the
+    cluster size to use once the block is fixed by convergence (001 sec. V-C).
+    """
+    n = int(_ints("n_patterns", n_patterns, 1))
+    p_max = int(_ints("p_max", p_max, 1))
+    blocks = _ints("blocks", blocks, 1).ravel()
+    ps = np.arange(1, p_max + 1)
+    t = np.asarray(epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test,
+                                 fan_in=fan_in, n_shards=n_shards)).reshape(p_max, blocks.size)
+    best = np.argmin(t, axis=0)
+    cols = np.arange(blocks.size)
+    p = ps[best]
+    s = np.asarray(speedup(p, blocks, n, n_weights, c, n_test=n_test, fan_in=fan_in,
+                           n_shards=n_shards)).reshape(blocks.size)
+    return p, t[best, cols], s
+
+
 def min_block_for_speedup(p, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-                          fan_in: int = 2):
+                          fan_in: int = 2, n_shards=None):
     """Smallest block b in 1..n with predicted speedup (eq. (7)) > 1 on p workers, or
     None. 001 sec. V-C: function example on Bat Cave, no speedup below b of about 50."""
     n = int(_ints("n_patterns", n_patterns, 1))
     p = int(_ints("p", p, 1))
     blocks = np.arange(1, n + 1)
-    above = np.flatnonzero(speedup(p, blocks, n, n_weights, c, n_test=n_test, fan_in=fan_in) > 1)
+    s = speedup(p, blocks, n, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards)
+    above = np.flatnonzero(np.atleast_1d(s) > 1)
     return int(blocks[above[0]]) if above.size else None
 
 
@@ -394,17 +543,46 @@ def fit_reduce(p_values, n_weights_values, seconds, fan_in: int = 2) -> tuple[fl
     return _nonneg_lstsq(x, y, "need two distinct values of w * ceil(log_k p)")
 
 
-def fit_head(tasks_per_round_values, seconds) -> tuple[float, float]:
+def fit_per_pattern(patterns, seconds) -> tuple[float, float]:
+    """Fit ``seconds = t_pattern * patterns + t_fixed`` (both >= 0) to timed calls.
+
+    How 001's per-pattern constants are measured here: numpy vectorises over the rows of
+    a block, so one call of ``r`` rows costs a fixed part plus ``r`` times a per-pattern
+    part; a least-squares line over several block sizes separates them (a single ratio
+    ``seconds / r`` would charge the fixed part to every pattern). ``patterns`` (k,)
+    ints >= 1 with at least two distinct values, ``seconds`` (k,).
+    Returns ``(seconds_per_pattern, fixed_seconds)``.
+
+    >>> fit_per_pattern([10, 100, 1000], [0.002, 0.011, 0.101])
+    (0.0001, 0.001)
+    """
+    r = _ints("patterns", patterns, 1).ravel()
+    y = _seconds("seconds", seconds)
+    if r.size != y.size:
+        raise ValueError(f"lengths differ: patterns {r.size}, seconds {y.size}")
+    slope, fixed = _nonneg_lstsq(np.column_stack([r.astype(float), np.ones(r.size)]), y,
+                                 "need two distinct block sizes")
+    return round(slope, 15), round(fixed, 15)
+
+
+def fit_head(tasks_per_round_values, seconds, *, relative: bool = False) -> tuple[float, float]:
     """Fit ``seconds = th0 + th1 * tasks`` (both >= 0) to measured head time per round.
 
     ``tasks_per_round_values`` (k,) task counts (see :func:`tasks_per_round`), ``seconds``
-    (k,). Returns ``(th0_seconds, th1_seconds)``.
+    (k,). ``relative=True`` minimises relative residuals (each row divided by its
+    seconds, all > 0), so a few-millisecond round at p = 2 weighs as much as a large
+    virtual cluster's: the error measure of :func:`prediction_error`.
+    Returns ``(th0_seconds, th1_seconds)``.
     """
     t = _ints("tasks_per_round", tasks_per_round_values, 1).ravel()
     y = _seconds("seconds", seconds)
     if t.size != y.size:
         raise ValueError(f"lengths differ: tasks {t.size}, seconds {y.size}")
     x = np.column_stack([np.ones(t.size), t.astype(float)])
+    if relative:
+        if not (y > 0).all():
+            raise ValueError(f"relative fit needs seconds > 0, got {seconds!r}")
+        x, y = x / y[:, None], np.ones(y.size)
     return _nonneg_lstsq(x, y, "need two distinct task counts")
 
 
@@ -417,3 +595,31 @@ def prediction_error(predicted, measured) -> float:
     if not (np.isfinite(pred).all() and np.isfinite(meas).all() and (meas > 0).all()):
         raise ValueError(f"measured must be finite and > 0, got {measured!r}")
     return float(np.mean(np.abs(pred - meas) / meas))
+
+
+# ---------------------------------------------------------------- data files
+
+def constants_to_dict(c: Constants) -> dict:
+    """The JSON form of :class:`Constants`: field name -> seconds (a plain dict)."""
+    return dataclasses.asdict(_constants(c))
+
+
+def constants_from_dict(values: dict) -> Constants:
+    """:class:`Constants` from a dict of its fields (for example a user's JSON file for a
+    cluster they do not have yet). The six constants of 001's Tables II/III are
+    required, the rest default to 0; an unknown name raises ``ValueError``.
+
+    >>> constants_from_dict({"tf_seconds": 1e-4, "tb_seconds": 2e-4, "tu_seconds": 0,
+    ...                      "tm_seconds": 0, "ts_seconds": 0, "to_seconds": 0}).tb_seconds
+    0.0002
+    """
+    if not isinstance(values, dict):
+        raise ValueError(f"constants must be a JSON object of seconds, got {type(values).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(Constants)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown constants {unknown}; valid names: {sorted(fields)}")
+    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in values]
+    if missing:
+        raise ValueError(f"missing constants {missing} (seconds; 001 Tables II/III)")
+    return Constants(**values)

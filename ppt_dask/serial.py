@@ -16,7 +16,8 @@ from . import tree
 
 
 def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_shards: int = 1,
-                 seed: int = 0, params: np.ndarray | None = None, fan_in: int = 2):
+                 seed: int = 0, params: np.ndarray | None = None, fan_in: int = 2,
+                 replicate: bool = False):
     """Run ``rounds`` rounds of ``strategy`` on ``n_shards`` shards of (X, y) serially.
 
     Returns
@@ -28,13 +29,16 @@ def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_
     """
     X = np.ascontiguousarray(X, dtype=net.dtype)
     y = np.ascontiguousarray(y)
-    strategy = strategy.check(len(X), n_shards)
-    shards = [(X[a:b], y[a:b]) for a, b in tree.split_rows(len(X), n_shards)]
+    rows = tree.split_rows(len(X), n_shards)
+    if replicate:  # every shard is the whole set (000's replicated data)
+        rows = [(0, len(X))] * n_shards
+    strategy = strategy.check([b - a for a, b in rows], seed, replicate)
+    shards = [(X[a:b], y[a:b]) for a, b in rows]
     state = strategy.init(net.init_params(seed) if params is None else params)
     history = []
     for r in range(rounds):
         t0 = time.perf_counter()
-        parts = [strategy.work(net, state.params, shard, s, r) for s, shard in enumerate(shards)]
+        parts = [strategy.work(net, strategy.broadcast(state), shard, s, r) for s, shard in enumerate(shards)]
         state = strategy.apply(net, state, tree.reduce_serial(parts, fan_in))
         loss_sum, n_wrong, n = state.stats
         history.append({"round": r, "loss": loss_sum / n, "error_rate": n_wrong / n,

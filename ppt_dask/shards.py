@@ -63,6 +63,7 @@ class ShardSet:
     name: str  # the label prefix, unique per shard set
     source: str  # "numpy", "dask" or "loader"
     head_copy: tuple | None = field(default=None, repr=False)
+    replicated: bool = False  # every worker holds the whole set; shards are random streams
 
     @property
     def n_shards(self) -> int:
@@ -70,7 +71,7 @@ class ShardSet:
 
     @property
     def n_rows(self) -> int:
-        return self.info[-1].stop
+        return self.info[0].stop if self.replicated else self.info[-1].stop
 
     @property
     def n_features(self) -> int:
@@ -152,7 +153,8 @@ def _choose_workers(client: Client, workers) -> list[str]:
 
 
 def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
-               workers: list[str] | None = None, keep_copy: bool = True) -> ShardSet:
+               workers: list[str] | None = None, keep_copy: bool = True,
+               replicate: bool = False) -> ShardSet:
     """Place ``(X, y)`` on the workers as ``n_shards`` logical shards, once.
 
     Parameters
@@ -167,6 +169,9 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
         Workers to use (default: all, in address order).
     keep_copy : bool
         For numpy input, keep references on the head so lost shards can be re-sent.
+    replicate : bool
+        Give every worker one copy of the whole set (seed 000's setting); each logical
+        shard is then a random stream over all the rows (strategy ``PPT``).
 
     Returns
     -------
@@ -181,18 +186,26 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
     elif len(X.shape) != 2 or len(y.shape) not in (1, 2) or X.shape[0] != y.shape[0]:
         raise ValueError(f"X must be 2-D and y 1-D or 2-D with as many rows; got {X.shape} and {y.shape}")
     rows = split_rows(int(X.shape[0]), n_shards)
+    if replicate:
+        rows = [(0, int(X.shape[0]))] * n_shards
+    copies: dict = {}  # with replication: one copy per worker, shared by its shards
     if is_dask:
         def place(s, a, b, label):
             import dask
-            shard = dask.delayed(_make_shard)(X[a:b], y[a:b], dtype)
-            return client.compute(shard, resources={label: 1})
-        return _enter(client, rows, place, workers, "dask", None)
+            if label not in copies or not replicate:
+                shard = dask.delayed(_make_shard)(X[a:b], y[a:b], dtype)
+                copies[label] = client.compute(shard, resources={label: 1})
+            return copies[label]
+        return _enter(client, rows, place, workers, "dask", None, replicated=replicate)
 
     def place(s, a, b, label):
-        shard = _make_shard(X[a:b], y[a:b], dtype)
-        return client.scatter([shard], workers=[addr_of[label]], hash=False)[0]
+        if label not in copies or not replicate:
+            shard = _make_shard(X[a:b], y[a:b], dtype)
+            copies[label] = client.scatter([shard], workers=[addr_of[label]], hash=False)[0]
+        return copies[label]
     addr_of: dict = {}
-    return _enter(client, rows, place, workers, "numpy", (X, y) if keep_copy else None, addr_of)
+    return _enter(client, rows, place, workers, "numpy", (X, y) if keep_copy else None, addr_of,
+                  replicated=replicate)
 
 
 def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *,
@@ -210,7 +223,7 @@ def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *
     return _enter(client, rows, place, workers, "loader", None)
 
 
-def _enter(client, rows, place, workers, source, head_copy, addr_of=None) -> ShardSet:
+def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replicated=False) -> ShardSet:
     workers = _choose_workers(client, workers)
     name = f"ppt-{uuid.uuid4().hex[:8]}"
     blocks = split_shards(len(rows), len(workers))
@@ -234,7 +247,7 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None) -> Sha
         raise
     finally:
         del infos
-    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy)
+    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated)
 
 
 def exit_data(shards: ShardSet) -> None:

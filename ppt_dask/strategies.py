@@ -2,18 +2,23 @@
 
 A strategy is a frozen dataclass (picklable, validated in ``__post_init__``) with
 
-* ``work(net, params, shard, s, r) -> partial``: the worker-side pure function for shard
-  ``s`` in round ``r`` (a tuple of arrays that add up, ending with the stats vector
-  ``[loss_sum, n_wrong, n]``);
+* ``work(net, broadcast, shard, s, r) -> partial``: the worker-side pure function for
+  shard ``s`` in round ``r``; a tuple of arrays that add up, the last one the stats vector
+  ``[loss_sum, n_wrong, n]``;
 * ``apply(net, state, total) -> ModelState``: the update task's step;
+* ``broadcast(state)``: what the map tasks receive (the weights);
+* ``check(shard_rows, seed, replicated)``: validation against the data, before any cluster
+  work, returning a copy that knows the shard sizes and the seed;
 * ``rounds_per_epoch(n_rows)``.
 
-All run on the same placed shards, the same round graph and the same tree reduce.
+All run on the same placed shards, the same round graph and the same tree reduce. Random
+draws come from a stream per (seed, round, shard), so results do not depend on which
+worker runs a shard. Pure numpy: no dask import.
 """
 
 from __future__ import annotations
 
-import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,15 +37,15 @@ class ModelState:
     round: int = -1
 
 
-def block_rows(n_rows: int, block: int | None, round_index: int) -> np.ndarray | slice:
-    """Rows of a shard used in round ``round_index`` when it takes ``block`` rows a round.
+def block_rows(n_rows: int, block: int | None, step: int) -> np.ndarray | slice:
+    """Rows of a shard for its ``step``-th block of ``block`` rows, walking in order.
 
-    The shard is walked in order and wraps around, so ``n_rows / block`` rounds make one
-    pass (one epoch). ``block=None`` means the whole shard (learning by epoch).
+    The shard wraps around, so ``n_rows / block`` steps make one pass (one epoch).
+    ``block=None`` means the whole shard (learning by epoch).
     """
     if block is None or block >= n_rows:
         return slice(0, n_rows)
-    start = (round_index * block) % n_rows
+    start = (step * block) % n_rows
     if start + block <= n_rows:
         return slice(start, start + block)  # a view: no copy in the hot loop
     return np.r_[start:n_rows, 0:start + block - n_rows]
@@ -51,13 +56,67 @@ def shard_share(total: int, n_shards: int, s: int) -> int:
     return (s + 1) * total // n_shards - s * total // n_shards
 
 
+def stream(seed: int, r: int, s: int, *more: int) -> np.random.Generator:
+    """The random stream of shard ``s`` in round ``r``: the same on any worker."""
+    return np.random.default_rng([seed, r, s, *more])
+
+
+def _positive_int(name: str, value, allow_none: bool = False):
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
+
+
 @dataclass(frozen=True)
-class Sync:
-    """Synchronous gradient descent: by epoch (``block=None``) or by block (001).
+class _Base:
+    """Learning rate, momentum and L2 (seeds 000, 001, 004), and the data layout."""
+
+    lr: float = 0.1
+    momentum: float = 0.0
+    l2: float = 0.0
+    shard_rows: tuple = ()  # filled by check()
+    seed: int = 0
+    replicated: bool = False
+
+    def __post_init__(self):
+        SGD(self.lr, self.momentum, self.l2)  # validates
+
+    @property
+    def optimizer(self) -> SGD:
+        return SGD(self.lr, self.momentum, self.l2)
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.shard_rows)
+
+    exact_stats = False  # whether a round's stats cover the whole training set
+
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False):
+        return replace(self, shard_rows=tuple(int(n) for n in shard_rows), seed=int(seed),
+                       replicated=bool(replicated))
+
+    def init(self, params: np.ndarray) -> ModelState:
+        return ModelState(params, init_state(self.optimizer, params))
+
+    def broadcast(self, state: ModelState):
+        return state.params
+
+    def apply(self, net, state: ModelState, total: tuple) -> ModelState:
+        """One SGD step on the summed gradient (seed 000: sum, then apply once)."""
+        grad_sum, stats = total
+        params, opt_state = sgd_step(self.optimizer, state.params, grad_sum, stats[2],
+                                     state.opt_state, net.weight_mask())
+        return ModelState(params, opt_state, stats, state.round + 1)
+
+
+@dataclass(frozen=True)
+class Sync(_Base):
+    """Synchronous gradient descent: by epoch (``block=None``) or by block (seed 001).
 
     Every round each shard computes the gradient sum over its part of the block; the
     tree reduce adds them in shard order; the update applies one SGD step with momentum
-    and L2 to the mean gradient (``optimizers.sgd_step``).
+    and L2 to the mean gradient.
 
     Parameters
     ----------
@@ -65,51 +124,32 @@ class Sync:
         See :class:`ppt_dask.optimizers.SGD`.
     block : int or None
         Patterns per update over all shards (split over them); None = the whole set.
-    n_shards : int
-        Filled in by the trainer from the shard set (needed to split the block).
     """
 
-    lr: float = 0.1
-    momentum: float = 0.0
-    l2: float = 0.0
     block: int | None = None
-    n_shards: int = 1
 
     def __post_init__(self):
-        SGD(self.lr, self.momentum, self.l2)  # validates
-        if self.block is not None and (isinstance(self.block, bool) or int(self.block) != self.block
-                                       or self.block < 1):
-            raise ValueError(f"block must be a positive integer or None, got {self.block!r}")
+        super().__post_init__()
+        _positive_int("block", self.block, allow_none=True)
 
     @property
     def name(self) -> str:
         return "epoch" if self.block is None else "block"
 
     @property
-    def optimizer(self) -> SGD:
-        return SGD(self.lr, self.momentum, self.l2)
-
-    @property
     def exact_stats(self) -> bool:
-        """True when a round's stats cover the whole training set."""
-        return self.block is None
+        return self.block is None and not self.replicated
 
-    def check(self, n_rows: int, n_shards: int) -> "Sync":
-        """Validate against the data; return a copy that knows the shard count."""
-        if self.block is not None and self.block < n_shards:
-            raise ValueError(f"block ({self.block}) must be at least the number of shards ({n_shards})")
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Sync":
+        n_rows = shard_rows[0] if replicated else sum(shard_rows)
+        if self.block is not None and self.block < len(shard_rows):
+            raise ValueError(f"block ({self.block}) must be at least the number of shards ({len(shard_rows)})")
         if self.block is not None and self.block > n_rows:
             raise ValueError(f"block ({self.block}) is larger than the training set ({n_rows} rows)")
-        return replace(self, n_shards=n_shards)
+        return super().check(shard_rows, seed, replicated)
 
     def rounds_per_epoch(self, n_rows: int) -> float:
         return 1.0 if self.block is None else n_rows / self.block
-
-    def rounds_for(self, epochs: float, n_rows: int) -> int:
-        return max(1, math.ceil(epochs * self.rounds_per_epoch(n_rows) - 1e-9))
-
-    def init(self, params: np.ndarray) -> ModelState:
-        return ModelState(params, init_state(self.optimizer, params))
 
     def work(self, net, params, shard, s: int, r: int) -> tuple:
         X, y = shard
@@ -117,11 +157,191 @@ class Sync:
         rows = block_rows(len(X), share, r)
         return net.loss_grad_stats(params, X[rows], y[rows])
 
+
+@dataclass(frozen=True)
+class PPT(_Base):
+    """Pattern Parallel Training (seed 000): random local epochs, summed updates.
+
+    Each round every shard draws ``local_epoch`` patterns at random (without replacement
+    within the round) from its shard, or from the whole training set when the shards are
+    replicated (000's setting: ``enter_data(..., replicate=True)``), and returns the
+    gradient sum; the tree reduce adds them and one momentum step is applied, as 000 does
+    with Allgather. 000 tunes ``local_epoch`` per node: with one shard per worker (the
+    CLI's default for this strategy) it has 000's meaning.
+    """
+
+    local_epoch: int = 32
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive_int("local_epoch", self.local_epoch)
+
+    name = "ppt"
+
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "PPT":
+        smallest = min(shard_rows)
+        if self.local_epoch > smallest:
+            where = "the training set" if replicated else "the smallest shard"
+            raise ValueError(f"local_epoch ({self.local_epoch}) is larger than {where} ({smallest} rows); "
+                             "use fewer shards, a smaller local epoch, or replicate the data")
+        return super().check(shard_rows, seed, replicated)
+
+    def rounds_per_epoch(self, n_rows: int) -> float:
+        return n_rows / (self.local_epoch * self.n_shards)
+
+    def work(self, net, params, shard, s: int, r: int) -> tuple:
+        X, y = shard
+        rows = np.sort(stream(self.seed, r, s).choice(len(X), self.local_epoch, replace=False))
+        return net.loss_grad_stats(params, X[rows], y[rows])
+
+
+MOMENTUM_POLICIES = ("reset", "average")
+
+
+@dataclass(frozen=True)
+class Average(_Base):
+    """Weight averaging (seed 001 section VII) / model averaging (seed 004).
+
+    Each round every shard starts from the averaged weights, applies local SGD updates on
+    its own data with mini-batches of ``block`` rows for ``interval`` patterns (or
+    ``local_epochs`` passes over the shard), and returns its weights times the patterns it
+    saw; the tree reduce adds them and the update divides by the total, so the new
+    weights are the average weighted by patterns seen.
+
+    Parameters
+    ----------
+    block : int or None
+        Local mini-batch (001's local block b); None = the whole shard.
+    interval : int, optional
+        Patterns per shard between averages (001's a). Default: ``local_epochs`` passes.
+    local_epochs : float
+        Passes over the shard between averages (004 averages every 5 epochs).
+    sample_fraction : float, optional
+        004's sampling: each local step draws this fraction of the shard *with
+        replacement* (004 draws 90%); ``block`` is then ignored. Default: walk the shard
+        in order in blocks of ``block`` rows.
+    momentum_policy : {"reset", "average"}
+        The optimizer state across averages: "reset" starts every round's local updates
+        with zero velocity; "average" averages the velocities like the weights and sends
+        both to the next round. Keeping momentum locally on each worker is not offered:
+        it would be state held by a worker between rounds, lost with the worker and
+        dependent on which worker runs a shard.
+    """
+
+    block: int | None = None
+    interval: int | None = None
+    local_epochs: float = 1.0
+    sample_fraction: float | None = None
+    momentum_policy: str = "reset"
+
+    name = "average"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive_int("block", self.block, allow_none=True)
+        _positive_int("interval", self.interval, allow_none=True)
+        if not self.local_epochs > 0:
+            raise ValueError(f"local_epochs must be > 0, got {self.local_epochs!r}")
+        if self.sample_fraction is not None and not 0 < self.sample_fraction <= 1:
+            raise ValueError(f"sample_fraction must be in (0, 1], got {self.sample_fraction!r}")
+        if self.momentum_policy not in MOMENTUM_POLICIES:
+            raise ValueError(f"momentum_policy must be one of {MOMENTUM_POLICIES}, got {self.momentum_policy!r}")
+
+    def _batch(self, n_rows: int) -> int:
+        if self.sample_fraction is not None:
+            return max(1, round(self.sample_fraction * n_rows))
+        return n_rows if self.block is None else min(self.block, n_rows)
+
+    def _patterns(self, n_rows: int) -> int:
+        return self.interval if self.interval is not None else max(1, round(self.local_epochs * n_rows))
+
+    def steps(self, n_rows: int) -> int:
+        """Local updates per round for a shard of ``n_rows`` rows.
+
+        With ``sample_fraction`` (004) every local step is one sampled mini-batch, which
+        004 counts as an epoch: ``local_epochs`` steps per round.
+        """
+        if self.sample_fraction is not None and self.interval is None:
+            return max(1, round(self.local_epochs))
+        return max(1, -(-self._patterns(n_rows) // self._batch(n_rows)))
+
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Average":
+        if self.block is not None and self.block > min(shard_rows):
+            raise ValueError(f"block ({self.block}) is larger than the smallest shard ({min(shard_rows)} rows)")
+        return super().check(shard_rows, seed, replicated)
+
+    def rounds_per_epoch(self, n_rows: int) -> float:
+        if self.sample_fraction is not None and self.interval is None:
+            return 1.0 / self.steps(n_rows)  # 004: one sampled mini-batch is one epoch
+        seen = sum(self.steps(n) * self._batch(n) for n in self.shard_rows)
+        return n_rows / seen
+
+    def init(self, params: np.ndarray) -> ModelState:
+        velocity = np.zeros_like(params) if self.momentum_policy == "average" else None
+        return ModelState(params, velocity)
+
+    def broadcast(self, state: ModelState):
+        return state.params if self.momentum_policy == "reset" else (state.params, state.opt_state)
+
+    def work(self, net, broadcast, shard, s: int, r: int) -> tuple:
+        X, y = shard
+        params, velocity = (broadcast, None) if self.momentum_policy == "reset" else broadcast
+        opt, mask = self.optimizer, net.weight_mask()
+        state = init_state(opt, params)
+        if velocity is not None:
+            state["velocity"] = velocity
+        batch, steps = self._batch(len(X)), self.steps(len(X))
+        stats = np.zeros(3)
+        rng = stream(self.seed, r, s) if self.sample_fraction is not None else None
+        for i in range(steps):
+            rows = (rng.integers(0, len(X), batch) if rng is not None
+                    else block_rows(len(X), batch, r * steps + i))
+            grad_sum, step_stats = net.loss_grad_stats(params, X[rows], y[rows])
+            stats += step_stats
+            params, state = sgd_step(opt, params, grad_sum, step_stats[2], state, mask)
+        weight = stats[2]
+        if self.momentum_policy == "reset":
+            return params * weight, stats
+        return params * weight, state["velocity"] * weight, stats
+
     def apply(self, net, state: ModelState, total: tuple) -> ModelState:
-        grad_sum, stats = total
-        params, opt_state = sgd_step(self.optimizer, state.params, grad_sum, stats[2],
-                                     state.opt_state, net.weight_mask())
-        return ModelState(params, opt_state, stats, state.round + 1)
+        stats = total[-1]
+        params = total[0] / stats[2]
+        velocity = total[1] / stats[2] if self.momentum_policy == "average" else None
+        return ModelState(params, velocity, stats, state.round + 1)
+
+
+@dataclass(frozen=True)
+class Slowed:
+    """A test hook: ``inner`` with ``seconds`` of sleep added to the work of some shards.
+
+    Used to prove that a slow worker does not stall the asynchronous strategy, and that
+    the time breakdown attributes an artificial cost to compute. ``shards=None`` slows
+    every shard. Everything else is delegated to ``inner``.
+    """
+
+    inner: Any
+    seconds: float
+    shards: tuple | None = None
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Slowed":
+        return replace(self, inner=self.inner.check(shard_rows, seed, replicated))
+
+    def work(self, net, broadcast, shard, s: int, r: int) -> tuple:
+        if self.shards is None or s in self.shards:
+            time.sleep(self.seconds)
+        return self.inner.work(net, broadcast, shard, s, r)
+
+    def apply(self, net, state, total):
+        return self.inner.apply(net, state, total)
+
+    def broadcast(self, state):
+        return self.inner.broadcast(state)
 
 
 def evaluate_work(net, params, shard, s: int, r: int) -> tuple:
@@ -134,15 +354,20 @@ def evaluate_apply(state, total: tuple) -> ModelState:
     return ModelState(state, None, total[0])
 
 
-STRATEGIES = {"epoch": Sync, "block": Sync}
+STRATEGIES = {"epoch": Sync, "block": Sync, "ppt": PPT, "average": Average}
 
 
 def make(name: str, **params):
-    """A strategy by the name users type (``--strategy``)."""
+    """A strategy by the name users type (``--strategy``); None values take defaults."""
+    if name == "async":
+        from .asynchronous import Async  # the driver side imports dask
+        return Async(**{k: v for k, v in params.items() if v is not None})
     if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; choose one of {sorted(STRATEGIES)}")
+        raise ValueError(f"unknown strategy {name!r}; choose one of {sorted([*STRATEGIES, 'async'])}")
+    cls = STRATEGIES[name]
+    params = {k: v for k, v in params.items() if v is not None and k in cls.__dataclass_fields__}
     if name == "epoch":
-        params["block"] = None
+        params.pop("block", None)
     elif name == "block" and params.get("block") is None:
         raise ValueError("strategy 'block' needs a block size (--block N)")
-    return STRATEGIES[name](**params)
+    return cls(**params)

@@ -19,39 +19,12 @@ from typing import Callable
 
 import numpy as np
 
-from . import graph, strategies
+from . import diagnostics, graph, strategies
+from .stopping import ErrorEstimate, Stop
 from .network import MLP
 from .shards import ShardSet
 
 ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
-
-
-@dataclass(frozen=True)
-class Stop:
-    """When to stop.
-
-    Parameters
-    ----------
-    max_epochs : float
-        Passes over the training set.
-    target_error : float, optional
-        Error rate (fraction of patterns wrong) to reach. A round's estimate at or below
-        it is verified (on ``test`` when given, else on the whole training set) before
-        the run stops as learned.
-    test : (X_test, y_test), optional
-        Held on the head; also gives ``test_accuracy`` at the end.
-    """
-
-    max_epochs: float = 100
-    target_error: float | None = None
-    test: tuple | None = field(default=None, repr=False)
-
-    def __post_init__(self):
-        if not (isinstance(self.max_epochs, (int, float)) and math.isfinite(self.max_epochs)
-                and self.max_epochs > 0):
-            raise ValueError(f"max_epochs must be a positive number, got {self.max_epochs!r}")
-        if self.target_error is not None and not 0 <= self.target_error < 1:
-            raise ValueError(f"target_error must be in [0, 1), got {self.target_error!r}")
 
 
 @dataclass
@@ -71,6 +44,8 @@ class Result:
     train_error_rate: float
     test_accuracy: float | None
     settings: dict = field(default_factory=dict)
+    snapshots: dict = field(default_factory=dict)  # epoch -> weights pulled then
+    diagnostics: object = field(default=None, repr=False)  # diagnostics: RunRecords or None
 
     @property
     def rounds(self) -> int:
@@ -87,11 +62,25 @@ class Result:
                 "wall_seconds": self.wall_seconds, "head_seconds": self.head_seconds,
                 "learned": self.learned, "stopped_because": self.stopped_because}
 
+    # diagnostics: where the time went (ppt_dask.breakdown, ppt_dask.dashboard)
+    def breakdown(self) -> list[dict]:
+        """Per-round time breakdown rows (see :mod:`ppt_dask.breakdown`); [] without records."""
+        return self.diagnostics.rows() if self.diagnostics is not None else []
+
+    def report(self, path) -> None:
+        """Write a standalone HTML report of the run (opens without a server or network)."""
+        from .dashboard import write_report
+        write_report(self, path)
+
+    def trace(self, path) -> None:
+        """Write the run as a Chrome trace (one track per worker plus the head)."""
+        diagnostics.write_trace(self, path)
+
 
 @dataclass
 class _Round:
     index: int
-    weights_in: object  # the weights future the round started from
+    state_in: object  # the state future the round started from
     update: object
     weights: object
     stats: object
@@ -130,13 +119,14 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
     plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
     _, _, stats = graph.submit_round(
         client, plan, shards.futures, functools.partial(strategies.evaluate_work, net),
-        strategies.evaluate_apply, weights, weights, 0, tag=tag, prefix="ppt-eval")
+        strategies.evaluate_apply, weights, weights, 0, tag, prefix="ppt-eval")
     return stats.result(timeout=timeout)
 
 
 def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: int = 0,
           params: np.ndarray | None = None, fan_in: int = 2, pipeline: int = 1,
-          progress: Callable[[dict], None] | None = None, generation: int = 0) -> Result:
+          progress: Callable[[dict], None] | None = None, generation: int = 0,
+          snapshot_epochs: tuple = ()) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Parameters
@@ -146,14 +136,20 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         From :func:`ppt_dask.enter_data`.
     strategy : a strategy from :mod:`ppt_dask.strategies`
     stop : Stop
+        Max epochs, target error (windowed estimate, then verified), restarts.
     seed : int
-        Seeds the initial weights (ignored when ``params`` is given).
+        Seeds the initial weights (try ``t`` of a restarted run uses ``seed + t``) and the
+        strategies' random streams.
+    params : ndarray, shape (net.n_params,), optional
+        Initial weights (first try only).
     fan_in : int
         Children per reduce task (>= 2).
     pipeline : int
         Rounds submitted ahead of the one whose loss the head reads (>= 0).
     progress : callable, optional
         Called with each round's record.
+    snapshot_epochs : tuple of float
+        Epochs after which the head pulls a copy of the weights (``Result.snapshots``).
 
     Returns
     -------
@@ -165,92 +161,113 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     if isinstance(pipeline, bool) or int(pipeline) != pipeline or pipeline < 0:
         raise ValueError(f"pipeline must be an integer >= 0, got {pipeline!r}")
     check_compatible(net, shards)
-    strategy = strategy.check(shards.n_rows, shards.n_shards)
-    if params is None:
-        params = net.init_params(seed)
-    elif params.shape != (net.n_params,):
-        raise ValueError(f"params has shape {params.shape}; the network needs ({net.n_params},)")
-    max_rounds = strategy.rounds_for(stop.max_epochs, shards.n_rows)
+    strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
+    if params is not None and np.shape(params) != (net.n_params,):
+        raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
+    if getattr(strategy, "asynchronous", False):
+        from .asynchronous import train_async
+        return train_async(net, shards, strategy, stop, seed=seed, params=params, fan_in=fan_in,
+                           progress=progress)
     rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
+    max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
+    snapshot_rounds = {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs}
 
     client = shards.client
     plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
     work = functools.partial(strategy.work, net)
     apply = functools.partial(strategy.apply, net)
     t_start = time.perf_counter()
-    weights = client.scatter(params)
-    state = client.scatter(strategy.init(params))
-
     history: list[dict] = []
-    inflight: deque[_Round] = deque()
-    next_round, head_total = 0, 0.0
-    final_weights, stopped_because, learned = None, "max_epochs", False
-    last_done = t_start
-    try:
-        while True:
-            # keep `pipeline` rounds queued behind the one being read
-            while next_round < max_rounds and len(inflight) <= pipeline:
-                t0 = time.perf_counter()
-                update, new_weights, stats = graph.submit_round(
-                    client, plan, shards.futures, work, apply, weights, state,
-                    next_round, generation=generation)
-                head = time.perf_counter() - t0
-                head_total += head
-                inflight.append(_Round(next_round, weights, update, new_weights, stats, head, t0))
-                weights, state = new_weights, update
-                next_round += 1
-            if not inflight:
-                break
-            rd = inflight.popleft()
-            stats = rd.stats.result(timeout=ROUND_TIMEOUT)
-            now = time.perf_counter()
-            loss_sum, n_wrong, n = (float(v) for v in stats)
-            record = {"round": rd.index, "epoch": (rd.index + 1) / rounds_per_epoch,
-                      "loss": loss_sum / n, "error_rate": n_wrong / n, "patterns": n,
-                      "wall_seconds": now - last_done, "head_seconds": rd.head_seconds,
-                      "elapsed_seconds": now - t_start}
-            last_done = now
-            history.append(record)
-            if progress is not None:
-                progress(record)
-            if not math.isfinite(record["loss"]):
-                # keep the weights this round started from: the last good ones
-                final_weights, stopped_because = rd.weights_in, f"diverged at round {rd.index}"
-                history.pop()
-                break
-            if stop.target_error is not None and record["error_rate"] <= stop.target_error:
-                # the stats describe the weights the round started from
-                error = record["error_rate"]
-                if stop.test is not None:
-                    error = _test_error(net, rd.weights_in.result(timeout=ROUND_TIMEOUT), stop.test)
-                elif not strategy.exact_stats:
-                    s = evaluate(net, shards, rd.weights_in, fan_in)
-                    error = s[1] / s[2]
-                record["verified_error_rate"] = error
-                if error <= stop.target_error:
-                    final_weights, stopped_because, learned = rd.weights_in, "target_error", True
+    snapshots: dict[float, np.ndarray] = {}
+    head_total = 0.0
+    run = uuid.uuid4().hex[:8]
+    diag = diagnostics.Recorder(client, run, diagnostics.run_settings(  # diagnostics
+        net, shards, strategy, fan_in=fan_in, pipeline=pipeline, seed=seed), generation)
+    for attempt in range(stop.restarts + 1):
+        gen = f"{run}-g{generation + attempt}"
+        if attempt:
+            params = None
+        start = params if params is not None else net.init_params(seed + attempt)
+        state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)))
+        weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{gen}-init")
+        estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
+        inflight: deque[_Round] = deque()
+        next_round, final_state, stopped_because, learned = 0, None, "max_epochs", False
+        last_done = time.perf_counter()
+        try:
+            while True:
+                # keep `pipeline` rounds queued behind the one being read
+                while next_round < max_rounds and len(inflight) <= pipeline:
+                    t0 = time.perf_counter()
+                    update, new_weights, stats = graph.submit_round(
+                        client, plan, shards.futures, work, apply, weights, state,
+                        next_round, f"{gen}-r{next_round}", broadcast=strategy.broadcast)
+                    head = time.perf_counter() - t0
+                    head_total += head
+                    inflight.append(_Round(next_round, state, update, new_weights, stats, head, t0))
+                    weights, state = new_weights, update
+                    next_round += 1
+                if not inflight:
                     break
-            if rd.index == max_rounds - 1:
-                final_weights = rd.weights
-    finally:
-        for rd in inflight:
-            client.cancel([rd.update, rd.weights, rd.stats])
-        inflight.clear()
-    params_out = final_weights.result(timeout=ROUND_TIMEOUT)
-    del final_weights, weights, state
+                rd = inflight.popleft()
+                loss_sum, n_wrong, n = (float(v) for v in rd.stats.result(timeout=ROUND_TIMEOUT))
+                now = time.perf_counter()
+                estimate.add(n_wrong, n)
+                record = {"try": attempt, "round": rd.index, "epoch": (rd.index + 1) / rounds_per_epoch,
+                          "loss": loss_sum / n, "error_rate": n_wrong / n, "error_estimate": estimate.rate,
+                          "patterns": n, "wall_seconds": now - last_done, "head_seconds": rd.head_seconds,
+                          "elapsed_seconds": now - t_start}
+                last_done = now
+                history.append(record)
+                if progress is not None:
+                    progress(record)
+                diag.round_done(record)  # diagnostics
+                if not math.isfinite(record["loss"]):
+                    # keep the weights this round started from: the last good ones
+                    final_state, stopped_because = rd.state_in, f"diverged at round {rd.index}"
+                    history.pop()
+                    break
+                if rd.index in snapshot_rounds:
+                    snapshots[snapshot_rounds[rd.index]] = rd.update.result(timeout=ROUND_TIMEOUT).params
+                if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
+                        and estimate.rate <= stop.target_error):
+                    # the stats describe the weights the round started from
+                    error = record["error_rate"]
+                    if stop.test is not None:
+                        error = _test_error(net, rd.state_in.result(timeout=ROUND_TIMEOUT).params, stop.test)
+                    elif not strategy.exact_stats:
+                        s = evaluate(net, shards, client.submit(graph.weights_of, rd.state_in), fan_in)
+                        error = s[1] / s[2]
+                    record["verified_error_rate"] = error
+                    if error <= stop.target_error:
+                        final_state, stopped_because, learned = rd.state_in, "target_error", True
+                        break
+                if rd.index == max_rounds - 1:
+                    final_state = rd.update
+        finally:
+            for rd in inflight:
+                client.cancel([rd.update, rd.weights, rd.stats])
+            inflight.clear()
+        del weights, state
+        if learned or stopped_because != "max_epochs" or stop.target_error is None:
+            break
+    params_out = final_state.result(timeout=ROUND_TIMEOUT).params
+    del final_state
     wall = time.perf_counter() - t_start
+    records = diag.finish()  # diagnostics
 
     train_stats = evaluate(net, shards, params_out, fan_in)
     test_accuracy = None
     if stop.test is not None:
         test_accuracy = 1.0 - _test_error(net, params_out, stop.test)
-    epochs = len(history) / rounds_per_epoch
+    epochs = sum(1 for r in history if r["try"] == attempt) / rounds_per_epoch
     return Result(net, params_out, history, strategy, learned, stopped_because, epochs, wall,
                   head_total, float(train_stats[0] / train_stats[2]),
                   float(train_stats[1] / train_stats[2]), test_accuracy,
                   {"workers": len(shards.worker_blocks()), "shards": shards.n_shards,
                    "fan_in": fan_in, "pipeline": pipeline, "seed": seed,
-                   "target_error": stop.target_error})
+                   "target_error": stop.target_error, "tries": attempt + 1},
+                  snapshots, records)
 
 
 def _test_error(net: MLP, params: np.ndarray, test: tuple) -> float:

@@ -55,8 +55,8 @@ def test_parity8_all_patterns_and_popcount():
     assert d.X.shape == (256, 8) and d.X.dtype == np.float64
     assert d.y.shape == (256,) and d.y.dtype == np.int64
     assert d.X_test is None and d.y_test is None
-    assert set(np.unique(d.X)) == {0.0, 1.0}
-    codes = d.X @ (2 ** np.arange(7, -1, -1))  # row i is i in binary
+    assert set(np.unique(d.X)) == {-1.0, 1.0}
+    codes = (d.X > 0) @ (2 ** np.arange(7, -1, -1))  # row i is i in binary
     np.testing.assert_array_equal(codes, np.arange(256))
     np.testing.assert_array_equal(d.y, [bin(i).count("1") % 2 for i in range(256)])
 

@@ -1,0 +1,322 @@
+"""Validate 001's run-time model on this machine: calibrate, then time real training rounds.
+
+Seed 001, section V-B: the constants are measured "by running it on a single processor of
+the clusters for a few iterations and by running a small test program" for the
+communication; then real runs over block and cluster sizes are compared with the model
+(Table VI: mean errors of about 5%). Here: calibrate (ppt_dask.calibrate), run
+``ppt.train`` with ``Sync(block=b)`` for a few dozen rounds at each block size and
+p in {1, 2} workers (and, marked oversubscribed, 4 workers on the 2 cores), take the
+median seconds per round after a warm-up, and compare with
+``perfmodel.iteration_seconds``. The serial program (``serial.train_serial``, eq. (3)) is
+checked the same way.
+
+Usage::
+
+    python graphs/validate_model.py                    # MNIST 784-64-64-10, a few minutes
+    python graphs/validate_model.py --quick            # under a minute
+    python graphs/validate_model.py --oversubscribed   # also p = 4 (4 workers, 2 cores)
+
+Writes, under graphs/out/: validate_model.md and .csv (predicted against measured, mean
+absolute relative error), calibration.json (the constants, reusable with
+``ppt-dask model predict --calibration``), speedup_model.html (predicted speedup against
+p = 1..64 per block size and against block size per p, like 001's Figures 2-5).
+The timings need a quiet machine: the share of the CPU that other processes used is
+recorded with every row, and ``--wait-quiet`` waits (up to a limit) for them to stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# ---- defaults ----------------------------------------------------------------------------
+HIDDEN = (64, 64)  # 784-64-64-10, 001's Digits network (Table IV) with biases
+N_TRAIN = 12000  # rows placed on the workers (timing per round does not depend on n)
+N_SHARDS = 8  # as `ppt-dask train` uses on 1 or 2 workers
+BLOCKS = (64, 256, 1000, 2000, 4000, 8000, 12000)
+P_VALUES = (1, 2)  # the cores of this machine
+OVERSUBSCRIBED = (4,)  # more workers than cores: shown, not counted in the headline error
+ROUNDS, WARMUP, REPEATS = 40, 8, 2  # rounds per run, rounds skipped, runs per cell
+CALIBRATION_BLOCK = 1000
+HEAD_P = (1, 2, 4, 8, 16, 32, 64)  # virtual cluster sizes for Th(p)
+WAIT_QUIET = 300  # seconds to wait at most for the machine to be quiet (full mode)
+PLOT_P = np.arange(1, 65)
+PLOT_BLOCKS = (100, 300, 1000, 3000, 10000, 60000)
+MNIST_N, MNIST_M = 60000, 10000  # the recommendation is for the whole of MNIST
+QUICK = dict(N_TRAIN=4000, BLOCKS=(200, 2000), ROUNDS=14, WARMUP=4, REPEATS=1,
+             HEAD_P=(1, 2, 4, 8), CALIBRATION_BLOCK=500)
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def load_data(n_train: int, seed: int = 0):
+    """MNIST rows if the files are there, else random data of the same shape (the timing
+    of a round does not depend on the values)."""
+    from ppt_dask import datasets
+
+    try:
+        d = datasets.mnist(n_train=n_train, n_test=10)
+        return d.X, d.y, "mnist"
+    except FileNotFoundError:
+        rng = np.random.default_rng(seed)
+        return rng.random((n_train, 784)), rng.integers(0, 10, n_train), "random 784-d"
+
+
+def busy_fraction(seconds: float = 1.0) -> float:
+    """Share of the machine's CPU time that was busy over ``seconds`` (Linux /proc/stat)."""
+    def sample():
+        with open("/proc/stat") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+        return values[3] + values[4], sum(values)  # idle + iowait, total
+    idle0, total0 = sample()
+    time.sleep(seconds)
+    idle1, total1 = sample()
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+class OthersMeter:
+    """Share of the machine's CPU that processes other than ours used between start and
+    stop (Linux /proc): the load this script cannot control, recorded with every row."""
+
+    def __init__(self, pids):
+        self.pids = [os.getpid(), *pids]
+        self.start()
+
+    @staticmethod
+    def _machine():
+        with open("/proc/stat") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+        return sum(values) - values[3] - values[4], sum(values)  # busy, total (ticks)
+
+    def _ours(self) -> int:
+        ticks = 0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                ticks += int(fields[11]) + int(fields[12])  # utime + stime
+            except (OSError, IndexError):
+                pass
+        return ticks
+
+    def start(self) -> None:
+        self.t0 = (*self._machine(), self._ours())
+
+    def stop(self) -> float:
+        busy, total, ours = (*self._machine(), self._ours())
+        return max(0.0, (busy - self.t0[0]) - (ours - self.t0[2])) / max(total - self.t0[1], 1)
+
+
+def wait_quiet(limit_seconds: float, busy: float = 0.2) -> float:
+    """Wait until others leave the cores alone (busy below ``busy``), at most the limit."""
+    if limit_seconds <= 0 or not os.path.exists("/proc/stat"):
+        return float("nan")
+    deadline = time.monotonic() + limit_seconds
+    while True:
+        now = busy_fraction()
+        if now < busy or time.monotonic() > deadline:
+            return now
+        print(f"waiting for a quiet machine: {now:.0%} busy", file=sys.stderr)
+
+
+def median_round(net, shards, block: int, rounds: int, warmup: int) -> float:
+    import ppt_dask as ppt
+
+    strategy = ppt.Sync(lr=0.05, momentum=0.9, block=block)
+    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=rounds * block / shards.n_rows))
+    return float(np.median([r["wall_seconds"] for r in result.history[warmup:]]))
+
+
+def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
+    """Median seconds per round of the plain serial program (eq. (3)), one BLAS thread."""
+    import ppt_dask as ppt
+    from ppt_dask import serial
+    from threadpoolctl import threadpool_limits
+
+    n = min(len(X), max(block * (rounds + warmup), block))
+    with threadpool_limits(1):
+        _, history = serial.train_serial(net, X[:n], y[:n], ppt.Sync(lr=0.05, momentum=0.9, block=block),
+                                         rounds + warmup)
+    return float(np.median([r["wall_seconds"] for r in history[warmup:]]))
+
+
+def measure(net, X, y, cfg, p_values, cal, rows, oversubscribed=False):
+    """Append one row per (p, block): measured and predicted seconds per round."""
+    import ppt_dask as ppt
+    from ppt_dask import perfmodel as pm
+
+    c = cal.constants
+    client = ppt.connect(n_workers=max(p_values), dashboard_address=None)
+    try:
+        addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        meter = OthersMeter(client.run(os.getpid).values())
+        placed = {p: ppt.enter_data(client, X, y, N_SHARDS, workers=addresses[:p]) for p in p_values}
+        times = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
+        others = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
+        for _ in range(cfg["REPEATS"]):  # interleaved, so a noisy minute spreads over cells
+            for b in cfg["BLOCKS"]:
+                for p in p_values:
+                    meter.start()
+                    times[p, b].append(median_round(net, placed[p], b, cfg["ROUNDS"], cfg["WARMUP"]))
+                    others[p, b].append(meter.stop())
+        for shards in placed.values():
+            ppt.exit_data(shards)
+    finally:
+        ppt.cluster.close(client)
+    for (p, b), ts in times.items():
+        parts = dict(compute=pm.compute_seconds(p, b, c, N_SHARDS), update=c.tu_seconds,
+                     reduce=pm.reduce_seconds(p, net.n_params, c), head=pm.head_seconds(p, c, n_shards=N_SHARDS))
+        rows.append(dict(program="dask", p=p, block=b, oversubscribed=oversubscribed,
+                         measured=float(np.median(ts)), predicted=sum(parts.values()),
+                         others=float(np.mean(others[p, b])), **parts))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small run, under a minute")
+    parser.add_argument("--oversubscribed", action="store_true", help="also p = 4 on this machine")
+    parser.add_argument("--wait-quiet", type=float, default=None, metavar="SECONDS",
+                        help="wait up to this long for other processes to leave the cores "
+                             f"(default {WAIT_QUIET} s; 0 with --quick)")
+    parser.add_argument("--out", type=Path, default=OUT, help="output folder")
+    args = parser.parse_args(argv)
+    cfg = {k: v for k, v in globals().items() if k.isupper()}
+    cfg["MODE"] = "quick" if args.quick else "full"
+    if args.quick:
+        cfg.update(QUICK)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    import ppt_dask as ppt
+    from ppt_dask import calibrate, perfmodel as pm
+
+    X, y, source = load_data(cfg["N_TRAIN"])
+    net = ppt.MLP((X.shape[1], *HIDDEN, 10), hidden="tanh", output="softmax")
+    busy = wait_quiet(args.wait_quiet if args.wait_quiet is not None else 0 if args.quick else WAIT_QUIET)
+    t_start = time.perf_counter()
+
+    client = ppt.connect(n_workers=max(P_VALUES), dashboard_address=None)
+    try:
+        cal = calibrate.calibrate(client, net, X, y, block=cfg["CALIBRATION_BLOCK"], n_shards=N_SHARDS,
+                                  n_test=0, rounds=max(cfg["ROUNDS"] // 2, 10), p_values=cfg["HEAD_P"],
+                                  repeats=5 if args.quick else 9)
+    finally:
+        ppt.cluster.close(client)
+    cal.save(args.out / "calibration.json")
+    c = cal.constants
+
+    rows: list[dict] = []
+    meter = OthersMeter([])
+    for b in cfg["BLOCKS"]:
+        rounds = min(cfg["ROUNDS"], max(len(X) // b - cfg["WARMUP"], 4))
+        seq = pm.sequential_epoch_seconds(b, b, dataclass_replace(c, to_seconds=0.0))
+        meter.start()
+        measured = serial_round(net, X, y, b, rounds, min(cfg["WARMUP"], 2))
+        rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, measured=measured,
+                         predicted=seq, others=meter.stop(), compute=b * (c.tf_seconds + c.tb_seconds)
+                         + c.tc_seconds, update=c.tu_seconds + c.tm_seconds, reduce=0.0, head=0.0))
+    measure(net, X, y, cfg, P_VALUES, cal, rows)
+    if args.oversubscribed:
+        measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, oversubscribed=True)
+    elapsed = time.perf_counter() - t_start
+
+    headline = [r for r in rows if r["program"] == "dask" and not r["oversubscribed"]]
+    error = pm.prediction_error([r["predicted"] for r in headline], [r["measured"] for r in headline])
+    serial_error = pm.prediction_error([r["predicted"] for r in rows if r["program"] == "serial"],
+                                       [r["measured"] for r in rows if r["program"] == "serial"])
+    report = render(rows, cal, net, source, error, serial_error, busy, elapsed, cfg)
+    (args.out / "validate_model.md").write_text(report)
+    with open(args.out / "validate_model.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    plot(c, net.n_params, args.out / "speedup_model.html")
+    print(report)
+    return 0
+
+
+def dataclass_replace(c, **changes):
+    import dataclasses
+    return dataclasses.replace(c, **changes)
+
+
+def render(rows, cal, net, source, error, serial_error, busy, elapsed, cfg) -> str:
+    from ppt_dask import perfmodel as pm
+    from ppt_dask.modelcli import constants_table, grid_table
+
+    c, w = cal.constants, net.n_params
+    lines = [f"# Run-time model of 001 against measured rounds ({cfg['MODE']} run)",
+             "",
+             f"Network {'-'.join(map(str, net.sizes))} (w = {w}) on {cfg['N_TRAIN']} {source} rows in "
+             f"{N_SHARDS} shards; {os.cpu_count()} cores; median of rounds {cfg['WARMUP']}..{cfg['ROUNDS']} "
+             f"of {cfg['REPEATS']} run(s) per cell; machine {busy:.0%} busy before the start (nan: not checked); "
+             f"{elapsed:.0f} s in all.",
+             "",
+             f"**Mean absolute prediction error, Dask rounds with p <= {max(P_VALUES)} workers: "
+             f"{error:.1%}** (serial program, eq. (3): {serial_error:.1%}).",
+             "",
+             "| program | p | block | measured ms | predicted ms | error | compute | update | reduce | head | others |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        tag = " (oversubscribed)" if r["oversubscribed"] else ""
+        lines.append(f"| {r['program']}{tag} | {r['p']} | {r['block']} | {r['measured'] * 1e3:.2f} | "
+                     f"{r['predicted'] * 1e3:.2f} | {(r['predicted'] / r['measured'] - 1):+.1%} | "
+                     f"{r['compute'] * 1e3:.2f} | {r['update'] * 1e3:.2f} | {r['reduce'] * 1e3:.2f} | "
+                     f"{r['head'] * 1e3:.2f} | {r['others']:.0%} |")
+    lines += ["", "Predicted parts in ms: compute = max(calls tc + patterns (Tf + Tb), tq) of the busiest "
+              "worker, update = Tu, reduce = Tr(p) (eq. (4)), head = Th(p); others = share of the machine's "
+              "CPU used by processes other than this script and its cluster during the row.", "",
+              "## Calibrated constants", "", constants_table(c), ""]
+    blocks, ps = np.array(PLOT_BLOCKS), np.array([2, 4, 8, 16, 32, 64])
+    kw = dict(n_test=MNIST_M)
+    lines += [f"## Predicted speedup for MNIST (n = {MNIST_N}, m = {MNIST_M}), like 001 Table VII", "",
+              grid_table(blocks, ps, pm.speedup(ps[None, :], blocks[:, None], MNIST_N, w, c, **kw), "{:.2f}"), ""]
+    lines += ["## Recommendation for MNIST 784-64-64-10 on this machine", ""]
+    for p_max in (2, 64):
+        best = pm.recommend(MNIST_N, w, c, p_max, **kw)
+        p_best, _, s_best = pm.best_workers(blocks, MNIST_N, w, c, p_max, **kw)
+        smallest = {p: pm.min_block_for_speedup(p, MNIST_N, w, c, **kw) for p in (2, 4, 8, 16, 32, 64) if p <= p_max}
+        lines.append(f"- p <= {p_max}: least time per epoch with block {best.block} on {best.p} workers "
+                     f"({best.epoch_seconds:.3g} s per epoch, speedup {best.speedup:.2f}); best workers per block "
+                     + ", ".join(f"b={b}: p={p} (S={s:.2f})" for b, p, s in zip(blocks, p_best, s_best))
+                     + "; smallest block with any speedup: "
+                     + ", ".join(f"p={p}: {b}" for p, b in smallest.items()))
+    return "\n".join(lines) + "\n"
+
+
+def plot(c, n_weights: int, path: Path) -> None:
+    """Predicted speedup against p per block, and against block per p (001 Figs. 2-5)."""
+    from bokeh.io import output_file, save
+    from bokeh.layouts import column
+    from bokeh.palettes import Category10
+    from bokeh.plotting import figure
+
+    from ppt_dask import perfmodel as pm
+
+    by_p = figure(title="Predicted speedup S(p), MNIST 784-64-64-10, one line per block size",
+                  x_axis_label="workers p", y_axis_label="speedup", x_axis_type="log", width=800, height=400)
+    for colour, b in zip(Category10[10], PLOT_BLOCKS):
+        s = pm.speedup(PLOT_P, b, MNIST_N, n_weights, c, n_test=MNIST_M)
+        by_p.line(PLOT_P, s, legend_label=f"block {b}", color=colour, line_width=2)
+    by_p.line(PLOT_P, PLOT_P, color="grey", line_dash="dashed", legend_label="linear")
+    by_p.y_range.end = 1.2 * float(np.max(pm.speedup(PLOT_P, MNIST_N, MNIST_N, n_weights, c, n_test=MNIST_M)))
+    by_p.legend.location = "top_left"
+
+    blocks = np.unique(np.geomspace(16, MNIST_N, 200).astype(int))
+    by_b = figure(title="Predicted speedup against block size, one line per cluster size (like 001 Figs. 2, 4, 5)",
+                  x_axis_label="block size", y_axis_label="speedup", x_axis_type="log", width=800, height=400)
+    for colour, p in zip(Category10[10], (2, 4, 8, 16, 32, 64)):
+        by_b.line(blocks, pm.speedup(p, blocks, MNIST_N, n_weights, c, n_test=MNIST_M),
+                  legend_label=f"{p} workers", color=colour, line_width=2)
+    by_b.line(blocks, np.ones(blocks.size), color="grey", line_dash="dashed")
+    by_b.legend.location = "top_left"
+    output_file(path, title="ppt_dask: predicted speedup (001 eq. (7))")
+    save(column(by_p, by_b))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Asynchronous training with bounded staleness (seed 003; Downpour and Hogwild! in 004's
+references): no global barrier, so a slow worker does not hold up the others.
+
+The pieces are the synchronous engine's: the same placed shards, the same map task
+(``graph.local_task``, one per worker over its block of shards, pre-combined along the
+fixed shard tree), the same update task. What changes is the head's loop. Each worker
+always has one gradient task in flight. When one finishes (``as_completed``), the head
+chains an update task onto the newest weights *on the cluster* (the weights never come
+to the head) and at once resubmits that worker's next task against the new weights.
+
+Staleness of a gradient = the updates applied between the weights it was computed from
+and the moment it arrives. A gradient staler than ``staleness`` is dropped (and counted)
+instead of applied; the worker is resubmitted with the newest weights. The bound is thus
+enforced without ever making a fast worker wait for a slow one.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+from distributed import wait
+
+from . import graph
+from .stopping import ErrorEstimate, Stop
+from .strategies import Sync, block_rows, shard_share
+
+
+@dataclass(frozen=True)
+class Async(Sync):
+    """Bounded-staleness asynchronous SGD.
+
+    Parameters
+    ----------
+    lr, momentum, l2 : float
+        As :class:`~ppt_dask.strategies.Sync`; the head applies each worker's gradient as
+        one SGD step (momentum runs across the sequence of applied updates).
+    block : int or None
+        Patterns per *cluster-wide* block, split over the shards as in ``Sync``; a worker's
+        task covers its shards' parts, so each update sees about ``block / p`` patterns.
+        None = each worker's whole shards.
+    staleness : int
+        The largest staleness (in updates) a gradient may have and still be applied.
+    """
+
+    staleness: int = 4
+
+    name = "async"
+    asynchronous = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.staleness, bool) or not isinstance(self.staleness, (int, np.integer)) \
+                or self.staleness < 0:
+            raise ValueError(f"staleness must be an integer >= 0, got {self.staleness!r}")
+
+    @property
+    def exact_stats(self) -> bool:
+        return False
+
+    def work(self, net, params, shard, s: int, step: int) -> tuple:
+        X, y = shard
+        share = None if self.block is None else shard_share(self.block, self.n_shards, s)
+        rows = block_rows(len(X), share, step)
+        return net.loss_grad_stats(params, X[rows], y[rows])
+
+
+def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, params=None,
+                fan_in: int = 2, progress=None, **_ignored):
+    """The asynchronous head loop; returns a :class:`ppt_dask.trainer.Result`."""
+    from .trainer import ROUND_TIMEOUT, Result, _test_error, evaluate
+
+    client = shards.client
+    blocks = shards.worker_blocks()
+    plan = graph.make_plan(blocks, shards.n_shards, fan_in)
+    work = functools.partial(strategy.work, net)
+    apply = functools.partial(strategy.apply, net)
+    budget = stop.max_epochs * shards.n_rows  # patterns to process in all
+    run = uuid.uuid4().hex[:8]
+    t_start = time.perf_counter()
+    start = params if params is not None else net.init_params(seed)
+    state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)))
+    weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{run}-v0")
+    version, head_total, submitted_patterns, seen = 0, 0.0, 0.0, 0.0
+    steps = [0] * len(blocks)
+    meta: dict = {}
+    history, dropped = [], [0] * len(blocks)
+    previous_state = state
+    estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
+    per_task = [sum(shard_share(strategy.block, shards.n_shards, s) if strategy.block else
+                    shards.info[s].stop - shards.info[s].start for s in range(a, b)) for _, a, b in blocks]
+
+    def submit(slot: int):
+        nonlocal head_total, submitted_patterns
+        t0 = time.perf_counter()
+        label, a, b, nodes = plan.blocks[slot]
+        key = (f"ppt-grad-{run}-w{slot}-s{steps[slot]}", slot)
+        fut = client.submit(graph.local_task, work, weights, shards.futures[a:b], list(range(a, b)),
+                            steps[slot], list(nodes), plan.fan_in, plan.n_shards, key=key,
+                            resources={label: 1})
+        meta[fut.key] = (slot, version, nodes)
+        steps[slot] += 1
+        submitted_patterns += per_task[slot]
+        head_total += time.perf_counter() - t0
+        return fut
+
+    inflight = {w: submit(w) for w in range(len(blocks))}
+    final, last, learned, stopped_because = None, t_start, False, "max_epochs"
+    stats_queue: list = []
+    try:
+        while inflight and final is None:
+            done, _ = wait(list(inflight.values()), timeout=ROUND_TIMEOUT, return_when="FIRST_COMPLETED")
+            if not done:
+                raise TimeoutError(f"no gradient task finished within {ROUND_TIMEOUT} s")
+            for fut in sorted(done, key=lambda f: meta[f.key][0]):
+                slot, v0, nodes = meta.pop(fut.key)
+                del inflight[slot]
+                lag = version - v0
+                t0 = time.perf_counter()
+                if lag > strategy.staleness:
+                    dropped[slot] += 1  # too stale: not applied
+                else:
+                    children = [x for node in nodes for x in (fut, node)]
+                    version += 1
+                    state = client.submit(graph.update_task, apply, state, *children,
+                                          key=f"ppt-update-{run}-v{version}")
+                    weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{run}-v{version}")
+                    stats_queue.append((version, slot, lag, state, client.submit(
+                        graph.stats_of, state, key=f"ppt-stats-{run}-v{version}")))
+                head_total += time.perf_counter() - t0
+                if submitted_patterns < budget:
+                    inflight[slot] = submit(slot)
+            # read the stats that are ready, in order, without waiting on the workers
+            while stats_queue and (stats_queue[0][4].done() or not inflight) and final is None:
+                v, w, lag_v, state_v, stats_f = stats_queue.pop(0)
+                loss_sum, n_wrong, n = (float(x) for x in stats_f.result(timeout=ROUND_TIMEOUT))
+                estimate.add(n_wrong, n)
+                seen += n
+                now = time.perf_counter()
+                record = {"try": 0, "round": v - 1, "worker": w, "staleness": lag_v,
+                          "epoch": seen / shards.n_rows, "loss": loss_sum / n, "error_rate": n_wrong / n,
+                          "error_estimate": estimate.rate, "patterns": n, "wall_seconds": now - last,
+                          "head_seconds": 0.0, "elapsed_seconds": now - t_start}
+                last = now
+                history.append(record)
+                if progress is not None:
+                    progress(record)
+                if not math.isfinite(record["loss"]):
+                    final, stopped_because = previous_state, f"diverged at update {v}"
+                    history.pop()
+                elif (stop.target_error is not None and estimate.full
+                      and estimate.rate <= stop.target_error):
+                    p = state_v.result(timeout=ROUND_TIMEOUT).params
+                    error = (_test_error(net, p, stop.test) if stop.test is not None else
+                             float(np.divide(*evaluate(net, shards, p, fan_in)[1:])))
+                    record["verified_error_rate"] = error
+                    if error <= stop.target_error:
+                        final, learned, stopped_because = state_v, True, "target_error"
+                previous_state = state_v
+    finally:
+        client.cancel(list(inflight.values()))
+        inflight.clear()
+    final = final if final is not None else state
+    params_out = final.result(timeout=ROUND_TIMEOUT).params
+    wall = time.perf_counter() - t_start
+    train_stats = evaluate(net, shards, params_out, fan_in)
+    test_accuracy = None if stop.test is None else 1.0 - _test_error(net, params_out, stop.test)
+    epochs = seen / shards.n_rows
+    return Result(net, params_out, history, strategy, learned, stopped_because, epochs, wall,
+                  head_total, float(train_stats[0] / train_stats[2]), float(train_stats[1] / train_stats[2]),
+                  test_accuracy,
+                  {"workers": len(blocks), "shards": shards.n_shards, "fan_in": fan_in, "seed": seed,
+                   "target_error": stop.target_error, "staleness_bound": strategy.staleness,
+                   "max_staleness": max((r["staleness"] for r in history), default=0),
+                   "dropped": dropped, "updates": version})

@@ -1,0 +1,372 @@
+"""Measure the constants of the run-time model (:mod:`ppt_dask.perfmodel`) on real code.
+
+Seed 001, section V-A: "the actual implementation was used for the measurement ... it
+suffices to run the program for a particular test case for a few iterations", because
+timing single arithmetic operations out of context gave errors over 20%. So:
+
+* :func:`measure_constants` times the network's own functions on one process (on a
+  worker when :func:`calibrate` runs it): Tf, Tb, Ts per pattern as the slopes of
+  least-squares lines over several block sizes (the intercept of the gradient call is
+  the Dask model's ``tc``), Tu the real update step, Tm a copy of the weights, Ta the
+  weight averaging of eq. (9), To what one serial epoch costs beyond those parts;
+* :func:`measure_head` runs the real round graph (:func:`ppt_dask.graph.round_graph`)
+  with a gradient task that only spins for a known time and returns a tiny vector, over
+  1..64 *virtual* workers (slots pinned round-robin onto the real ones: the same tasks
+  and tree as a cluster of that size), and fits ``Th = th0 + th1 * tasks_per_round``;
+  the same rounds with no spin give ``tq``, the shortest gradient phase;
+* :func:`measure_reduce` runs the same rounds over 2..p real workers with vectors of
+  several sizes and fits 001's eq. (4), ``Tr(p) = Tw w ceil(log_k p) + Ti``, to what
+  they cost beyond ``Th`` (the paper's Fig. 1 test program, on the live cluster).
+
+:class:`Calibration` bundles the constants with the sizes they were measured for and
+the raw timings, and is saved as JSON: a file a user can carry to plan a cluster.
+Dask is imported only by the functions that need a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import perfmodel, strategies
+
+PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
+
+
+# ---- one process: the network's own functions ------------------------------------------
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm caches and allocator
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _row_counts(block: int, n_rows: int) -> list[int]:
+    rows = {min(n_rows, max(1, r)) for r in (block // 8, block // 4, block // 2, block, 2 * block)}
+    if len(rows) < 2:
+        rows |= {1, n_rows}
+    if len(rows) < 2:
+        raise ValueError(f"need at least 2 rows to fit per-pattern times, got {n_rows}")
+    return sorted(rows)
+
+
+def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: float = 0.9
+                      ) -> perfmodel.Constants:
+    """Tf, Tb, Tu, Tm, Ts, To (001 Tables II/III), Ta (eq. (9)) and tc, timed here.
+
+    Parameters
+    ----------
+    net : MLP
+    X : ndarray, shape (n, net.n_inputs); y : targets for the n rows
+        A few thousand rows suffice; one epoch over them times To.
+    block : int
+        Block size of interest; per-pattern lines are fitted over b/8 .. 2b rows.
+    repeats : int
+        Timings per point (the median is kept).
+
+    Returns
+    -------
+    perfmodel.Constants
+        Communication and head fields 0 (see :func:`measure_reduce`, :func:`measure_head`).
+    """
+    from . import serial
+
+    X = np.ascontiguousarray(X, dtype=net.dtype)
+    y = np.ascontiguousarray(y)
+    if len(X) != len(y) or len(X) < 1:
+        raise ValueError(f"X and y need the same number of rows (>= 1), got {len(X)} and {len(y)}")
+    if isinstance(block, bool) or int(block) != block or not 1 <= block <= len(X):
+        raise ValueError(f"block must be an integer in 1..{len(X)}, got {block!r}")
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    params = net.init_params(0)
+    rows = _row_counts(int(block), len(X))
+    fwd, stats, grad = [], [], []
+    for r in rows:  # the real functions of the hot path, not single operations
+        fwd.append(_median_seconds(lambda: net.forward(params, X[:r]), repeats))
+        stats.append(_median_seconds(lambda: net.stats(params, X[:r], y[:r]), repeats))
+        grad.append(_median_seconds(lambda: net.loss_grad_stats(params, X[:r], y[:r]), repeats))
+    tf, _ = perfmodel.fit_per_pattern(rows, fwd)
+    t_stats, _ = perfmodel.fit_per_pattern(rows, stats)
+    t_grad, tc = perfmodel.fit_per_pattern(rows, grad)
+
+    strategy = strategies.Sync(lr=0.1, momentum=momentum, block=int(block))
+    state = strategy.init(params)
+    total = net.loss_grad_stats(params, X[:block], y[:block])
+    tu = _median_seconds(lambda: strategy.apply(net, state, total), repeats)
+    tm = _median_seconds(params.copy, repeats)
+    # Ta (eq. (9)): a worker scales its weights by the patterns it saw, the update
+    # divides the sum (strategies.Average: work's last line, then apply)
+    averaging = strategies.Average(block=int(block))
+    ta = _median_seconds(lambda: averaging.apply(net, state, (params * block, total[-1])), repeats)
+    parts = perfmodel.Constants(tf, max(t_grad - tf, 0.0), tu, tm, max(t_stats - tf, 0.0), 0.0,
+                                ta_seconds=ta, tc_seconds=tc)
+
+    # To: one epoch of the serial program beyond its modelled parts (001 eq. (3))
+    n_rounds = max(2, len(X) // block)
+    n_used = min(len(X), n_rounds * block)
+    epoch = _median_seconds(lambda: serial.train_serial(
+        net, X[:n_used], y[:n_used], strategy, n_rounds), max(3, repeats // 2))
+    to = epoch - perfmodel.sequential_epoch_seconds(block, n_rounds * block, parts)
+    return dataclasses.replace(parts, to_seconds=max(float(to), 0.0))
+
+
+# ---- the live cluster: probe rounds of the real graph ----------------------------------
+
+
+def _probe_work(n_weights: int, spin_seconds: float, params, shard, s: int, r: int) -> tuple:
+    """A gradient task of known cost: spin on this thread's CPU clock, return w values.
+
+    CPU time, not wall time, so a worker that shares its core (with the head, the
+    scheduler or another worker) takes longer, as a real gradient would.
+    """
+    end = time.thread_time() + spin_seconds
+    while time.thread_time() < end:
+        pass
+    return np.ones(n_weights), np.array([1.0, 0.0, 1.0])
+
+
+def _probe_apply(state, total):
+    vector, stats = total
+    return strategies.ModelState(vector, None, stats, state.round + 1)
+
+
+def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: float, *,
+                 rounds: int = 25, warmup: int = 5, fan_in: int = 2, pipeline: int = 1
+                 ) -> np.ndarray:
+    """Seconds per round (after ``warmup``) of the real round graph with probe tasks.
+
+    ``n_virtual`` gradient slots, each owning one shard, are pinned in contiguous blocks
+    onto the real ``workers`` (so ``n_virtual == len(workers)`` is the real layout); the
+    busiest real worker spins ``spin_seconds`` in all per round. Rounds are submitted
+    ``pipeline`` ahead and timed as the trainer times them: between stats arrivals.
+    """
+    from . import graph
+    from .shards import enter_data, exit_data
+
+    n_real = len(workers)
+    X, y = np.zeros((n_virtual, 1)), np.zeros(n_virtual)
+    shards = enter_data(client, X, y, n_virtual, workers=list(workers), keep_copy=False)
+    try:
+        slot_of = {s: slot for slot, (a, b) in enumerate(shards.blocks) for s in range(a, b)}
+        plan = graph.make_plan([(shards.label(slot_of[v]), v, v + 1) for v in range(n_virtual)],
+                               n_virtual, fan_in)
+        per_call = spin_seconds / -(-n_virtual // n_real)
+        work = functools.partial(_probe_work, int(n_weights), per_call)
+        params = np.zeros(int(n_weights))
+        weights = client.scatter(params)
+        state = client.scatter(strategies.ModelState(params, None))
+        run = uuid.uuid4().hex[:8]
+        inflight, periods, submitted = [], [], 0
+        last = time.perf_counter()
+        while submitted < rounds or inflight:
+            while submitted < rounds and len(inflight) <= pipeline:
+                state, weights, stats = graph.submit_round(
+                    client, plan, shards.futures, work, _probe_apply, weights, state, submitted,
+                    tag=f"{run}-r{submitted}", prefix="ppt-probe")
+                inflight.append(stats)
+                submitted += 1
+            inflight.pop(0).result(timeout=120)
+            now = time.perf_counter()
+            periods.append(now - last)
+            last = now
+        del weights, state, inflight
+    finally:
+        exit_data(shards)
+    return np.array(periods[warmup:])
+
+
+@dataclass(frozen=True)
+class HeadFit:
+    """``Th(p) = th0 + th1 * tasks_per_round(p)`` and the shortest gradient phase ``tq``."""
+
+    th0_seconds: float
+    th1_seconds: float
+    tq_seconds: float
+    samples: tuple = ()  # (p, tasks, spin_seconds, median_round_seconds)
+
+
+def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
+                 spin_seconds: float = 0.02, rounds: int = 25, warmup: int = 5,
+                 fan_in: int = 2) -> HeadFit:
+    """Th(p) against tasks per round, from probe rounds over virtual cluster sizes.
+
+    The probe spins ``spin_seconds`` (longer than the scheduler's 5 ms batching, as a
+    real gradient phase should be) and returns a tiny vector, so ``round - spin`` is the
+    head/scheduler cost; :func:`perfmodel.fit_head` fits it over
+    :func:`perfmodel.tasks_per_round`. The same rounds without the spin, at the real
+    sizes 1..len(workers), give ``tq`` (how much longer than ``Th`` they take).
+
+    A virtual cluster runs its gradient tasks on fewer processes, so per-task *worker*
+    overhead is serialised here and ``th1`` errs high for a real cluster of that size.
+    """
+    workers = _workers(client, workers)
+    samples, tasks, head = [], [], []
+    for p in p_values:
+        median = float(np.median(probe_rounds(client, workers, p, PROBE_WEIGHTS, spin_seconds,
+                                              rounds=rounds, warmup=warmup, fan_in=fan_in)))
+        n_tasks = perfmodel.tasks_per_round(p, fan_in)
+        samples.append((int(p), n_tasks, spin_seconds, median))
+        tasks.append(n_tasks)
+        head.append(max(median - spin_seconds, 1e-6))
+    th0, th1 = perfmodel.fit_head(tasks, head, relative=True)  # small p count as much
+    quick = []
+    for p in range(1, min(len(workers), 2) + 1):
+        median = float(np.median(probe_rounds(client, workers, p, PROBE_WEIGHTS, 0.0,
+                                              rounds=rounds, warmup=warmup, fan_in=fan_in)))
+        n_tasks = perfmodel.tasks_per_round(p, fan_in)
+        samples.append((p, n_tasks, 0.0, median))
+        quick.append(median - (th0 + th1 * n_tasks))
+    return HeadFit(th0, th1, max(float(np.median(quick)), 0.0), tuple(samples))
+
+
+def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
+                   spin_seconds: float = 0.02, rounds: int = 25, warmup: int = 5,
+                   samples: list | None = None) -> tuple[float, float]:
+    """Fit 001's eq. (4) on the live cluster: ``Tr(p) = Tw w ceil(log_k p) + Ti``.
+
+    Probe rounds over 2..len(workers) real workers (one shard each) reduce vectors of
+    each size in ``sizes`` (weights; the tree reduce, the update and the weights'
+    fan-out to the next round are all real). What a round costs beyond the spin and
+    beyond ``Th(p)`` (``head``: a :class:`HeadFit` or ``(th0, th1)``) is fitted with
+    :func:`perfmodel.fit_reduce`; without ``head`` the baseline is the same round with
+    a tiny vector, so ``Ti`` comes out near 0. Raw rows are appended to ``samples``.
+
+    Returns ``(tw_seconds_per_weight, ti_seconds)``.
+    """
+    workers = _workers(client, workers)
+    if len(workers) < 2:
+        raise ValueError(f"a reduction needs at least 2 workers, got {len(workers)}")
+    sizes = [int(w) for w in sizes]
+    if len(set(sizes)) < 2 or min(sizes) < 1:
+        raise ValueError(f"sizes needs at least two distinct vector lengths >= 1, got {sizes!r}")
+    ps, ws, extra = [], [], []
+    for p in range(2, len(workers) + 1):
+        real = workers[:p]
+        if head is None:
+            base = float(np.median(probe_rounds(client, real, p, PROBE_WEIGHTS, spin_seconds,
+                                                rounds=rounds, warmup=warmup, fan_in=fan_in)))
+        else:
+            th0, th1 = (head.th0_seconds, head.th1_seconds) if isinstance(head, HeadFit) else head
+            base = spin_seconds + th0 + th1 * perfmodel.tasks_per_round(p, fan_in)
+        for w in sizes:
+            median = float(np.median(probe_rounds(client, real, p, w, spin_seconds,
+                                                  rounds=rounds, warmup=warmup, fan_in=fan_in)))
+            ps.append(p)
+            ws.append(w)
+            extra.append(max(median - base, 0.0))
+            if samples is not None:
+                samples.append((p, w, spin_seconds, median))
+    return perfmodel.fit_reduce(ps, ws, extra, fan_in)
+
+
+def _workers(client, workers) -> list[str]:
+    known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = known if workers is None else list(workers)
+    if not workers or any(w not in known for w in workers):
+        raise ValueError(f"workers must be addresses of this cluster {known}, got {workers!r}")
+    return workers
+
+
+# ---- the bundle ------------------------------------------------------------------------
+
+
+@dataclass
+class Calibration:
+    """Constants plus what they were measured for; JSON with :meth:`save` / :meth:`load`."""
+
+    constants: perfmodel.Constants
+    network: tuple = ()  # layer widths (empty for hand-given constants)
+    n_weights: int | None = None  # parameters of the network (weights and biases)
+    n_patterns: int | None = None  # training patterns n of the data set
+    n_test: int = 0
+    block: int | None = None  # block size the per-pattern lines were centred on
+    n_shards: int | None = None  # shards of the layout to model (None: one per worker)
+    fan_in: int = 2
+    workers: int = 1  # real workers of the calibrated cluster
+    cores: int | None = None
+    measurements: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["constants"] = perfmodel.constants_to_dict(self.constants)
+        out["network"] = list(self.network)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Calibration":
+        """A calibration, or a bare dict of :class:`perfmodel.Constants` fields."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a calibration is a JSON object, got {type(data).__name__}")
+        if "constants" not in data:  # constants given by hand for a cluster not at hand
+            return cls(perfmodel.constants_from_dict(data))
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown calibration fields {unknown}; valid: {sorted(names)}")
+        values = dict(data)
+        values["constants"] = perfmodel.constants_from_dict(values["constants"])
+        values["network"] = tuple(values.get("network") or ())
+        return cls(**values)
+
+    def save(self, path) -> None:
+        with open(path, "w") as fh:
+            json.dump(self.to_dict(), fh, indent=2)
+
+    @classmethod
+    def load(cls, path) -> "Calibration":
+        with open(path) as fh:
+            try:
+                data = json.load(fh)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path} is not JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | None = None,
+              fan_in: int = 2, n_test: int = 0, repeats: int = 7, rounds: int = 25,
+              p_values=(1, 2, 4, 8, 16, 32, 64), sizes=None, spin_seconds: float = 0.02
+              ) -> Calibration:
+    """All of 001's constants for ``net`` on this cluster, in one :class:`Calibration`.
+
+    The per-pattern constants are timed on the first worker (single-threaded, with the
+    cluster's malloc settings), from at most ``4 * block`` (>= 2000) rows of ``X``;
+    then :func:`measure_head` and :func:`measure_reduce` (vectors of w/10, w and 4w
+    weights by default) run on all ``workers``. ``n_patterns`` is ``len(X)``.
+    """
+    workers = _workers(client, workers)
+    n_rows = min(len(X), max(4 * int(block), 2000))
+    data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1])
+    on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,
+                              workers=workers[:1], pure=False)
+    local = on_worker.result()
+    del on_worker, data
+    head = measure_head(client, workers, p_values=p_values, spin_seconds=spin_seconds,
+                        rounds=rounds, fan_in=fan_in)
+    w = net.n_params
+    sizes = sizes or sorted({max(w // 10, 1), w, 4 * w})
+    reduce_samples: list = []
+    tw, ti = (0.0, 0.0)
+    if len(workers) >= 2:
+        tw, ti = measure_reduce(client, sizes, workers, fan_in, head=head, rounds=rounds,
+                                spin_seconds=spin_seconds, samples=reduce_samples)
+    constants = dataclasses.replace(local, tw_seconds_per_weight=tw, ti_seconds=ti,
+                                    th0_seconds=head.th0_seconds, th1_seconds=head.th1_seconds,
+                                    tq_seconds=head.tq_seconds)
+    return Calibration(constants, tuple(net.sizes), w, len(X), int(n_test), int(block), n_shards,
+                       fan_in, len(workers), os.cpu_count(),
+                       {"head": [list(s) for s in head.samples],
+                        "reduce": [list(s) for s in reduce_samples],
+                        "load_average": list(os.getloadavg())})

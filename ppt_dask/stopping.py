@@ -1,0 +1,92 @@
+"""The stopping rule of seed 000 (section 4.1), as pure bookkeeping on the head.
+
+000: "each process maintains an average [error] over the last k*n/p training patterns
+that it has processed ... Each process piggybacks its error estimate onto the broadcast of
+its weight updates. The error estimates from all the processes are averaged ... When the
+global error estimate gets below the stopping threshold, each process tests the neural
+network on a test set of patterns to verify that the stopping condition has been met."
+
+Every shard draws the same number of patterns per round, so averaging the shards' windows
+of their last ``k * n / S`` patterns is the same as one window over the last ``k * n``
+patterns of the whole cluster: the reduce already adds the shards' error counts each
+round, and the head keeps that window here. No state lives on the workers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Stop:
+    """When to stop.
+
+    Parameters
+    ----------
+    max_epochs : float
+        Passes over the training set per try.
+    target_error : float, optional
+        Error rate (fraction of patterns wrong) to reach. When the windowed estimate is at
+        or below it, the weights are verified (on ``test`` when given, else on the whole
+        training set) before the run stops as learned.
+    window_epochs : float
+        ``k`` of 000: the estimate covers the last ``k * n`` patterns processed (k between
+        1 and 10 in 000). Rounds that see the whole set (learning by epoch) need no window.
+    test : (X_test, y_test), optional
+        Held on the head; verifies the target and gives ``test_accuracy`` at the end.
+    restarts : int
+        Further tries from new random weights when a try reaches ``max_epochs`` without
+        learning (000: "restart with new random weights when a try fails").
+    """
+
+    max_epochs: float = 100
+    target_error: float | None = None
+    window_epochs: float = 1.0
+    test: tuple | None = field(default=None, repr=False)
+    restarts: int = 0
+
+    def __post_init__(self):
+        if not (isinstance(self.max_epochs, (int, float)) and math.isfinite(self.max_epochs)
+                and self.max_epochs > 0):
+            raise ValueError(f"max_epochs must be a positive number, got {self.max_epochs!r}")
+        if self.target_error is not None and not 0 <= self.target_error < 1:
+            raise ValueError(f"target_error must be in [0, 1), got {self.target_error!r}")
+        if not (isinstance(self.window_epochs, (int, float)) and self.window_epochs > 0):
+            raise ValueError(f"window_epochs must be > 0, got {self.window_epochs!r}")
+        if isinstance(self.restarts, bool) or int(self.restarts) != self.restarts or self.restarts < 0:
+            raise ValueError(f"restarts must be an integer >= 0, got {self.restarts!r}")
+
+
+class ErrorEstimate:
+    """The error rate over the most recent ``window_patterns`` patterns seen.
+
+    >>> e = ErrorEstimate(window_patterns=10)
+    >>> e.add(n_wrong=4, n=5); e.add(n_wrong=0, n=5); e.rate
+    0.4
+    >>> e.add(n_wrong=0, n=5); e.rate   # the first round has left the window
+    0.0
+    """
+
+    def __init__(self, window_patterns: float):
+        self.window = window_patterns
+        self.rounds: deque[tuple[float, float]] = deque()
+        self.wrong = self.seen = 0.0
+
+    def add(self, n_wrong: float, n: float) -> None:
+        self.rounds.append((n_wrong, n))
+        self.wrong += n_wrong
+        self.seen += n
+        while len(self.rounds) > 1 and self.seen - self.rounds[0][1] >= self.window:
+            w, k = self.rounds.popleft()
+            self.wrong -= w
+            self.seen -= k
+
+    @property
+    def full(self) -> bool:
+        return self.seen >= self.window
+
+    @property
+    def rate(self) -> float:
+        return self.wrong / self.seen if self.seen else math.nan

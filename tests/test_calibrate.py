@@ -1,0 +1,179 @@
+"""Calibration of 001's run-time model on real code and a real cluster, and its CLI."""
+
+import csv
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+from ppt_dask import calibrate, perfmodel as pm
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ppt_dask.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    rng = np.random.default_rng(0)
+    X = rng.random((600, 64))
+    y = rng.integers(0, 10, 600)
+    return ppt.MLP((64, 64, 10), hidden="tanh", output="softmax"), X, y
+
+
+def test_measure_constants_on_tiny_data_positive_and_finite(tiny):
+    net, X, y = tiny
+    c = calibrate.measure_constants(net, X, y, block=128, repeats=3)
+    values = pm.constants_to_dict(c)
+    assert all(math.isfinite(v) and v >= 0 for v in values.values())
+    assert c.tf_seconds > 0 and c.tb_seconds > 0 and c.tu_seconds > 0 and c.tm_seconds > 0
+    # the per-pattern lines hold at the block they were fitted around, within noise
+    t = min(_time(lambda: net.loss_grad_stats(net.init_params(0), X[:256], y[:256])) for _ in range(5))
+    predicted = c.tc_seconds + 256 * (c.tf_seconds + c.tb_seconds)
+    assert 0.2 < predicted / t < 5
+    assert (c.tw_seconds_per_weight, c.th0_seconds, c.tq_seconds) == (0.0, 0.0, 0.0)
+
+
+def _time(fn):
+    import time
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(block=0), "block must be an integer in 1..600, got 0"),
+    (dict(block=601), "block must be an integer in 1..600, got 601"),
+    (dict(block=8, repeats=0), "repeats must be a positive integer, got 0"),
+])
+def test_measure_constants_bad_input(tiny, kwargs, match):
+    net, X, y = tiny
+    with pytest.raises(ValueError, match=match):
+        calibrate.measure_constants(net, X, y, **kwargs)
+
+
+def test_measure_reduce_recovers_a_positive_bandwidth_term(client4, workers4):
+    rows: list = []
+    tw, ti = calibrate.measure_reduce(client4, [1_000, 400_000], workers4, fan_in=2, rounds=8,
+                                      warmup=2, spin_seconds=0.01, samples=rows)
+    assert tw > 0 and ti >= 0
+    # 3.2 MB over loopback, a level or two of the tree plus the weights' fan-out: between
+    # 0.1 GB/s and 100 GB/s per level is plausible on any machine
+    assert 8 / 100e9 < tw < 8 / 0.1e9
+    assert sorted({r[0] for r in rows}) == [2, 3, 4] and len(rows) == 6
+
+
+def test_measure_head_fits_tasks_per_round(client4, workers4):
+    head = calibrate.measure_head(client4, workers4[:2], p_values=(1, 2, 4), spin_seconds=0.006,
+                                  rounds=8, warmup=2)
+    assert head.th0_seconds + head.th1_seconds * pm.tasks_per_round(2) > 0
+    assert head.tq_seconds >= 0
+    assert [s[0] for s in head.samples] == [1, 2, 4, 1, 2]  # three spun sizes, then tq probes
+    assert [s[1] for s in head.samples][:3] == [4, 5, 9]
+
+
+def test_probe_rounds_leave_no_keys_behind(client4, workers4):
+    from conftest import scheduler_keys
+
+    periods = calibrate.probe_rounds(client4, workers4[:2], 4, 100, 0.0, rounds=5, warmup=1)
+    assert periods.shape == (4,) and (periods > 0).all()
+    assert scheduler_keys(client4) == []
+
+
+def test_calibration_json_round_trip(tmp_path):
+    c = dataclasses.replace(pm.PAPER_CONSTANTS["messner", "digits"], th0_seconds=0.01, tq_seconds=0.003)
+    cal = calibrate.Calibration(c, (784, 64, 64, 10), 55050, 60000, 10000, 1000, 8, 2, 2, 2,
+                                {"head": [[1, 4, 0.02, 0.035]]})
+    path = tmp_path / "calib.json"
+    cal.save(path)
+    assert calibrate.Calibration.load(path) == cal
+    # a bare dict of constants (a cluster the user does not have) loads too
+    path.write_text(json.dumps(pm.constants_to_dict(c)))
+    bare = calibrate.Calibration.load(path)
+    assert bare.constants == c and bare.n_patterns is None
+    path.write_text(json.dumps({**cal.to_dict(), "colour": "red"}))
+    with pytest.raises(ValueError, match=r"unknown calibration fields \['colour'\]"):
+        calibrate.Calibration.load(path)
+
+
+@pytest.fixture
+def calibration_file(tmp_path):
+    c = dataclasses.replace(pm.PAPER_CONSTANTS["bat_cave", "function"], th0_seconds=0.01, th1_seconds=0.0005)
+    cal = calibrate.Calibration(c, (2, 128, 128, 1), 16768, 1024, 128, 64, None, 2, 2, 2)
+    path = tmp_path / "calib.json"
+    cal.save(path)
+    return path
+
+
+def test_cli_predict_prints_table_vii(calibration_file):
+    proc = run_cli("model", "predict", "--calibration", str(calibration_file), "--p", "2,4,8",
+                   "--block", "16,32,64,128", "--shards", "none", "--n-weights", "16768", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Predicted speedup S(p)" in out and "| block | p=2 | p=4 | p=8 |" in out
+    # with th0 + th1*tasks added, b = 128 still beats p = 1 (Table VII: 1.48, 1.67, 1.54)
+    row = next(line for line in out.splitlines() if line.startswith("| 128 |"))
+    assert all(float(v) > 1 for v in row.strip("|").split("|")[1:])
+
+
+def test_cli_recommend_with_constants_by_hand(tmp_path):
+    hand = tmp_path / "cluster.json"
+    hand.write_text(json.dumps(pm.constants_to_dict(pm.PAPER_CONSTANTS["bat_cave", "function"])))
+    out_json = tmp_path / "rec.json"
+    proc = run_cli("model", "recommend", "--constants", str(hand), "--n-patterns", "1024",
+                   "--n-test", "128", "--n-weights", "16768", "--p-max", "8",
+                   "--blocks", "4,8,16,32,64", "--json", str(out_json), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "recommended: block 64 on 2 workers" in proc.stdout  # 001 Table VII at b = 64
+    rec = json.loads(out_json.read_text())
+    assert rec["recommended"]["p"] == 2
+    assert 32 < rec["smallest_block_for_speedup"]["2"] <= 64  # 001: "no speedup below ~50"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["recommend", "--constants", "{hand}"], "pass --n-patterns and --network"),
+    (["predict", "--calibration", "{missing}"], "no such file"),
+    (["predict", "--calibration", "{cal}", "--block", "5000"], "--block must be <= n_patterns = 1024"),
+])
+def test_cli_bad_input_exits_2(tmp_path, calibration_file, args, message):
+    hand = tmp_path / "hand.json"
+    hand.write_text(json.dumps(pm.constants_to_dict(pm.PAPER_CONSTANTS["messner", "encoder"])))
+    paths = dict(hand=hand, missing=tmp_path / "nope.json", cal=calibration_file)
+    proc = run_cli("model", *[a.format(**paths) for a in args], timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_cli_calibrate_writes_a_usable_file(tmp_path):
+    out = tmp_path / "calib.json"
+    proc = run_cli("model", "calibrate", "encoder", "--workers", "2", "--block", "64",
+                   "--rounds", "6", "--p-values", "1,2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    cal = calibrate.Calibration.load(out)
+    assert cal.network == (256, 8, 256) and cal.n_patterns == 256 and cal.workers == 2
+    assert cal.constants.tf_seconds > 0 and cal.constants.th0_seconds + cal.constants.th1_seconds > 0
+    proc = run_cli("model", "predict", "--calibration", str(out), "--p", "1,2", "--block", "64,256")
+    assert proc.returncode == 0 and "| 256 |" in proc.stdout, proc.stderr
+
+
+def test_validation_script_quick(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "graphs" / "validate_model.py"), "--quick",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "validate_model.md").read_text()
+    assert "Mean absolute prediction error" in report
+    with open(tmp_path / "validate_model.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["program"] for r in rows} == {"serial", "dask"}
+    assert {int(r["p"]) for r in rows if r["program"] == "dask"} == {1, 2}
+    assert all(float(r["measured"]) > 0 and float(r["predicted"]) > 0 for r in rows)
+    assert (tmp_path / "speedup_model.html").stat().st_size > 1000
+    assert calibrate.Calibration.load(tmp_path / "calibration.json").n_weights == 55050

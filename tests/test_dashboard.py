@@ -1,0 +1,227 @@
+"""The view: the standalone report and the live page, looked at in a real headless Chromium.
+
+The browser is Debian's ``chromium`` driven through ``chromedriver`` (selenium). Without
+them the browser tests are skipped on a developer's machine and fail under CI (``.ci/run``
+installs them). Screenshots go to ``artifacts/`` (not versioned).
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+from ppt_dask.diagnostics import slow_gradients
+
+ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "artifacts"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1400,1000")
+SOURCE_LENGTHS = """
+const doc = (window.Bokeh && Bokeh.documents.length) ? Bokeh.documents[0] : null;
+if (!doc) return null;
+const get = (name) => doc.get_model_by_name(name);
+if (!get('ppt-rounds') || !get('ppt-curves') || !get('ppt-phases')) return null;
+return {rounds: get('ppt-rounds').get_length(),
+        losses: Array.from(get('ppt-curves').data.loss).filter(Number.isFinite).length,
+        phases: get('ppt-phases').source.get_length()};
+"""
+
+
+@pytest.fixture
+def browser(tmp_path):
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium")
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser tests need {missing} (.ci/run installs them)")
+        pytest.skip(f"no {missing}: apt-get install chromium chromium-driver; pip install selenium")
+    os.environ.setdefault("SE_OFFLINE", "true")  # selenium must not look for drivers online
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    driver.set_script_timeout(10)
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver, script, ready, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = driver.execute_script(script)
+        if value is not None and ready(value):
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"page not ready after {timeout} s: {value}")
+        time.sleep(0.5)
+
+
+def keep_screenshot(driver, tmp_path, name):
+    path = tmp_path / name
+    driver.save_screenshot(str(path))
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(path, ARTIFACTS / name)
+    assert path.stat().st_size > 10_000  # a picture, not a blank page
+    return path
+
+
+def _data(n=256, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 6))
+    return X, (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def finished_run(client4, workers4):
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        yield ppt.train(ppt.MLP((6, 8, 2), hidden="tanh", output="softmax"), shards,
+                        ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6))
+    finally:
+        ppt.exit_data(shards)
+
+
+def test_report_is_one_self_contained_file_with_the_run_in_it(finished_run, tmp_path):
+    path = tmp_path / "run.html"
+    finished_run.report(path)
+    text = path.read_text()
+    assert not re.search(r"<(script|link)[^>]+(src|href)=[\"']https?:", text)  # no network
+    docs = re.search(r'<script type="application/json" id="[^"]+">\s*(.+?)\s*</script>', text, re.S)
+    models = json.dumps(json.loads(docs.group(1)))
+    assert '"ppt-rounds"' in models and '"ppt-curves"' in models and '"ppt-phases"' in models
+    for shown in ("network", "6-8-2", "strategy_settings", "Flat profile", "ms/round"):
+        assert shown in text
+
+
+def test_report_opens_in_a_browser_without_a_server(finished_run, browser, tmp_path):
+    path = tmp_path / "run.html"
+    finished_run.report(path)
+    browser.get(path.as_uri())
+    got = wait_for(browser, SOURCE_LENGTHS, lambda v: v["rounds"] > 0, timeout=30)
+    assert got == {"rounds": 6, "losses": 6, "phases": 9}
+    keep_screenshot(browser, tmp_path, "report.png")
+
+
+class _Enough(Exception):
+    """Raised from the progress callback to end the background run."""
+
+
+def test_live_page_shows_the_run_while_it_trains(browser, tmp_path):
+    client = ppt.connect(n_workers=2, dashboard_address="127.0.0.1:0")
+    stop, failure = threading.Event(), []
+    try:
+        url = ppt.cluster.page_url(client)
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/ppt")  # localhost only
+        X, y = _data()
+        shards = ppt.enter_data(client, X, y, n_shards=4)
+        strategy = slow_gradients(ppt.Sync(lr=0.5), shards, 0.02)
+
+        def progress(record):
+            if stop.is_set():
+                raise _Enough
+
+        def run():
+            try:
+                ppt.train(ppt.MLP((6, 8, 2), hidden="tanh", output="softmax"), shards, strategy,
+                          ppt.Stop(max_epochs=3000), progress=progress)
+            except _Enough:
+                pass
+            except Exception as exc:  # seen by the test below
+                failure.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        browser.get(url)
+        got = wait_for(browser, SOURCE_LENGTHS, lambda v: v["rounds"] >= 10 and v["losses"] >= 10,
+                       timeout=45)
+        assert got["phases"] == 9
+        time.sleep(1.5)  # one more redraw, so the screenshot shows a run in progress
+        assert browser.execute_script(SOURCE_LENGTHS)["rounds"] > got["rounds"]  # live
+        summary = browser.execute_script("return Bokeh.documents[0].get_model_by_name('ppt-summary').text")
+        assert "of the workers' time not computing gradients" in summary
+        keep_screenshot(browser, tmp_path, "dashboard.png")
+        assert thread.is_alive() and not failure
+    finally:
+        stop.set()
+        if "thread" in locals():
+            thread.join(timeout=60)
+        if "shards" in locals():
+            ppt.exit_data(shards)
+        ppt.cluster.close(client)
+    assert not failure, failure
+
+
+def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path):
+    report, trace, out = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "s.json"
+    proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2",
+                           "--epochs", "30", "--report", str(report), "--trace", str(trace),
+                           "--json", str(out), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "percent_not_gradient=" in proc.stdout
+    summary = json.loads(out.read_text())
+    assert 0 < summary["percent_not_gradient"] < 100 and summary["median_head_submit_ms"] > 0
+    assert report.stat().st_size > 100_000
+    assert len(json.loads(trace.read_text())["traceEvents"]) > 30 * 5
+
+
+def test_cli_checks_the_report_folder_before_any_work(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--report",
+                           str(tmp_path / "no" / "r.html")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--report" in proc.stderr
+
+
+def test_a_scheduler_started_with_the_preload_serves_the_page(tmp_path):
+    """``dask scheduler --preload ppt_dask.dashboard``: page at /ppt, records for the report."""
+    import urllib.request
+
+    dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+    scheduler_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([*dask, "--preload", "ppt_dask.dashboard", "--host", "127.0.0.1",
+                               "--port", "0", "--dashboard-address", "127.0.0.1:0",
+                               "--scheduler-file", str(scheduler_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 30
+        while not scheduler_file.exists() or not scheduler_file.read_text().strip():
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address,
+                                       "--nthreads", "1", "--host", "127.0.0.1", "--no-nanny"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        client = ppt.connect(address)
+        try:
+            client.wait_for_workers(1, timeout=30)
+            url = ppt.cluster.page_url(client)
+            assert url.startswith("http://127.0.0.1:")
+            page = urllib.request.urlopen(url, timeout=30).read().decode()
+            assert "render_items" in page  # a bokeh document (an unknown route would be a 404)
+            X, y = _data()
+            shards = ppt.enter_data(client, X, y, n_shards=2)
+            result = ppt.train(ppt.MLP((6, 4, 2)), shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
+            ppt.exit_data(shards)
+            assert [r["round"] for r in result.breakdown()] == [0, 1, 2]
+        finally:
+            client.close()
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)

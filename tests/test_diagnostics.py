@@ -1,0 +1,221 @@
+"""Where the time goes: the pure transforms (no cluster, no bokeh), then honesty on a real cluster."""
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppt_dask.breakdown import (PHASES, TaskRecord, bar_columns, breakdown, curve_columns,
+                                format_table, phase_table, summarize, trace_events)
+
+A, B = "tcp://a:1", "tcp://b:1"
+
+
+def task(key, worker, sent, done, compute, rnd=0, prefix="ppt-grad", io=(), deps=(), nbytes=100,
+         submitted=1.0, gen=0):
+    return TaskRecord(key, prefix, "0a1b2c3d", gen, rnd, worker, submitted, sent, done, compute,
+                      nbytes, tuple(deps), tuple(io))
+
+
+def worked_round():
+    """One round on two workers, worked out by hand (seconds on the scheduler's clock).
+
+    A: head 0.9-1.0, sent grad 1.0, computes 1.1-1.5; update sent 1.5, fetches 1.53-1.55,
+       computes 1.55-1.6.      -> head .1, scheduler .13, gradient .4, transfer .02, update .05
+    B: head 0.9-1.0, sent grad 1.0, fetches 1.05-1.1, computes 1.1-1.3, then waits until 1.6
+                               -> head .1, scheduler .05, transfer .05, gradient .2, idle .3
+    """
+    return [task("g0", A, 1.0, 1.5, 0.4),
+            task("g1", B, 1.0, 1.3, 0.2, io=[("transfer", 0.05, A)]),
+            task("u", A, 1.5, 1.6, 0.05, prefix="ppt-update", io=[("transfer", 0.02, B)],
+                 deps=["g0", "g1"], nbytes=8)]
+
+
+def test_a_round_worked_by_hand():
+    heads = [{"gen": 0, "round": 0, "head_seconds": 0.1, "wall_seconds": 0.71, "loss": 0.5,
+              "error_rate": 0.25, "patterns": 64, "epoch": 1.0}]
+    (row,) = breakdown(worked_round(), heads)
+    expected = {"head": 0.1, "scheduler": 0.09, "gradient": 0.3, "transfer": 0.035, "update": 0.025,
+                "idle": 0.15, "reduce": 0.0, "evaluate": 0.0, "other": 0.0}
+    assert row["wall"] == pytest.approx(0.7)
+    for phase, seconds in expected.items():
+        assert row[phase] == pytest.approx(seconds, abs=1e-12), phase
+    assert row["transfer_bytes"] == 100  # g1's result went from B to A; g0 stayed on A
+    assert row["workers"] == 2 and row["loss"] == 0.5 and row["head_submit_seconds"] == 0.1
+    assert row["patterns_per_second"] == pytest.approx(64 / 0.71)
+
+
+def test_the_second_round_starts_where_the_first_ended():
+    first = worked_round()
+    second = [task("g0'", A, 1.65, 2.0, 0.3, rnd=1, submitted=1.2),
+              task("g1'", B, 1.65, 2.1, 0.4, rnd=1, submitted=1.2),
+              task("u'", A, 2.1, 2.2, 0.05, rnd=1, prefix="ppt-update", deps=["g0'", "g1'"])]
+    rows = breakdown(first + second)
+    assert [r["round"] for r in rows] == [0, 1]
+    assert rows[1]["wall"] == pytest.approx(0.6)  # 1.6 -> 2.2
+    assert rows[1]["head"] == 0.0  # the graph was there before the round began (pipelined)
+    # 1.6-1.65: no task of either worker had been sent yet: idle
+    # and each worker waits 0.1 s more for the other or for the update
+    assert rows[1]["idle"] == pytest.approx(0.15)
+
+
+def test_only_rounds_the_head_completed_get_a_row():
+    tasks = worked_round() + [task("g9", A, 2.0, 2.5, 0.4, rnd=1)]  # round 1 was cancelled
+    rows = breakdown(tasks, [{"gen": 0, "round": 0, "head_seconds": 0.0}])
+    assert [r["round"] for r in rows] == [0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.floats(0, 5), st.floats(0, 2),
+                          st.floats(0, 1), st.floats(0, 0.5), st.sampled_from(["ppt-grad", "ppt-reduce",
+                                                                                "ppt-update", "ppt-x"])),
+                min_size=1, max_size=25))
+def test_phases_add_up_to_the_wall_time_and_none_is_negative(specs):
+    tasks = []
+    for i, (w, rnd, sent, length, compute_share, io, prefix) in enumerate(specs):
+        tasks.append(task(f"k{i}", f"w{w}", sent, sent + length, compute_share * length, rnd=rnd,
+                          prefix=prefix, io=[("transfer", io * length, None)], submitted=sent * 0.5))
+    for row in breakdown(tasks):
+        assert all(row[p] >= -1e-12 for p in PHASES)
+        assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"], abs=1e-9)
+
+
+def test_phase_table_summary_and_columns():
+    rows = breakdown(worked_round(), [{"gen": 0, "round": 0, "head_seconds": 0.1, "loss": 1.0}])
+    table = phase_table(rows)
+    assert [e["phase"] for e in table][:2] == ["gradient", "idle"]
+    assert sum(e["percent"] for e in table) == pytest.approx(100.0)
+    assert table[-1]["cumulative_seconds"] == pytest.approx(0.7)
+    assert "ms/round" in format_table(table)
+    s = summarize(rows)
+    assert s["percent_not_gradient"] == pytest.approx(100 * (1 - 0.3 / 0.7))
+    assert s["median_head_submit_ms"] == pytest.approx(100.0)
+    cols = bar_columns(rows)
+    assert cols["reduce"] == [pytest.approx(25.0)]  # reduce + update, in ms
+    assert sum(cols[n][0] for n in ("gradient", "reduce", "other", "transfer", "scheduler", "head", "idle")) \
+        == pytest.approx(cols["wall_ms"][0])
+    assert math.isnan(curve_columns([{"round": 0, "loss": None}])["loss"][0])
+
+
+def test_trace_has_a_track_per_worker_plus_the_head_and_is_json():
+    heads = [{"gen": 0, "round": 0, "head_seconds": 0.1, "loss": 0.5}]
+    trace = trace_events(worked_round(), heads, {"network": "5-8-2"})
+    text = json.dumps(trace, allow_nan=False)
+    events = json.loads(text)["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {"head", A, B}
+    spans = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    submit = next(e for e in spans if e["tid"] == 0)
+    assert submit["ts"] == 0 and submit["dur"] == pytest.approx(1e5)  # 0.9 -> 1.0 s
+    grad = next(e for e in spans if e["args"].get("key") == "g0")
+    assert grad["ts"] == pytest.approx(2e5) and grad["dur"] == pytest.approx(4e5)  # 1.1 -> 1.5 s
+
+
+def test_records_and_transforms_do_without_bokeh_and_the_transforms_without_dask():
+    code = ("import sys, ppt_dask, ppt_dask.diagnostics, ppt_dask.breakdown; "
+            "print('bokeh' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+    import ast
+    import ppt_dask.breakdown
+    tree = ast.parse(open(ppt_dask.breakdown.__file__).read())
+    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in (n.names if isinstance(n, ast.Import) else [None])}
+    assert not {m for m in imported if m and m.split(".")[0] in ("dask", "distributed", "bokeh", "numpy")}
+
+
+def test_only_the_dashboard_module_imports_bokeh():
+    import pathlib
+
+    import ppt_dask
+    users = sorted(p.name for p in pathlib.Path(ppt_dask.__file__).parent.glob("*.py")
+                   if "import bokeh" in p.read_text() or "from bokeh" in p.read_text())
+    assert users == ["dashboard.py"]
+
+
+def test_collector_memory_is_bounded():
+    from ppt_dask.diagnostics import Collector
+
+    c = Collector(max_tasks=50, max_runs=2)
+    for run in ("00000001", "00000002", "00000003"):
+        log = c.run_log(run)
+    for i in range(120):
+        log.add_task(task(f"k{i}", A, i, i + 1, 0.5))
+    assert list(c.runs) == ["00000002", "00000003"]
+    assert len(log.tasks) == 50 and log.dropped == 70 and log.tasks[0].key == "k70"
+
+
+# ---- on a real cluster --------------------------------------------------------------------
+
+
+def _data(n=256, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 6))
+    return X, (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+
+
+def _run(client, workers, delay, slots=None, rounds=7):
+    import ppt_dask as ppt
+    from ppt_dask.diagnostics import slow_gradients
+
+    X, y = _data()
+    shards = ppt.enter_data(client, X, y, n_shards=8, workers=workers)
+    net = ppt.MLP((6, 8, 2), hidden="tanh", output="softmax")
+    strategy = slow_gradients(ppt.Sync(lr=0.5), shards, delay, slots=slots)
+    try:
+        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=rounds))
+    finally:
+        ppt.exit_data(shards)
+    rows = result.breakdown()[1:]  # round 0 also pays for placing the first weights
+    assert len(rows) == rounds - 1
+    return result, rows
+
+
+def test_breakdown_is_honest_with_a_known_compute_cost(client4, workers4):
+    """Each gradient task sleeps 0.15 s: the reported gradient time and share match that
+    cost within 10%, and the parts add up to the wall time the head measured within 5%."""
+    delay = 0.15
+    result, rows = _run(client4, workers4, delay)
+    head_wall = sum(r["head_wall_seconds"] for r in rows)
+    wall = sum(r["wall"] for r in rows)
+    for r in rows:
+        assert sum(r[p] for p in PHASES) == pytest.approx(r["wall"], rel=1e-9)
+    assert abs(wall - head_wall) / head_wall < 0.05, (wall, head_wall)
+    assert statistics.median(r["gradient"] for r in rows) == pytest.approx(delay, rel=0.10)
+    share = sum(r["gradient"] for r in rows) / wall
+    expected_share = delay * len(rows) / head_wall
+    assert share == pytest.approx(expected_share, rel=0.10), (share, expected_share)
+    assert summarize(rows)["percent_not_gradient"] == pytest.approx(100 * (1 - share))
+    assert result.diagnostics.head_cost_seconds < 1e-3  # the recorder's own head time per round
+    print(f"gradient share {share:.4f} (expected {expected_share:.4f}); parts {wall:.4f} s, "
+          f"head measured {head_wall:.4f} s")
+
+
+def test_a_straggler_shows_as_idle_on_the_other_workers(client4, workers4):
+    delay = 0.15
+    _, rows = _run(client4, workers4[:2], delay, slots=[0], rounds=5)
+    # slot 0 computes for 0.15 s while slot 1 waits: half the time is idle on average
+    assert statistics.median(r["gradient"] for r in rows) == pytest.approx(delay / 2, rel=0.10)
+    assert statistics.median(r["idle"] for r in rows) >= 0.9 * delay / 2
+
+
+def test_trace_and_records_of_a_real_run(client4, workers4, tmp_path):
+    result, _ = _run(client4, workers4[:2], 0.0, rounds=4)
+    records = result.diagnostics
+    prefixes = {t.prefix for t in records.tasks}
+    assert {"ppt-grad", "ppt-update", "ppt-weights", "ppt-stats"} <= prefixes
+    assert {t.worker for t in records.tasks if t.prefix == "ppt-grad"} == set(workers4[:2])
+    path = tmp_path / "trace.json"
+    result.trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert tracks == {"head", *workers4[:2]}
+    assert sum(1 for e in events if e.get("name") == "submit round") == 4

@@ -1,0 +1,252 @@
+"""PPTClassifier and PPTRegressor: scikit-learn's own estimator checks, Pipeline and
+GridSearchCV, dask-array input, a fit with no client around, and MNIST.
+
+scikit-learn is a test extra: the estimators never import it (checked in a fresh process).
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import ppt_dask as ppt
+from ppt_dask import PPTClassifier, PPTRegressor
+
+
+def blobs(n=300, seed=0, k=3):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=4.0, size=(k, 4))
+    y = rng.integers(0, k, n)
+    return centers[y] + rng.normal(size=(n, 4)), y
+
+
+# ---- first, while no client of this module exists ------------------------------------------
+
+NO_CLIENT_SCRIPT = textwrap.dedent("""
+    import json, sys, time, warnings
+    import numpy as np, psutil
+    import ppt_dask as ppt
+    assert "sklearn" not in sys.modules, "importing ppt_dask imported scikit-learn"
+    from distributed import default_client
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3)); y = (X[:, 0] > 0).astype(int)
+    clf = ppt.PPTClassifier(hidden_layer_sizes=(8,), max_iter=5, n_workers=2, random_state=0)
+    try:
+        clf.predict(X)
+    except ValueError as exc:   # not fitted: a ValueError (and AttributeError) without sklearn
+        unfitted = type(exc).__name__
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    try:
+        default_client()
+        left_client = True
+    except ValueError:
+        left_client = False
+    def workers():  # multiprocessing's resource tracker lives until the interpreter exits
+        return [p for p in psutil.Process().children(recursive=True)
+                if "resource_tracker" not in " ".join(p.cmdline())]
+    deadline = time.monotonic() + 30
+    while workers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print(json.dumps({"score": clf.score(X, y), "unfitted": unfitted, "left_client": left_client,
+                      "children": len(workers()),
+                      "sklearn": "sklearn" in sys.modules}))
+""")
+
+
+def test_fit_with_no_client_starts_and_closes_a_local_cluster():
+    """Worker processes are started for the fit and none is left after it."""
+    out = subprocess.run([sys.executable, "-c", NO_CLIENT_SCRIPT], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report == {"score": pytest.approx(report["score"]), "unfitted": "NotFittedError",
+                      "left_client": False, "children": 0, "sklearn": False}
+    assert report["score"] > 0.9
+
+
+def test_bad_hyper_parameters_fail_before_any_cluster_work():
+    """A ValueError naming the value, raised before connecting (the address is dead)."""
+    X, y = blobs(50)
+    dead = "tcp://127.0.0.1:9"
+    cases = [({"learning_rate_init": -1.0}, "-1.0"), ({"momentum": 1.5}, "1.5"),
+             ({"hidden_layer_sizes": (10, 0)}, "0"), ({"activation": "swish"}, "swish"),
+             ({"strategy": "nope"}, "nope"), ({"batch_size": 0}, "0"), ({"max_iter": 2.5}, "2.5"),
+             ({"dtype": "int8"}, "int8"), ({"strategy_params": {"local_epoch": -3}, "strategy": "ppt"}, "-3"),
+             ({"scheduler": "not an address"}, "not an address")]
+    for params, shown in cases:
+        with pytest.raises(ValueError, match=shown.replace("(", r"\(")):
+            PPTClassifier(scheduler=dead).set_params(**params).fit(X, y)
+    bad_X = X.copy()
+    bad_X[3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"X\[3, 1\] = nan"):
+        PPTClassifier(scheduler=dead).fit(bad_X, y)
+    with pytest.raises(ValueError, match="continuous"):
+        PPTClassifier(scheduler=dead).fit(X, y + 0.5)
+    with pytest.raises(ValueError, match="y has 49 rows but X has 50"):
+        PPTRegressor(scheduler=dead).fit(X, y[:-1])
+    with pytest.raises(ValueError, match="classes must be passed"):
+        PPTClassifier(scheduler=dead).partial_fit(X, y)
+
+
+# ---- one shared in-process cluster for everything below -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two worker threads; the newest client is the default one, which fit finds."""
+    client = ppt.connect(n_workers=2, processes=False, dashboard_address=None)
+    client.wait_for_workers(2, timeout=30)
+    yield client
+    ppt.cluster.close(client)
+
+
+# Small and quick: scikit-learn's checks fit a few hundred times.
+FAST = dict(hidden_layer_sizes=(8,), max_iter=10, learning_rate_init=0.3, random_state=0)
+
+
+@parametrize_with_checks([PPTClassifier(**FAST), PPTRegressor(**{**FAST, "learning_rate_init": 0.1, "batch_size": 50})])
+def test_sklearn_contract(estimator, check, client):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Maximum iterations")
+        check(estimator)
+
+
+def test_pipeline_and_grid_search(client):
+    X, y = blobs(240)
+    X = X * 50 + 200  # unscaled: the scaler in front matters
+    pipe = Pipeline([("scale", StandardScaler()), ("clf", PPTClassifier(**FAST))])
+    search = GridSearchCV(pipe, {"clf__hidden_layer_sizes": [(4,), (16,)]}, cv=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search.fit(X, y)
+    assert search.best_params_["clf__hidden_layer_sizes"] in [(4,), (16,)]
+    assert search.best_estimator_.named_steps["clf"].coefs_[0].shape[0] == 4
+    assert search.score(X, y) > 0.9
+    assert search.best_estimator_.predict_proba(X).shape == (240, 3)
+
+
+def test_fit_is_reproducible_and_clone_keeps_parameters(client):
+    X, y = blobs(200, k=2)
+    a = PPTClassifier(**FAST).fit(X, y)
+    b = clone(a).fit(X, y)
+    np.testing.assert_array_equal(a.params_, b.params_)
+    assert b.get_params() == a.get_params() and b.n_shards_ == 2
+    # coefs_ and intercepts_ are the flat vector's layers, sklearn's shapes
+    assert [W.shape for W in a.coefs_] == [(4, 8), (8, 2)]
+    assert a.params_.size == sum(W.size + b.size for W, b in zip(a.coefs_, a.intercepts_))
+    assert len(a.loss_curve_) == a.n_iter_ == 10 and a.t_ == 2000
+
+
+BUILT_ON = []  # the workers that built the row blocks of a dask array (threads: one process)
+
+
+def _load_rows(X, i):
+    from distributed import get_worker
+
+    BUILT_ON.append(get_worker().address)  # get_worker raises ValueError outside a worker
+    return X[i * 100:(i + 1) * 100]
+
+
+def test_dask_arrays_stay_on_the_workers(client):
+    """The shards of a dask array are built by tasks on the workers; predictions are lazy."""
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    X, y = blobs(400)
+    BUILT_ON.clear()
+    X_d = da.concatenate([da.from_delayed(dask.delayed(_load_rows)(X, i), (100, 4), X.dtype)
+                          for i in range(4)])
+    y_d = da.from_array(y, chunks=100)
+    est = PPTClassifier(**FAST).fit(X_d, y_d)
+    ref = PPTClassifier(**FAST).fit(X, y)
+    assert len(BUILT_ON) >= 4 and set(BUILT_ON) <= set(client.scheduler_info()["workers"])
+    np.testing.assert_allclose(est.params_, ref.params_, rtol=1e-12, atol=1e-12)
+    proba = est.predict_proba(X_d)
+    assert isinstance(proba, da.Array) and proba.shape == (400, 3)
+    np.testing.assert_allclose(proba.compute(), ref.predict_proba(X), rtol=1e-12)
+    np.testing.assert_array_equal(est.predict(X_d).compute(), ref.predict(X))
+    assert est.score(X_d, y_d) == ref.score(X, y)
+
+
+def test_partial_fit_continues_one_epoch_at_a_time(client):
+    X, y = blobs(300)
+    labels = np.array(["a", "b", "c"])[y]
+    est = PPTClassifier(**FAST)
+    est.partial_fit(X[:150], labels[:150], classes=["c", "b", "a"])
+    first = est.params_.copy()
+    for _ in range(4):
+        est.partial_fit(X, labels)
+    assert list(est.classes_) == ["a", "b", "c"] and est.n_iter_ == 5
+    assert not np.array_equal(first, est.params_)
+    assert est.loss_curve_[-1] < est.loss_curve_[0]
+    assert est.score(X, labels) > 0.9
+    with pytest.raises(ValueError, match="X has 3 features, but PPTClassifier is expecting 4"):
+        est.partial_fit(X[:, :3], labels)
+    with pytest.raises(ValueError, match=r"labels \['d'\]"):
+        est.partial_fit(X[:2], np.array(["a", "d"]))
+
+
+def test_tol_rule_stops_at_the_same_epoch_as_scikit_learn(client):
+    """With a huge tol every epoch after the first is 'no improvement': MLPClassifier stops
+    when more than n_iter_no_change of them follow the first, after n_iter_no_change + 2."""
+    X, y = blobs(200)
+    est = PPTClassifier(**{**FAST, "max_iter": 50, "tol": 10.0, "n_iter_no_change": 3}).fit(X, y)
+    assert est.n_iter_ == 5 and len(est.loss_curve_) == 5
+    # one train call: the first chunk already reaches the earliest stopping epoch
+    assert [r["round"] for r in est.history_] == list(range(5))
+    with pytest.warns(UserWarning, match="Maximum iterations \\(3\\)"):
+        PPTClassifier(**{**FAST, "max_iter": 3}).fit(X, y)
+
+
+def test_regressor_multi_output_and_strategies(client):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 5))
+    Y = np.c_[X[:, 0] - X[:, 1], 0.5 * X[:, 2]]
+    for strategy, extra in [("block", None), ("epoch", None), ("ppt", {"local_epoch": 50}),
+                            ("average", {"local_epochs": 1})]:
+        est = PPTRegressor(hidden_layer_sizes=(16,), activation="tanh", max_iter=30, batch_size=100,
+                           learning_rate_init=0.05, strategy=strategy, strategy_params=extra,
+                           random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.fit(X, Y)
+        assert est.predict(X).shape == (400, 2)
+        assert est.score(X, Y) > (0.5 if strategy == "epoch" else 0.9), strategy
+
+
+def test_mnist_subset_with_default_settings(client):
+    data = ppt.datasets.mnist(n_train=6000, n_test=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = PPTClassifier(random_state=0, max_iter=15).fit(data.X, data.y)
+    assert clf.score(data.X_test, data.y_test) > 0.9
+
+
+@pytest.mark.slow
+def test_mnist_full_with_default_settings():
+    """The closing-note number: full MNIST, default settings, two worker processes."""
+    import time
+
+    data = ppt.datasets.mnist()
+    client = ppt.connect(n_workers=2, dashboard_address=None)
+    try:
+        t0 = time.perf_counter()
+        clf = PPTClassifier(random_state=0).fit(data.X, data.y)
+        seconds = time.perf_counter() - t0
+        accuracy = clf.score(data.X_test, data.y_test)
+    finally:
+        ppt.cluster.close(client)
+    print(f"\nMNIST default settings: test accuracy {accuracy:.4f}, fit {seconds:.1f} s, "
+          f"{clf.n_iter_} epochs, loss {clf.loss_curve_[-1]:.4f}")
+    assert accuracy > 0.97

@@ -1,0 +1,157 @@
+"""The algorithms of the sources on the real engine: PPT, averaging, async, stopping rule."""
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+from ppt_dask import datasets
+from ppt_dask.experiments import repeated_splits
+from ppt_dask.serial import train_serial
+from ppt_dask.stopping import ErrorEstimate
+
+
+def _data(n=96, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 5))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64) + (X[:, 3] > 1)
+    return X, y
+
+
+NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax")
+
+
+@pytest.mark.parametrize("strategy", [
+    ppt.PPT(lr=0.5, momentum=0.3, local_epoch=5),
+    ppt.Average(lr=0.2, momentum=0.9, block=4, local_epochs=1.0),
+    ppt.Average(lr=0.2, momentum=0.9, block=5, interval=7, momentum_policy="average"),
+    ppt.Average(lr=0.5, l2=0.7, sample_fraction=0.9, local_epochs=3),
+], ids=["ppt", "average-reset", "average-momentum", "average-bootstrap"])
+def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strategy):
+    X, y = _data()
+    rounds = 6
+    expected, _ = train_serial(NET, X, y, strategy, rounds=rounds, n_shards=8, seed=5)
+    for p in (1, 2, 4):
+        shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
+        epochs = rounds / strategy.check([12] * 8, 5).rounds_per_epoch(len(X))
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5)
+        ppt.exit_data(shards)
+        assert result.rounds == rounds
+        assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
+
+
+def test_ppt_on_replicated_data_draws_from_the_whole_set(client4, workers4):
+    X, y = _data()
+    strategy = ppt.PPT(lr=0.5, local_epoch=40)  # larger than any shard of 96/4 rows
+    expected, _ = train_serial(NET, X, y, strategy, rounds=4, n_shards=4, seed=2, replicate=True)
+    for p in (1, 2):
+        shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:p], replicate=True)
+        assert shards.replicated and shards.n_rows == 96
+        assert len({f.key for f in shards.futures}) == p  # one copy per worker, not per shard
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=4 * 160 / 96), seed=2)
+        ppt.exit_data(shards)
+        assert result.params.tobytes() == expected.tobytes()
+
+
+def test_ppt_learns_parity(client4, workers4):
+    d = datasets.parity(8)
+    shards = ppt.enter_data(client4, d.X, d.y, n_shards=2, workers=workers4[:2], replicate=True)
+    net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    result = ppt.train(net, shards, ppt.PPT(lr=2.0, momentum=0.9, local_epoch=64),
+                       ppt.Stop(max_epochs=3000, target_error=0.0))
+    ppt.exit_data(shards)
+    assert result.learned and (net.predict(result.params, d.X) == d.y).all()
+    assert "verified_error_rate" in result.history[-1]  # the estimate was checked first
+
+
+def test_async_converges_within_the_staleness_bound(client4, workers4):
+    d = datasets.parity(8)
+    shards = ppt.enter_data(client4, d.X, d.y, n_shards=4, workers=workers4[:2])
+    net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    strategy = ppt.Async(lr=1.0, momentum=0.9, staleness=1)
+    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=3000, target_error=0.0))
+    ppt.exit_data(shards)
+    assert result.learned
+    lags = [r["staleness"] for r in result.history]
+    assert max(lags) <= 1 and result.settings["max_staleness"] == max(lags)
+    assert {r["worker"] for r in result.history} == {0, 1}
+
+
+def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
+    """Worker 0's shards sleep 0.4 s per task (the ``Slowed`` test hook); worker 1 must
+    keep producing updates meanwhile, and worker 0's stale gradients are dropped."""
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    strategy = ppt.Slowed(ppt.Async(lr=0.2, staleness=3), seconds=0.4, shards=(0, 1))
+    result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=30))
+    ppt.exit_data(shards)
+    by_worker = [sum(1 for r in result.history if r["worker"] == w) for w in (0, 1)]
+    elapsed = result.history[-1]["elapsed_seconds"]
+    assert by_worker[1] > 5 * max(1, by_worker[0]), by_worker
+    assert by_worker[1] / elapsed > 5  # updates per second from the fast worker
+    assert max(r["staleness"] for r in result.history) <= 3
+    assert result.settings["dropped"][0] >= 1 and result.settings["dropped"][1] == 0
+
+
+def test_restarts_try_new_random_weights(client4, workers4):
+    d = datasets.parity(8)
+    shards = ppt.enter_data(client4, d.X, d.y, n_shards=2, workers=workers4[:2])
+    net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    result = ppt.train(net, shards, ppt.Sync(lr=0.01), ppt.Stop(max_epochs=3, target_error=0.0, restarts=2))
+    ppt.exit_data(shards)
+    assert not result.learned and result.settings["tries"] == 3
+    assert [r["try"] for r in result.history] == [0] * 3 + [1] * 3 + [2] * 3
+    assert result.history[3]["loss"] != result.history[0]["loss"]  # new weights
+
+
+def test_target_is_verified_on_the_test_set(client4, workers4):
+    X, y = _data(200)
+    shards = ppt.enter_data(client4, X[:150], y[:150], n_shards=4, workers=workers4[:2])
+    result = ppt.train(NET, shards, ppt.Sync(lr=0.5, momentum=0.9, block=30),
+                       ppt.Stop(max_epochs=200, target_error=0.2, test=(X[150:], y[150:])))
+    ppt.exit_data(shards)
+    assert result.learned
+    assert result.history[-1]["verified_error_rate"] <= 0.2
+    assert result.test_accuracy == pytest.approx(1 - result.history[-1]["verified_error_rate"])
+
+
+def test_error_estimate_window():
+    e = ErrorEstimate(window_patterns=100)
+    for wrong in (50, 0, 0):
+        e.add(wrong, 50)
+    assert e.full and e.rate == 0.0
+    e.add(10, 50)
+    assert e.rate == pytest.approx(10 / 100)
+
+
+def test_repeated_splits_report_mean_and_spread(client4, workers4):
+    d = datasets.digits5000()
+    X, y = d.X[::10], d.y[::10]  # 500 digits: a quick run
+    net = ppt.MLP((400, 25, 10), hidden="sigmoid", output="softmax")
+    out = repeated_splits(client4, net, X, y, ppt.Average(lr=2.0, l2=0.6987, sample_fraction=0.9,
+                                                          local_epochs=5),
+                          ppt.Stop(), n_splits=3, checkpoints=(10, 40), workers=workers4[:2])
+    assert out["accuracy"].shape == (3, 2) and len(out["wall_seconds"]) == 3
+    assert out["mean"][1] > 0.6 and np.all(out["std"] > 0)  # splits differ
+    assert out["mean"][1] > out["mean"][0]  # accuracy at epoch 40 from weights pulled then
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: ppt.PPT(local_epoch=0), "local_epoch must be a positive integer"),
+    (lambda: ppt.Average(interval=0), "interval must be a positive integer"),
+    (lambda: ppt.Average(interval=-3), "interval"),
+    (lambda: ppt.Average(local_epochs=0), "local_epochs must be > 0"),
+    (lambda: ppt.Average(momentum_policy="local"), "momentum_policy must be one of"),
+    (lambda: ppt.Async(staleness=-1), "staleness must be an integer >= 0"),
+    (lambda: ppt.strategies.make("hogwild"), "unknown strategy 'hogwild'"),
+])
+def test_bad_strategy_parameters(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_local_epoch_larger_than_a_shard_is_refused_before_any_round(client4, workers4):
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    with pytest.raises(ValueError, match=r"local_epoch \(30\) is larger than the smallest shard \(24 rows\)"):
+        ppt.train(NET, shards, ppt.PPT(local_epoch=30))
+    ppt.exit_data(shards)
