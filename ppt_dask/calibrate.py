@@ -1,30 +1,28 @@
 """Measure the constants of the run-time model (:mod:`ppt_dask.perfmodel`) on real code.
 
-Seed 001, section V-A: "the actual implementation was used for the measurement ... it
-suffices to run the program for a particular test case for a few iterations", because
+Seed 001, section V-A: "the actual implementation was used for the measurement", since
 timing single arithmetic operations out of context gave errors over 20%. So:
 
-* :func:`measure_constants` times the network's own functions on one process (on a
-  worker when :func:`calibrate` runs it): Tf, Tb, Ts per pattern as the slopes of
-  least-squares lines over several block sizes (the intercept of the gradient call is
-  the Dask model's ``tc``), Tu the real update step, Tm a copy of the weights, Ta the
-  weight averaging of eq. (9), To what one serial epoch costs beyond those parts;
-* :func:`measure_head` runs the real round graph (:func:`ppt_dask.graph.round_graph`)
-  with a gradient task that only spins for a known time and returns a tiny vector, over
-  1..64 *virtual* workers (slots pinned round-robin onto the real ones: the same tasks
-  and tree as a cluster of that size), and fits ``Th = th0 + th1 * tasks_per_round``;
-  the same rounds with no spin give ``tq``, the shortest gradient phase;
+* :func:`measure_constants` times the network's own functions on one process (a worker,
+  under :func:`calibrate`): Tf, Tb, Ts per pattern as slopes of least-squares lines over
+  block sizes (the gradient call's intercept is the Dask model's ``tc``), Tu the real
+  update, Tm a copy of the weights, Ta eq. (9)'s averaging, To the rest of a serial epoch;
+* :func:`measure_head` runs the real round graph with gradient tasks that spin for a
+  known time and return a tiny vector, over 1..64 *virtual* workers (slots pinned in
+  blocks onto the real ones: the tasks and tree of a cluster of that size), and fits
+  ``Th = th0 + th1 * tasks_per_round``; rounds with no spin give ``tq``;
 * :func:`measure_reduce` runs the same rounds over 2..p real workers with vectors of
-  several sizes and fits 001's eq. (4), ``Tr(p) = Tw w ceil(log_k p) + Ti``, to what
-  they cost beyond ``Th`` (the paper's Fig. 1 test program, on the live cluster).
+  several sizes and fits eq. (4), ``Tr(p) = Tw w ceil(log_k p) + Ti``, to what they
+  cost beyond ``Th`` (001's Fig. 1 test program, on the live cluster).
 
-:class:`Calibration` bundles the constants with the sizes they were measured for and
-the raw timings, and is saved as JSON: a file a user can carry to plan a cluster.
-Dask is imported only by the functions that need a cluster.
+:class:`Calibration` bundles the constants, the sizes they hold for and the raw
+timings as JSON: a file a user can carry to plan a cluster. Only the functions that
+need a cluster import dask.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -62,6 +60,18 @@ def _row_counts(block: int, n_rows: int) -> list[int]:
     return sorted(rows)
 
 
+@contextlib.contextmanager
+def _one_blas_thread():
+    """One BLAS thread, as the workers ppt_dask starts have (cluster.WORKER_ENV): two
+    BLAS threads on a shared core time the contention, not the network."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # not installed: time with whatever the process has
+        threadpool_limits = None
+    with threadpool_limits(1, user_api="blas") if threadpool_limits else contextlib.nullcontext():
+        yield
+
+
 def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: float = 0.9
                       ) -> perfmodel.Constants:
     """Tf, Tb, Tu, Tm, Ts, To (001 Tables II/III), Ta (eq. (9)) and tc, timed here.
@@ -76,11 +86,14 @@ def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: floa
     repeats : int
         Timings per point (the median is kept).
 
-    Returns
-    -------
-    perfmodel.Constants
-        Communication and head fields 0 (see :func:`measure_reduce`, :func:`measure_head`).
+    Returns ``perfmodel.Constants`` with the communication and head fields 0 (see
+    :func:`measure_reduce`, :func:`measure_head`).
     """
+    with _one_blas_thread():
+        return _measure_constants(net, X, y, block, repeats, momentum)
+
+
+def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constants:
     from . import serial
 
     X = np.ascontiguousarray(X, dtype=net.dtype)
@@ -91,25 +104,33 @@ def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: floa
         raise ValueError(f"block must be an integer in 1..{len(X)}, got {block!r}")
     if int(repeats) != repeats or repeats < 1:
         raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
-    params = net.init_params(0)
-    rows = _row_counts(int(block), len(X))
-    fwd, stats, grad = [], [], []
-    for r in rows:  # the real functions of the hot path, not single operations
-        fwd.append(_median_seconds(lambda: net.forward(params, X[:r]), repeats))
-        stats.append(_median_seconds(lambda: net.stats(params, X[:r], y[:r]), repeats))
-        grad.append(_median_seconds(lambda: net.loss_grad_stats(params, X[:r], y[:r]), repeats))
-    tf, _ = perfmodel.fit_per_pattern(rows, fwd)
-    t_stats, _ = perfmodel.fit_per_pattern(rows, stats)
-    t_grad, tc = perfmodel.fit_per_pattern(rows, grad)
+    block, params = int(block), net.init_params(0)
+    rows = _row_counts(block, len(X))
+    calls = {  # the real functions of the hot path, not single operations
+        "forward": lambda r: net.forward(params, X[:r]),
+        "stats": lambda r: net.stats(params, X[:r], y[:r]),
+        "grad": lambda r: net.loss_grad_stats(params, X[:r], y[:r]),
+    }
+    times = {(name, r): [] for name in calls for r in rows}
+    for name, r in times:
+        calls[name](r)  # warm caches and allocator
+    for _ in range(repeats):  # interleaved, so a burst of load spreads over all points
+        for (name, r), seen in times.items():
+            t0 = time.perf_counter()
+            calls[name](r)
+            seen.append(time.perf_counter() - t0)
+    fits = {name: perfmodel.fit_per_pattern(rows, [np.median(times[name, r]) for r in rows])
+            for name in calls}
+    tf, t_stats, (t_grad, tc) = fits["forward"][0], fits["stats"][0], fits["grad"]
 
-    strategy = strategies.Sync(lr=0.1, momentum=momentum, block=int(block))
+    strategy = strategies.Sync(lr=0.1, momentum=momentum, block=block)
     state = strategy.init(params)
     total = net.loss_grad_stats(params, X[:block], y[:block])
     tu = _median_seconds(lambda: strategy.apply(net, state, total), repeats)
     tm = _median_seconds(params.copy, repeats)
     # Ta (eq. (9)): a worker scales its weights by the patterns it saw, the update
     # divides the sum (strategies.Average: work's last line, then apply)
-    averaging = strategies.Average(block=int(block))
+    averaging = strategies.Average(block=block)
     ta = _median_seconds(lambda: averaging.apply(net, state, (params * block, total[-1])), repeats)
     parts = perfmodel.Constants(tf, max(t_grad - tf, 0.0), tu, tm, max(t_stats - tf, 0.0), 0.0,
                                 ta_seconds=ta, tc_seconds=tc)
@@ -139,8 +160,9 @@ def _probe_work(n_weights: int, spin_seconds: float, params, shard, s: int, r: i
 
 
 def _probe_apply(state, total):
+    """Like Sync's update: weights plus an optimizer buffer of their size in the state."""
     vector, stats = total
-    return strategies.ModelState(vector, None, stats, state.round + 1)
+    return strategies.ModelState(vector, np.zeros_like(vector), stats, state.round + 1)
 
 
 def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: float, *,
@@ -167,7 +189,7 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
         work = functools.partial(_probe_work, int(n_weights), per_call)
         params = np.zeros(int(n_weights))
         weights = client.scatter(params)
-        state = client.scatter(strategies.ModelState(params, None))
+        state = client.scatter(strategies.ModelState(params, np.zeros_like(params)))
         run = uuid.uuid4().hex[:8]
         inflight, periods, submitted = [], [], 0
         last = time.perf_counter()
@@ -206,8 +228,11 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
     The probe spins ``spin_seconds`` (longer than the scheduler's 5 ms batching, as a
     real gradient phase should be) and returns a tiny vector, so ``round - spin`` is the
     head/scheduler cost; :func:`perfmodel.fit_head` fits it over
-    :func:`perfmodel.tasks_per_round`. The same rounds without the spin, at the real
-    sizes 1..len(workers), give ``tq`` (how much longer than ``Th`` they take).
+    :func:`perfmodel.tasks_per_round` (relative residuals), then ``th0`` is set so that
+    the line passes, on average, through the sizes at or below ``len(workers)``: the
+    virtual sizes give the growth, the real ones the level. The same rounds without the
+    spin, at the real sizes 1..min(len(workers), 2), give ``tq`` (how much longer than
+    ``Th`` they take).
 
     A virtual cluster runs its gradient tasks on fewer processes, so per-task *worker*
     overhead is serialised here and ``th1`` errs high for a real cluster of that size.
@@ -222,6 +247,10 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
         tasks.append(n_tasks)
         head.append(max(median - spin_seconds, 1e-6))
     th0, th1 = perfmodel.fit_head(tasks, head, relative=True)  # small p count as much
+    # the slope from all sizes, the level from the real ones (the sizes runs can check)
+    real = [(t, h) for p, t, h in zip(p_values, tasks, head) if p <= len(workers)]
+    if real:
+        th0 = max(float(np.mean([h - th1 * t for t, h in real])), 0.0)
     quick = []
     for p in range(1, min(len(workers), 2) + 1):
         median = float(np.median(probe_rounds(client, workers, p, PROBE_WEIGHTS, 0.0,
@@ -300,10 +329,7 @@ class Calibration:
     measurements: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        out = dataclasses.asdict(self)
-        out["constants"] = perfmodel.constants_to_dict(self.constants)
-        out["network"] = list(self.network)
-        return out
+        return dataclasses.asdict(self)  # the constants become a dict of their fields
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
@@ -328,11 +354,11 @@ class Calibration:
     @classmethod
     def load(cls, path) -> "Calibration":
         with open(path) as fh:
-            try:
-                data = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path} is not JSON: {exc}") from None
-        return cls.from_dict(data)
+            text = fh.read()
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not JSON: {exc}") from None
 
 
 def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | None = None,

@@ -55,9 +55,9 @@ def _checkpoints(text: str) -> tuple[float, ...]:
     try:
         values = tuple(float(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise ValueError(f"--checkpoints takes epochs like 100,200; got {text!r}") from None
+        raise ValueError(f"--split-epochs takes epochs like 100,200; got {text!r}") from None
     if not values or min(values) <= 0:
-        raise ValueError(f"--checkpoints must be positive epochs; got {text!r}")
+        raise ValueError(f"--split-epochs must be positive epochs; got {text!r}")
     return values
 
 
@@ -148,9 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tries from new random weights when one ends without learning (000)")
     t.add_argument("--window-epochs", type=_positive_float, default=1.0,
                    help="the error estimate covers the last k*n patterns (000's k)")
+    t.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="write a checkpoint (atomically) every --checkpoint-every rounds and at the end")
+    t.add_argument("--checkpoint-every", type=_int_at_least(1), default=25,
+                   help="rounds between checkpoints (also what a run rolls back to when a worker dies)")
+    t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     t.add_argument("--splits", type=_int_at_least(1), default=None,
                    help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")
-    t.add_argument("--checkpoints", default="100,200,250,500",
+    t.add_argument("--split-epochs", default="100,200,250,500",
                    help="with --splits: epochs at which to measure test accuracy")
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--momentum", type=float, default=None)
@@ -211,6 +216,8 @@ def train_command(args) -> int:
     import ppt_dask as ppt  # the dask-using layers, loaded once the arguments are good
 
     s = _settings(args)
+    if args.resume and not args.checkpoint:
+        raise ValueError("--resume needs --checkpoint DIR")
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
     security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
@@ -232,7 +239,7 @@ def train_command(args) -> int:
     # (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8 workers)
     per_worker = s["strategy"] in ("ppt", "average")
     n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
-    checkpoints = _checkpoints(args.checkpoints) if args.splits else None
+    checkpoints = _checkpoints(args.split_epochs) if args.splits else None
     ppt.validation.check_n_shards(n_shards, len(data.X))
     client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker,
                          security=security)  # deploy
@@ -246,6 +253,8 @@ def train_command(args) -> int:
         shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=args.dtype, workers=addresses,
                                 replicate=bool(s.get("replicate")))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
+                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                           resume=args.resume,
                            pipeline=args.pipeline, progress=None if args.quiet else Progress())
         ppt.exit_data(shards)
     finally:

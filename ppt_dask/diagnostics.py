@@ -317,7 +317,7 @@ class Recorder:
         """Called with each round's history record, as soon as the head has it."""
         t0 = time.perf_counter()
         h = {k: record.get(k) for k in HEAD_FIELDS}
-        h["gen"] = self.generation + int(record.get("try", 0))
+        h["gen"] = record.get("gen", self.generation + int(record.get("try", 0)))
         self.heads.append(h)
         self._batch.append(h)
         if t0 - self._last >= self.flush_seconds:

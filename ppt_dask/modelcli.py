@@ -130,6 +130,12 @@ def _calibrate(args) -> int:
         ppt.cluster.close(client)
     result.save(args.out)
     print(constants_table(result.constants))
+    print("\nhead/scheduler cost per round against tasks per round (probe rounds; p above the "
+          "real workers are virtual)")
+    print("| p | tasks | spin ms | round ms | fitted Th ms |\n|---:|---:|---:|---:|---:|")
+    for p, tasks, spin, seconds in result.measurements["head"]:
+        fitted = perfmodel.head_seconds(p, result.constants, result.fan_in)
+        print(f"| {p} | {tasks} | {spin * 1e3:.0f} | {seconds * 1e3:.2f} | {fitted * 1e3:.2f} |")
     print(f"\nnetwork {'-'.join(map(str, result.network))} (w = {result.n_weights}), n = "
           f"{result.n_patterns}, m = {result.n_test}, {result.workers} workers; written to {args.out}")
     return 0

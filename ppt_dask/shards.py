@@ -23,6 +23,7 @@ Three sources:
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
@@ -34,6 +35,7 @@ from . import validation
 from .tree import split_rows, split_shards
 
 SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
+REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,74 @@ class ShardSet:
         """Per worker holding shards: (resource label, first shard, stop shard)."""
         return [(self.label(w), a, b) for w, (a, b) in enumerate(self.blocks) if b > a]
 
+    def lost_workers(self) -> list[str]:
+        """Addresses of this set's workers that the scheduler no longer knows."""
+        alive = self.client.scheduler_info(n_workers=-1)["workers"]
+        return [w for w in self.workers if w not in alive]
+
+    def repair(self, timeout: float = 60.0) -> list[dict]:
+        """Give each lost worker's slot to another worker and put its shards back.
+
+        A replacement is a worker that holds no slot (a restarted or a new one), waited for
+        a few seconds, else the surviving worker with the fewest slots. The slot's resource
+        label moves to it, so everything pinned to the slot runs there. Shards built on the
+        workers (dask arrays, loaders) are rebuilt there by Dask from their recipes;
+        shards scattered from the head are re-sent from the head's copy.
+
+        Returns one event per moved slot. Raises ``RuntimeError`` when scattered shards
+        were lost and the head kept no copy, ``TimeoutError`` when no worker is left.
+        """
+        lost = set(self.lost_workers())
+        if not lost:
+            return []
+        if self.source == "numpy" and self.head_copy is None:
+            raise RuntimeError(
+                f"shards scattered from memory were lost with worker(s) {sorted(lost)} and the head "
+                "kept no copy; use enter_data(..., keep_copy=True) or build the shards on the "
+                "workers (enter_source, or a dask array) so they can be rebuilt")
+        deadline = time.monotonic() + timeout
+        grace = time.monotonic() + REPLACEMENT_GRACE
+        while True:
+            alive = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+            fresh = [w for w in alive if w not in self.workers]
+            if (len(fresh) >= len(lost) or time.monotonic() > grace) and alive:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no worker left to take the shards of {sorted(lost)} after {timeout} s")
+            time.sleep(0.2)
+        events = []
+        for slot, address in enumerate(self.workers):
+            if address not in lost:
+                continue
+            if fresh:
+                replacement = fresh.pop(0)
+            else:
+                survivors = [w for w in self.workers if w not in lost]
+                replacement = min(survivors, key=self.workers.count)
+            self.client.run(_label_worker, {self.label(slot): 1e9}, workers=[replacement])
+            self.client.run_on_scheduler(_reschedule_unrunnable, replacement)
+            self.workers[slot] = replacement
+            a, b = self.blocks[slot]
+            if self.source == "numpy":
+                self._resend(slot, replacement)
+            events.append({"event": "worker_lost", "lost": address, "slot": slot,
+                           "replacement": replacement, "shards": list(range(a, b)),
+                           "resent": self.source == "numpy"})
+        return events
+
+    def _resend(self, slot: int, address: str) -> None:
+        """Scatter the slot's shards again from the head's copy."""
+        X, y = self.head_copy
+        dtype = self.dtype
+        a, b = self.blocks[slot]
+        copy = None
+        for s in range(a, b):
+            info = self.info[s]
+            if copy is None or not self.replicated:
+                shard = _make_shard(X[info.start:info.stop], y[info.start:info.stop], dtype)
+                copy = self.client.scatter([shard], workers=[address], hash=False)[0]
+            self.futures[s] = copy
+
     def who_has(self) -> dict[int, tuple[str, ...]]:
         """The scheduler's own view: shard index -> addresses holding it."""
         held = self.client.who_has(self.futures)
@@ -110,6 +180,22 @@ def _check_y(y, n_rows: int) -> np.ndarray:
 
 async def _label_worker(labels: dict, dask_worker=None):
     await dask_worker.set_resources(**labels)
+
+
+def _reschedule_unrunnable(address: str, dask_scheduler=None) -> int:
+    """Let tasks waiting for a label that ``address`` now carries run there.
+
+    The scheduler looks at waiting ("no-worker") tasks again when a worker joins, not when
+    a worker's resources change; this does for a relabelled worker what it does for a new
+    one.
+    """
+    ws = dask_scheduler.workers.get(address)
+    if ws is None:
+        return 0
+    waiting = len(dask_scheduler.unrunnable)
+    dask_scheduler.transitions(dask_scheduler.bulk_schedule_unrunnable_after_adding_worker(ws),
+                               stimulus_id=f"ppt-relabel-{time.time()}")
+    return waiting - len(dask_scheduler.unrunnable)
 
 
 def _shard_info(shard, index: int, start: int, stop: int) -> ShardInfo:

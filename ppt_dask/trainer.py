@@ -14,17 +14,44 @@ import math
 import time
 import uuid
 from collections import deque
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from distributed import KilledWorker
 
-from . import diagnostics, graph, strategies
+from . import checkpoint, diagnostics, graph, strategies
 from .stopping import ErrorEstimate, Stop
 from .network import MLP
 from .shards import ShardSet
 
 ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
+POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
+MAX_RECOVERIES = 20
+
+
+class WorkerLost(RuntimeError):
+    """A worker holding shards left the cluster while a round was waiting on it."""
+
+
+def _result(future, shards: ShardSet, timeout: float = ROUND_TIMEOUT):
+    """``future.result()``, checking every few seconds that the shards' workers are alive.
+
+    Shards with a recipe are rebuilt by Dask on the slot's resource label; while that
+    label has no worker a pinned task would wait, so the head looks for lost workers
+    itself instead of waiting for ``no-workers-timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return future.result(timeout=min(POLL_SECONDS, max(0.01, deadline - time.monotonic())))
+        except TimeoutError:
+            lost = shards.lost_workers()
+            if lost:
+                raise WorkerLost(f"worker(s) {lost} left the cluster") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"a round did not finish within {timeout} s") from None
 
 
 @dataclass
@@ -126,7 +153,8 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
 def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: int = 0,
           params: np.ndarray | None = None, fan_in: int = 2, pipeline: int = 1,
           progress: Callable[[dict], None] | None = None, generation: int = 0,
-          snapshot_epochs: tuple = ()) -> Result:
+          snapshot_epochs: tuple = (), checkpoint_dir=None, checkpoint_every: int = 25,
+          resume: bool = False) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Parameters
@@ -150,6 +178,13 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         Called with each round's record.
     snapshot_epochs : tuple of float
         Epochs after which the head pulls a copy of the weights (``Result.snapshots``).
+    checkpoint_dir : path, optional
+        Write a checkpoint there every ``checkpoint_every`` rounds and at the end.
+    checkpoint_every : int
+        Rounds between the head's copies of the state: what a run rolls back to when a
+        worker is lost (and what is written to ``checkpoint_dir``).
+    resume : bool
+        Continue from the checkpoint in ``checkpoint_dir`` when there is one.
 
     Returns
     -------
@@ -160,6 +195,10 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         raise ValueError(f"fan_in must be an integer >= 2, got {fan_in!r}")
     if isinstance(pipeline, bool) or int(pipeline) != pipeline or pipeline < 0:
         raise ValueError(f"pipeline must be an integer >= 0, got {pipeline!r}")
+    if isinstance(checkpoint_every, bool) or int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    if resume and not checkpoint_dir:
+        raise ValueError("resume=True needs checkpoint_dir")
     check_compatible(net, shards)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if params is not None and np.shape(params) != (net.n_params,):
@@ -173,7 +212,6 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     snapshot_rounds = {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs}
 
     client = shards.client
-    plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
     work = functools.partial(strategy.work, net)
     apply = functools.partial(strategy.apply, net)
     t_start = time.perf_counter()
@@ -183,75 +221,120 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     run = uuid.uuid4().hex[:8]
     diag = diagnostics.Recorder(client, run, diagnostics.run_settings(  # diagnostics
         net, shards, strategy, fan_in=fan_in, pipeline=pipeline, seed=seed), generation)
-    for attempt in range(stop.restarts + 1):
-        gen = f"{run}-g{generation + attempt}"
+    meta = {"network": list(net.sizes), "hidden": net.hidden, "output": net.output, "loss": net.loss,
+            "dtype": net.dtype, "strategy": repr(strategy), "rows": shards.n_rows,
+            "shards": shards.n_shards, "fan_in": fan_in, "seed": seed}
+    saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
+    gen_no, recoveries, events = generation, 0, []
+    for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):
         if attempt:
             params = None
-        start = params if params is not None else net.init_params(seed + attempt)
-        state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)))
-        weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{gen}-init")
-        estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
-        inflight: deque[_Round] = deque()
-        next_round, final_state, stopped_because, learned = 0, None, "max_epochs", False
-        last_done = time.perf_counter()
-        try:
-            while True:
-                # keep `pipeline` rounds queued behind the one being read
-                while next_round < max_rounds and len(inflight) <= pipeline:
-                    t0 = time.perf_counter()
-                    update, new_weights, stats = graph.submit_round(
-                        client, plan, shards.futures, work, apply, weights, state,
-                        next_round, f"{gen}-r{next_round}", broadcast=strategy.broadcast)
-                    head = time.perf_counter() - t0
-                    head_total += head
-                    inflight.append(_Round(next_round, state, update, new_weights, stats, head, t0))
-                    weights, state = new_weights, update
-                    next_round += 1
-                if not inflight:
-                    break
-                rd = inflight.popleft()
-                loss_sum, n_wrong, n = (float(v) for v in rd.stats.result(timeout=ROUND_TIMEOUT))
-                now = time.perf_counter()
-                estimate.add(n_wrong, n)
-                record = {"try": attempt, "round": rd.index, "epoch": (rd.index + 1) / rounds_per_epoch,
-                          "loss": loss_sum / n, "error_rate": n_wrong / n, "error_estimate": estimate.rate,
-                          "patterns": n, "wall_seconds": now - last_done, "head_seconds": rd.head_seconds,
-                          "elapsed_seconds": now - t_start}
-                last_done = now
-                history.append(record)
-                if progress is not None:
-                    progress(record)
-                diag.round_done(record)  # diagnostics
-                if not math.isfinite(record["loss"]):
-                    # keep the weights this round started from: the last good ones
-                    final_state, stopped_because = rd.state_in, f"diverged at round {rd.index}"
-                    history.pop()
-                    break
-                if rd.index in snapshot_rounds:
-                    snapshots[snapshot_rounds[rd.index]] = rd.update.result(timeout=ROUND_TIMEOUT).params
-                if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
-                        and estimate.rate <= stop.target_error):
-                    # the stats describe the weights the round started from
-                    error = record["error_rate"]
-                    if stop.test is not None:
-                        error = _test_error(net, rd.state_in.result(timeout=ROUND_TIMEOUT).params, stop.test)
-                    elif not strategy.exact_stats:
-                        s = evaluate(net, shards, client.submit(graph.weights_of, rd.state_in), fan_in)
-                        error = s[1] / s[2]
-                    record["verified_error_rate"] = error
-                    if error <= stop.target_error:
-                        final_state, stopped_because, learned = rd.state_in, "target_error", True
+        if saved:  # resume: the state after round saved["round"], and the history up to it
+            kept = (saved["round"], saved["state"], len(saved["history"]))
+            history[:] = saved["history"]
+            saved = None
+        else:
+            start = params if params is not None else net.init_params(seed + attempt)
+            kept = (-1, strategy.init(np.asarray(start, dtype=net.dtype)), len(history))
+        next_round, final_state, final_round, stopped_because, learned = None, None, -1, "max_epochs", False
+        while True:  # one pass per recovery: start from the kept state
+            gen = f"{run}-g{gen_no}"
+            round_in, state_in, n_history = kept
+            del history[n_history:]
+            estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
+            for r in history:
+                if r["try"] == attempt:
+                    estimate.add(r["error_rate"] * r["patterns"], r["patterns"])
+            plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
+            state = client.scatter(state_in)
+            weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{gen}-init")
+            inflight: deque[_Round] = deque()
+            next_round, last_done = round_in + 1, time.perf_counter()
+            try:
+                while True:
+                    # keep `pipeline` rounds queued behind the one being read
+                    while next_round < max_rounds and len(inflight) <= pipeline:
+                        t0 = time.perf_counter()
+                        update, new_weights, stats = graph.submit_round(
+                            client, plan, shards.futures, work, apply, weights, state,
+                            next_round, f"{gen}-r{next_round}", broadcast=strategy.broadcast)
+                        head = time.perf_counter() - t0
+                        head_total += head
+                        inflight.append(_Round(next_round, state, update, new_weights, stats, head, t0))
+                        weights, state = new_weights, update
+                        next_round += 1
+                    if not inflight:
                         break
-                if rd.index == max_rounds - 1:
-                    final_state = rd.update
-        finally:
-            for rd in inflight:
-                client.cancel([rd.update, rd.weights, rd.stats])
-            inflight.clear()
+                    rd = inflight.popleft()
+                    loss_sum, n_wrong, n = (float(v) for v in _result(rd.stats, shards))
+                    now = time.perf_counter()
+                    estimate.add(n_wrong, n)
+                    record = {"try": attempt, "gen": gen_no, "round": rd.index,
+                              "epoch": (rd.index + 1) / rounds_per_epoch, "loss": loss_sum / n,
+                              "error_rate": n_wrong / n, "error_estimate": estimate.rate, "patterns": n,
+                              "wall_seconds": now - last_done, "head_seconds": rd.head_seconds,
+                              "elapsed_seconds": now - t_start}
+                    last_done = now
+                    history.append(record)
+                    if progress is not None:
+                        progress(record)
+                    diag.round_done(record)  # diagnostics
+                    if not math.isfinite(record["loss"]):
+                        # keep the weights this round started from: the last good ones
+                        final_state, stopped_because = rd.state_in, f"diverged at round {rd.index}"
+                        final_round = rd.index - 1
+                        history.pop()
+                        break
+                    if rd.index in snapshot_rounds:
+                        snapshots[snapshot_rounds[rd.index]] = _result(rd.update, shards).params
+                    if (rd.index + 1) % checkpoint_every == 0 and rd.index + 1 < max_rounds:
+                        # the head's copy to roll back to (and, when asked, the checkpoint file)
+                        kept = (rd.index, _result(rd.update, shards), len(history))
+                        if checkpoint_dir:
+                            checkpoint.save(checkpoint_dir, kept[1], round_index=rd.index,
+                                            attempt=attempt, history=history, meta=meta)
+                    if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
+                            and estimate.rate <= stop.target_error):
+                        # the stats describe the weights the round started from
+                        error = record["error_rate"]
+                        if stop.test is not None:
+                            error = _test_error(net, _result(rd.state_in, shards).params, stop.test)
+                        elif not strategy.exact_stats:
+                            s = evaluate(net, shards, client.submit(graph.weights_of, rd.state_in), fan_in)
+                            error = s[1] / s[2]
+                        record["verified_error_rate"] = error
+                        if error <= stop.target_error:
+                            final_state, stopped_because, learned = rd.state_in, "target_error", True
+                            final_round = rd.index - 1
+                            break
+                    if rd.index == max_rounds - 1:
+                        final_state, final_round = rd.update, rd.index
+                break
+            except (CancelledError, KilledWorker, WorkerLost) as exc:
+                # a worker died: put its shards back, roll back to the head's copy, replay
+                recoveries += 1
+                if recoveries > MAX_RECOVERIES:
+                    raise
+                for rd in inflight:
+                    client.cancel([rd.update, rd.weights, rd.stats])
+                inflight.clear()
+                moved = shards.repair()
+                events.append({"event": "recovered", "round": next_round, "rolled_back_to": kept[0],
+                               "elapsed_seconds": time.perf_counter() - t_start, "error": repr(exc)[:200],
+                               "moved": moved})
+                gen_no += 1
+            finally:
+                for rd in inflight:
+                    client.cancel([rd.update, rd.weights, rd.stats])
+                inflight.clear()
         del weights, state
         if learned or stopped_because != "max_epochs" or stop.target_error is None:
             break
-    params_out = final_state.result(timeout=ROUND_TIMEOUT).params
+        gen_no += 1
+    params_out = _result(final_state, shards).params
+    if checkpoint_dir:
+        checkpoint.save(checkpoint_dir, _result(final_state, shards), round_index=final_round,
+                        attempt=attempt, history=history, meta=meta)
     del final_state
     wall = time.perf_counter() - t_start
     records = diag.finish()  # diagnostics
@@ -266,7 +349,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                   float(train_stats[1] / train_stats[2]), test_accuracy,
                   {"workers": len(shards.worker_blocks()), "shards": shards.n_shards,
                    "fan_in": fan_in, "pipeline": pipeline, "seed": seed,
-                   "target_error": stop.target_error, "tries": attempt + 1},
+                   "target_error": stop.target_error, "tries": attempt + 1,
+                   "recoveries": recoveries, "events": events},
                   snapshots, records)
 
 

@@ -233,14 +233,17 @@ def test_time_rises_with_weights(c, extra, p, block, n_weights, fan_in):
 
 
 @settings(deadline=None)
-@given(tf=positive_seconds, tb=seconds, ts=seconds, tu=seconds, p=st.integers(1, 32),
-       block=st.integers(1, 128), rounds=st.integers(1, 8), m=st.integers(0, 100))
-def test_speedup_at_most_p_without_communication(tf, tb, ts, tu, p, block, rounds, m):
+@given(tf=positive_seconds, tb=seconds, ts=seconds, tu=seconds, tc=seconds, tq=seconds,
+       p=st.integers(1, 32), block=st.integers(1, 128), rounds=st.integers(1, 8),
+       m=st.integers(0, 100), n_shards=st.one_of(st.none(), st.integers(1, 16)))
+def test_speedup_at_most_p_without_communication(tf, tb, ts, tu, tc, tq, p, block, rounds, m,
+                                                 n_shards):
     # To = Tr = Th = 0 and Tm = 0 (else the parallel program, which skips Tm, could
-    # beat p); both programs run the same n/b rounds.
-    c = pm.Constants(tf, tb, tu, 0.0, ts, 0.0)
+    # beat p); both programs run the same n/b rounds. A worker makes at least the one
+    # gradient call per round the serial program makes, and tq only slows it down.
+    c = pm.Constants(tf, tb, tu, 0.0, ts, 0.0, tc_seconds=tc, tq_seconds=tq)
     n = block * rounds
-    assert pm.speedup(p, block, n, 100, c, n_test=m) <= p * (1 + 1e-12)
+    assert pm.speedup(p, block, n, 100, c, n_test=m, n_shards=n_shards) <= p * (1 + 1e-12)
 
 
 @settings(deadline=None)

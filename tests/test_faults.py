@@ -1,0 +1,191 @@
+"""Faults: a worker killed mid-run, the head killed and resumed, divergence, long runs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+from ppt_dask import checkpoint, datasets
+from ppt_dask.serial import train_serial
+
+from conftest import scheduler_keys
+
+
+def _data(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 6))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64) + (X[:, 3] > 1)
+    return X, y
+
+
+NET = ppt.MLP((6, 8, 3), hidden="tanh", output="softmax")
+
+
+@pytest.fixture
+def client2():
+    """Two worker processes under nannies: a killed worker comes back on a new port."""
+    client = ppt.connect(n_workers=2, dashboard_address=None)
+    client.wait_for_workers(2, timeout=60)
+    yield client
+    ppt.cluster.close(client)
+
+
+def _killer(client, at_round):
+    """A progress callback that SIGKILLs the second worker's process at ``at_round``."""
+    address = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+    pid = client.run(os.getpid, workers=[address])[address]
+    state = {"killed_at": None}
+
+    def progress(record):
+        if record["round"] == at_round and state["killed_at"] is None:
+            os.kill(pid, signal.SIGKILL)
+            state["killed_at"] = time.perf_counter()
+    return progress, state
+
+
+@pytest.mark.parametrize("strategy", [
+    ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01),
+    ppt.Slowed(ppt.Average(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01),
+], ids=["sync", "average"])
+def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy):
+    X, y = _data()
+    rounds = 60
+    expected, _ = train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
+    shards = ppt.enter_data(client2, X, y, n_shards=4)
+    progress, killed = _killer(client2, at_round=25)
+    epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
+    result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
+                       checkpoint_every=10, progress=progress)
+    ppt.exit_data(shards)
+    assert killed["killed_at"] is not None
+    assert result.settings["recoveries"] >= 1
+    event = result.settings["events"][0]
+    assert event["rolled_back_to"] in (9, 19) and event["moved"][0]["resent"] is True
+    assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
+    assert result.params.tobytes() == expected.tobytes()  # bitwise as undisturbed
+
+
+def test_worker_killed_shards_from_a_source_are_rebuilt_by_dask(client2):
+    import functools
+    loader = functools.partial(datasets.mnist_rows, str(datasets.find_data_dir()), "train")
+    X, y = datasets.mnist_rows(None, "train", 0, 400)
+    net = ppt.MLP((784, 8, 10))
+    strategy = ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
+    expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2)
+    shards = ppt.enter_source(client2, loader, n_rows=400, n_shards=4)
+    progress, killed = _killer(client2, at_round=15)
+    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=4), seed=2,
+                       checkpoint_every=5, progress=progress)
+    ppt.exit_data(shards)
+    assert result.settings["recoveries"] >= 1
+    assert result.settings["events"][0]["moved"][0]["resent"] is False  # Dask rebuilt them
+    assert result.params.tobytes() == expected.tobytes()
+
+
+def test_no_head_copy_gives_a_clear_error(client2):
+    X, y = _data()
+    shards = ppt.enter_data(client2, X, y, n_shards=4, keep_copy=False)
+    progress, _ = _killer(client2, at_round=5)
+    with pytest.raises(RuntimeError, match="head kept no copy.*keep_copy=True"):
+        ppt.train(NET, shards, ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02),
+                  ppt.Stop(max_epochs=10), progress=progress)
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--quiet",
+            "--seed", "3", *args]
+
+
+def test_head_killed_and_resumed_ends_bitwise_identical(tmp_path):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    subprocess.run(_cli("--checkpoint", str(whole), "--checkpoint-every", "20"), check=True,
+                   timeout=300, capture_output=True)
+    head = subprocess.Popen(_cli("--checkpoint", str(cut), "--checkpoint-every", "20"),
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (cut / checkpoint.FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(head.pid, signal.SIGKILL)  # the head and its LocalCluster, at once
+    head.wait(timeout=30)
+    with np.load(cut / checkpoint.FILE) as ck:
+        cut_round = json.loads(ck["header"].tobytes())["round"]
+    resumed = subprocess.run(_cli("--checkpoint", str(cut), "--checkpoint-every", "20", "--resume",
+                                  "--json", str(tmp_path / "out.json")), timeout=300, capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    a = np.load(whole / checkpoint.FILE)["params"]
+    b = np.load(cut / checkpoint.FILE)["params"]
+    assert cut_round >= 19 and a.tobytes() == b.tobytes()
+    assert json.loads((tmp_path / "out.json").read_text())["learned"] is True
+
+
+def test_corrupted_or_mismatched_checkpoint_is_refused(client4, workers4, tmp_path):
+    X, y = _data(100)
+    shards = ppt.enter_data(client4, X, y, n_shards=2, workers=workers4[:2])
+    ppt.train(NET, shards, ppt.Sync(lr=0.1), ppt.Stop(max_epochs=3), checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match="belongs to another run; strategy"):
+        ppt.train(NET, shards, ppt.Sync(lr=0.2), ppt.Stop(max_epochs=3), checkpoint_dir=tmp_path, resume=True)
+    data = (tmp_path / checkpoint.FILE).read_bytes()
+    (tmp_path / checkpoint.FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="corrupted"):
+        ppt.train(NET, shards, ppt.Sync(lr=0.1), ppt.Stop(max_epochs=3), checkpoint_dir=tmp_path, resume=True)
+    ppt.exit_data(shards)
+    assert not list(tmp_path.glob(".checkpoint-*"))  # no temporary file left behind
+
+
+def test_divergence_stops_and_keeps_the_last_good_weights(client4, workers4):
+    d = datasets.function()
+    shards = ppt.enter_data(client4, d.X, d.y, n_shards=2, workers=workers4[:2])
+    net = ppt.MLP((2, 16, 1), hidden="tanh", output="linear")
+    result = ppt.train(net, shards, ppt.Sync(lr=50.0, momentum=0.9), ppt.Stop(max_epochs=500))
+    ppt.exit_data(shards)
+    assert result.stopped_because.startswith("diverged at round")
+    assert np.isfinite(result.params).all()
+    assert all(np.isfinite(r["loss"]) for r in result.history)
+
+
+def test_divergence_exits_non_zero_from_the_cli():
+    proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "function", "--workers", "2",
+                           "--quiet", "--lr", "50", "--epochs", "20"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 3 and "diverged at round" in proc.stderr
+
+
+def _soak(client, workers, rounds):
+    X, y = _data(64)
+    shards = ppt.enter_data(client, X, y, n_shards=2, workers=workers[:2])
+    rss = lambda: client.run_on_scheduler(lambda: __import__("psutil").Process().memory_info().rss)
+    marks = {}
+
+    def progress(record):
+        if record["round"] in (rounds // 10, rounds - 1):
+            marks[record["round"]] = (rss(), client.run_on_scheduler(
+                lambda dask_scheduler: len(dask_scheduler.tasks)))
+    futures_before = len(client.futures)
+    result = ppt.train(NET, shards, ppt.Sync(lr=0.1, block=16), ppt.Stop(max_epochs=rounds * 16 / 64),
+                       progress=progress)
+    ppt.exit_data(shards)
+    assert result.rounds == rounds
+    (rss0, tasks0), (rss1, tasks1) = marks[rounds // 10], marks[rounds - 1]
+    growth_mb = (rss1 - rss0) / 2**20
+    assert growth_mb < 40, f"scheduler memory grew {growth_mb:.1f} MB over {rounds} rounds"
+    assert tasks1 <= tasks0 + 20, (tasks0, tasks1)  # bounded: a few rounds in flight
+    assert scheduler_keys(client) == [] and len(client.futures) <= futures_before  # none leaked
+    return growth_mb, tasks0, tasks1
+
+
+def test_soak_short(client4, workers4):
+    _soak(client4, workers4, 300)
+
+
+@pytest.mark.slow
+def test_soak_2000_rounds(client4, workers4):
+    growth, tasks0, tasks1 = _soak(client4, workers4, 2000)
+    print(f"scheduler memory growth {growth:.1f} MB; tasks {tasks0} -> {tasks1}")
