@@ -257,7 +257,8 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
              "",
              f"Network {'-'.join(map(str, net.sizes))} (w = {w}) on {cfg['N_TRAIN']} {source} rows in "
              f"{N_SHARDS} shards; {os.cpu_count()} cores; median of rounds {cfg['WARMUP']}..{cfg['ROUNDS']} "
-             f"of {cfg['REPEATS']} run(s) per cell; machine {busy:.0%} busy before the start (nan: not checked); "
+             f"of {cfg['REPEATS']} run(s) per cell; machine "
+             + ("not checked" if busy != busy else f"{busy:.0%} busy") + " before the start; "
              f"{elapsed:.0f} s in all.",
              "",
              f"**Mean absolute prediction error, Dask rounds with p <= {max(P_VALUES)} workers: "

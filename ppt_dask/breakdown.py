@@ -180,62 +180,19 @@ def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
     for t in tasks:
         if t.round is not None and category(t) != "evaluate":
             by_round[(t.gen or 0, t.round)].append(t)
-    # round boundaries, all on the scheduler's clock
-    ends, starts, arrivals = [], [], []
-    for k, rid in enumerate(ids):
-        mine = by_round[rid]
-        arrival = min(t.submitted for t in mine)
-        begin = ends[-1] if k else arrival - (head_of.get(rid, {}).get("head_seconds") or 0.0)
-        ends.append(max(max(t.done for t in mine), begin))
-        starts.append(begin)
-        arrivals.append(arrival)
-    lo, hi = starts[0], ends[-1]
-    worker_of = {t.key: t.worker for t in tasks}
-    nbytes_of = {t.key: t.nbytes for t in tasks}
+    starts, ends, arrivals = _boundaries(ids, by_round, head_of)
     workers = sorted({t.worker for rid in ids for t in by_round[rid]})
-
-    intervals: dict = {w: [] for w in workers}
-    for t in tasks:
-        if t.worker not in intervals or t.done < lo or t.sent > hi:
-            continue
-        iv = intervals[t.worker]
-        start, stop, io_start, io_stop = t.layout()
-        iv.append((start, stop, _PRIORITY[category(t)]))
-        iv.append((io_start, io_stop, _PRIORITY["transfer"]))
-        iv.append((t.sent, io_start, _PRIORITY["scheduler"]))
-    for a, r in zip(starts, arrivals):
-        if r > a:
-            for w in workers:
-                intervals[w].append((a, r, _PRIORITY["head"]))
-
-    seconds = [[0.0] * len(PHASES) for _ in ids]  # summed over workers
-    for w in workers:
-        k = 0
-        for a, b, p in _segments(intervals[w]):
-            while k < len(ids) and ends[k] <= a:
-                k += 1
-            j = k
-            while j < len(ids) and starts[j] < b:
-                overlap = min(b, ends[j]) - max(a, starts[j])
-                if overlap > 0:
-                    seconds[j][p] += overlap
-                j += 1
+    seconds = _worker_seconds(tasks, workers, starts, ends, arrivals)
+    nbytes_of = {t.key: (t.worker, t.nbytes) for t in tasks}
 
     rows = []
     idle = _PRIORITY["idle"]
     for k, rid in enumerate(ids):
         wall = ends[k] - starts[k]
-        n = len(workers)
-        parts = [s / n for s in seconds[k]]
-        parts[idle] = max(0.0, wall - sum(parts[:idle]))
-        moved, seen = 0, set()
-        for t in by_round[rid]:
-            for d in t.deps:
-                if d in worker_of and worker_of[d] != t.worker and (t.worker, d) not in seen:
-                    seen.add((t.worker, d))
-                    moved += nbytes_of[d]
+        parts = [s / len(workers) for s in seconds[k]]
+        parts[idle] = max(0.0, wall - sum(parts[:idle]))  # the rest; >= 0 up to rounding
         row = {"gen": rid[0], "round": rid[1], "wall": wall, **dict(zip(PHASES, parts)),
-               "workers": n, "transfer_bytes": moved}
+               "workers": len(workers), "transfer_bytes": _moved(by_round[rid], nbytes_of)}
         h = head_of.get(rid)
         if h is not None:
             row["head_submit_seconds"] = h.get("head_seconds")
@@ -247,6 +204,59 @@ def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
                 row["patterns_per_second"] = h["patterns"] / h["wall_seconds"]
         rows.append(row)
     return rows
+
+
+def _boundaries(ids, by_round, head_of) -> tuple:
+    """Per round: start (the previous round's end), end (its last ``done``) and the
+    arrival of its graph; the first round starts when the head began to build it."""
+    starts, ends, arrivals = [], [], []
+    for k, rid in enumerate(ids):
+        mine = by_round[rid]
+        arrival = min(t.submitted for t in mine)
+        begin = ends[-1] if k else arrival - (head_of.get(rid, {}).get("head_seconds") or 0.0)
+        starts.append(begin)
+        ends.append(max(max(t.done for t in mine), begin))
+        arrivals.append(arrival)
+    return starts, ends, arrivals
+
+
+def _worker_seconds(tasks, workers, starts, ends, arrivals) -> list:
+    """``seconds[k][phase]``: the phases of round ``k`` summed over the workers."""
+    lo, hi = starts[0], ends[-1]
+    intervals: dict = {w: [] for w in workers}
+    for t in tasks:
+        if t.worker not in intervals or t.done < lo or t.sent > hi:
+            continue
+        start, stop, io_start, io_stop = t.layout()
+        intervals[t.worker] += [(start, stop, _PRIORITY[category(t)]),
+                                (io_start, io_stop, _PRIORITY["transfer"]),
+                                (t.sent, io_start, _PRIORITY["scheduler"])]
+    for a, r in zip(starts, arrivals):
+        if r > a:  # the round's graph came after the previous round had ended
+            for w in workers:
+                intervals[w].append((a, r, _PRIORITY["head"]))
+    seconds = [[0.0] * len(PHASES) for _ in starts]
+    for w in workers:
+        k = 0
+        for a, b, p in _segments(intervals[w]):
+            while k < len(starts) and ends[k] <= a:
+                k += 1
+            j = k
+            while j < len(starts) and starts[j] < b:
+                seconds[j][p] += max(0.0, min(b, ends[j]) - max(a, starts[j]))
+                j += 1
+    return seconds
+
+
+def _moved(round_tasks, nbytes_of) -> int:
+    """Bytes of ``ppt-*`` results the round's tasks fetched from another worker (each
+    result counted once per receiving worker)."""
+    seen = set()
+    for t in round_tasks:
+        for d in t.deps:
+            if d in nbytes_of and nbytes_of[d][0] != t.worker:
+                seen.add((t.worker, d))
+    return sum(nbytes_of[d][1] for _, d in seen)
 
 
 def phase_table(rows: list[dict]) -> list[dict]:

@@ -56,8 +56,13 @@ class View(NamedTuple):
 
 
 def make_view(run: str, tasks: list, heads: list, settings: dict | None = None,
-              last: int | None = None) -> View:
-    rows = bd.breakdown(tasks, heads)
+              last: int | None = None, partial: bool = False) -> View:
+    """Rows, table and totals of the records (the ``last`` rounds only, if given).
+
+    ``partial`` says the oldest task records were left out: the first round may have lost
+    some of its tasks, so it is dropped.
+    """
+    rows = bd.breakdown(tasks, heads)[1 if partial else 0:]
     if last is not None:
         rows, heads = rows[-last:], heads[-last:]
     return View(run, rows, heads, bd.phase_table(rows), bd.summarize(rows), settings or {})
@@ -238,9 +243,11 @@ class LiveFeed:
         if log is None:
             return None
         if (log.run, log.version) != self._key:
-            n = len(log.tasks)
+            n, m = len(log.tasks), len(log.heads)
             tasks = list(itertools.islice(log.tasks, max(0, n - PAGE_TASKS), n))
-            self._view = make_view(log.run, tasks, list(log.heads), log.settings, last=PAGE_ROUNDS)
+            heads = list(itertools.islice(log.heads, max(0, m - 2 * PAGE_ROUNDS), m))
+            self._view = make_view(log.run, tasks, heads, log.settings, last=PAGE_ROUNDS,
+                                   partial=n > PAGE_TASKS or log.dropped > 0)
             self._key = (log.run, log.version)
         return self._view
 
@@ -291,9 +298,8 @@ def dask_setup(scheduler):
 def report_html(result) -> str:
     """The standalone HTML report of a finished run (``Result`` or ``RunRecords``)."""
     records = records_of(result)
-    if records is None:
-        raise ValueError("this run has no diagnostics records (the scheduler did not take the collector)")
-    view = make_view(records.run, records.tasks, records.heads, records.settings)
+    view = make_view(records.run, records.tasks, records.heads, records.settings,
+                     partial=records.dropped > 0)
     parts = {cls: cls(lambda: view, sizing_mode="stretch_width") for cls in COMPONENTS}
     for part in parts.values():
         part.update()

@@ -260,7 +260,8 @@ class RunRecords:
     head_cost_seconds: float = 0.0  # the recorder's own head time per round (mean)
 
     def rows(self) -> list[dict]:
-        return breakdown(self.tasks, self.heads)
+        """Per-round breakdown; without the oldest round when records were dropped."""
+        return breakdown(self.tasks, self.heads)[1 if self.dropped else 0:]
 
     def summary(self) -> dict:
         return {**summarize(self.rows()), "head_cost_seconds": self.head_cost_seconds,
@@ -355,17 +356,24 @@ def run_settings(net, shards, strategy, **more) -> dict:
             "strategy_settings": repr(strategy), **more}
 
 
-def records_of(obj) -> RunRecords | None:
-    """The :class:`RunRecords` of a ``Result`` (or the records themselves)."""
-    return obj if isinstance(obj, RunRecords) else getattr(obj, "diagnostics", None)
+def records_of(obj) -> RunRecords:
+    """The :class:`RunRecords` of a ``Result`` (or the records themselves).
+
+    A result without task records (the scheduler did not take the collector, or a loop
+    that does not record) still has its history: records with no tasks are made from it.
+    """
+    if isinstance(obj, RunRecords):
+        return obj
+    if getattr(obj, "diagnostics", None) is not None:
+        return obj.diagnostics
+    heads = [{**{k: h.get(k) for k in HEAD_FIELDS}, "gen": int(h.get("try", 0))}
+             for h in getattr(obj, "history", [])]
+    return RunRecords("no-task-records", _plain(getattr(obj, "settings", {})), [], heads)
 
 
 def write_trace(obj, path) -> None:
     """Write the Chrome trace of a ``Result`` or :class:`RunRecords` to ``path``."""
-    records = records_of(obj)
-    if records is None:
-        raise ValueError("this run has no diagnostics records (the scheduler did not take the collector)")
-    records.write_trace(path)
+    records_of(obj).write_trace(path)
 
 
 def slow_gradients(strategy, shards, seconds: float, slots=None):

@@ -223,7 +223,7 @@ class _PPTBase(ContractMixin):
         continuing = hasattr(self, "params_") and (incremental or self.warm_start)
         if continuing and n_features != self.n_features_in_:
             raise ValueError(n_features_message(n_features, self, self.n_features_in_))
-        y = self._check_y(y, n_rows)
+        y = self._check_y(y, n_rows, type(self).__name__)
         args = (continuing, incremental, classes)
         prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
         batch = min(AUTO_BATCH, n_rows) if self.batch_size == "auto" else self.batch_size
@@ -236,12 +236,19 @@ class _PPTBase(ContractMixin):
             run = _Run(self.params_, list(self.loss_curve_), self.n_iter_, self.t_, list(self.history_),
                        *((self.best_loss_, self._no_improvement_count) if incremental else ()))
 
-        with self._client() as client:
-            target, n_outputs, learned = prepared or self._prepare(y, client, *args)
+        def network(n_outputs: int) -> MLP:
             net = MLP((n_features, *settings["hidden"], n_outputs), hidden=ACTIVATIONS[self.activation],
                       output=self._output, dtype=self.dtype)
             if continuing and net != self._net:
-                raise ValueError(f"cannot continue training a {self._net.sizes} network as {net.sizes}")
+                raise ValueError(f"cannot continue training a {self._net.sizes} {self._net.hidden} "
+                                 f"network as {net.sizes} {net.hidden}; fit from new weights")
+            return net
+
+        if prepared is not None:  # the architecture, checked before the cluster
+            network(prepared[1])
+        with self._client() as client:
+            target, n_outputs, learned = prepared or self._prepare(y, client, *args)
+            net = network(n_outputs)
             n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
             n_shards = min(self.n_shards or max(1, n_workers), n_rows, batch)
             strategy = self._strategy(settings, batch, n_shards)
@@ -311,10 +318,9 @@ class _PPTBase(ContractMixin):
             warnings.warn(f"Maximum iterations ({epochs}) reached and the optimization hasn't converged yet.",
                           sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
 
-    def _progress(self, record: dict) -> None:
-        if record["round"] % 50 == 0:
-            print(f"  round {record['round']}: loss {record['loss']:.5f}, error {record['error_rate']:.4f}, "
-                  f"{record['wall_seconds'] * 1e3:.1f} ms")
+    def _progress(self, r: dict) -> None:
+        if r["round"] % 50 == 0:
+            print(f"  round {r['round']}: loss {r['loss']:.5f}, {r['wall_seconds'] * 1e3:.1f} ms")
 
     # -- prediction --
 
@@ -360,14 +366,11 @@ _DOC = """
         ``fit`` stops when for more than ``n_iter_no_change`` consecutive epochs the mean
         training loss has not fallen below the best so far minus ``tol``.
     n_iter_no_change : int, default=10
-        See ``tol``.
     random_state : None, int, RandomState or Generator, default=None
         Seeds the initial weights and the strategies' draws. With an int, a fit gives the
         same weights on any number of workers for a given ``n_shards``.
-    warm_start : bool, default=False
-        ``fit`` continues from the learned weights.
-    verbose : bool, default=False
-        Print the loss of every epoch and of every 50th round.
+    warm_start, verbose : bool, default=False
+        ``fit`` continues from the learned weights; print the loss of every epoch (and round 50k).
     strategy : str, default="block"
         A name for :func:`ppt_dask.strategies.make`: "block", "epoch", "ppt", "average", "async".
     strategy_params : dict or None, default=None
@@ -379,7 +382,6 @@ _DOC = """
     scheduler : str or None, default=None
         Address of a scheduler to connect to for each fit, e.g. ``"tls://host:8786"``.
     dtype : {"float64", "float32"}, default="float64"
-        Precision of the weights and the arithmetic.
     fan_in : int, default=2
         Children per task of the tree reduce.
 
@@ -422,9 +424,7 @@ class PPTClassifier(_PPTBase):
                      "        The sorted labels; output k is the probability of ``classes_[k]``.\n    ")
 
     _output, _default_lr, _estimator_kind = "softmax", 0.3, "classifier"
-
-    def _check_y(self, y, n_rows: int):
-        return check_y_labels(y, n_rows, self)
+    _check_y = staticmethod(check_y_labels)
 
     def _prepare(self, y, client, continuing: bool, incremental: bool, classes):
         """Labels encoded as 0..n_classes-1 (numpy, or a dask array mapped on the workers)."""
@@ -450,10 +450,7 @@ class PPTClassifier(_PPTBase):
         return encoded, len(known), {"classes_": known}
 
     def partial_fit(self, X, y, classes=None):
-        """One more epoch on ``(X, y)`` from the current weights; returns self.
-
-        ``classes`` (all the labels, shape (n_classes,)) is required on the first call.
-        """
+        """One more epoch from the current weights; ``classes`` (all labels) needed the first time."""
         return self._fit(X, y, incremental=True, classes=classes)
 
     def predict(self, X):
@@ -484,9 +481,7 @@ class PPTRegressor(_PPTBase):
 """ + _DOC.replace("{lr}", "0.1").replace("{sklearn}", "MLPRegressor").replace("{classes}", "")
 
     _output, _default_lr, _estimator_kind, _multi_output = "linear", 0.1, "regressor", True
-
-    def _check_y(self, y, n_rows: int):
-        return check_y_targets(y, n_rows, self)
+    _check_y = staticmethod(check_y_targets)
 
     def _prepare(self, y, client, continuing: bool, incremental: bool, classes):
         if continuing and y.shape[1] != self.n_outputs_:

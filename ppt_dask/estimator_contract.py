@@ -79,10 +79,10 @@ def check_X(X, name: str = "X"):
     return validation.check_X_meta(X, name) if is_dask(X) else validation.check_X(X, name)
 
 
-def check_y_labels(y, n_rows: int, estimator):
+def check_y_labels(y, n_rows: int, estimator: str):
     """Class labels, shape (n_rows,); a column vector is flattened with a warning, as sklearn does."""
     if y is None:
-        raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None.")
+        raise ValueError(f"{estimator} requires y to be passed, but the target y is None.")
     if not is_dask(y):
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
@@ -112,10 +112,10 @@ def distinct_labels(labels: np.ndarray) -> np.ndarray:
         raise ValueError(f"Unknown label type: labels that cannot be sorted ({exc})") from None
 
 
-def check_y_targets(y, n_rows: int, estimator):
+def check_y_targets(y, n_rows: int, estimator: str):
     """Regression targets, shape (n_rows, n_outputs): numpy checked, dask by its shape."""
     if y is None:
-        raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None.")
+        raise ValueError(f"{estimator} requires y to be passed, but the target y is None.")
     if is_dask(y):
         if y.ndim not in (1, 2) or y.shape[0] != n_rows:
             raise ValueError(f"y must be 1-D or 2-D with one row per row of X ({n_rows}); got shape {y.shape}")

@@ -109,3 +109,43 @@ def test_unreachable_scheduler_fails_fast():
 def test_wrong_protocol_or_malformed_address(address):
     with pytest.raises(ValueError, match="scheduler address"):
         ppt.connect(address)
+
+
+def test_fractional_labels_for_a_softmax(client4):
+    X, y = _xy()
+    shards = ppt.enter_data(client4, X, y + 0.5, n_shards=2)
+    with pytest.raises(ValueError, match="labels must be integers"):
+        ppt.train(ppt.MLP((3, 4, 3)), shards, ppt.Sync(lr=0.1))
+    ppt.exit_data(shards)
+
+
+def test_empty_data(client4):
+    with pytest.raises(ValueError, match="empty|0 rows|no rows"):
+        ppt.enter_data(client4, np.zeros((0, 3)), np.zeros(0), n_shards=1)
+    assert scheduler_keys(client4) == []
+
+
+def test_object_labels(client4):
+    X, _ = _xy(4)
+    with pytest.raises(ValueError, match="y must be numeric"):
+        ppt.enter_data(client4, X, np.array(["a", "b", "c", "d"], dtype=object), n_shards=2)
+
+
+def test_truncated_idx_file_in_the_data_dir(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    from ppt_dask import datasets
+
+    src = datasets.find_data_dir() / "mnist"
+    (tmp_path / "mnist").mkdir()
+    for f in src.iterdir():
+        shutil.copy(f, tmp_path / "mnist" / f.name)
+    images = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:100_000])
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--data-dir",
+                           str(tmp_path), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "train-images-idx3-ubyte.gz" in proc.stderr and time.monotonic() - t0 < 60

@@ -110,6 +110,15 @@ def test_report_is_one_self_contained_file_with_the_run_in_it(finished_run, tmp_
         assert shown in text
 
 
+def test_a_run_without_task_records_still_gets_a_report(finished_run, tmp_path):
+    import dataclasses
+
+    from ppt_dask.dashboard import write_report
+    bare = dataclasses.replace(finished_run, diagnostics=None)
+    write_report(bare, tmp_path / "bare.html")
+    assert "ppt-curves" in (tmp_path / "bare.html").read_text()
+
+
 def test_report_opens_in_a_browser_without_a_server(finished_run, browser, tmp_path):
     path = tmp_path / "run.html"
     finished_run.report(path)

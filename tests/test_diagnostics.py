@@ -153,6 +153,19 @@ def test_collector_memory_is_bounded():
     assert len(log.tasks) == 50 and log.dropped == 70 and log.tasks[0].key == "k70"
 
 
+def test_a_result_without_task_records_keeps_its_history():
+    from ppt_dask.diagnostics import records_of
+
+    class Finished:  # what a loop that records nothing on the scheduler returns
+        history = [{"try": 0, "round": 0, "loss": 0.7, "wall_seconds": 0.1}]
+        settings = {"workers": 2}
+        diagnostics = None
+
+    records = records_of(Finished())
+    assert records.tasks == [] and records.rows() == [] and records.heads[0]["loss"] == 0.7
+    assert records.trace()["traceEvents"] == []
+
+
 # ---- on a real cluster --------------------------------------------------------------------
 
 
@@ -201,10 +214,11 @@ def test_breakdown_is_honest_with_a_known_compute_cost(client4, workers4):
 
 def test_a_straggler_shows_as_idle_on_the_other_workers(client4, workers4):
     delay = 0.15
-    _, rows = _run(client4, workers4[:2], delay, slots=[0], rounds=5)
-    # slot 0 computes for 0.15 s while slot 1 waits: half the time is idle on average
-    assert statistics.median(r["gradient"] for r in rows) == pytest.approx(delay / 2, rel=0.10)
-    assert statistics.median(r["idle"] for r in rows) >= 0.9 * delay / 2
+    _, rows = _run(client4, workers4, delay, slots=[0], rounds=5)
+    # slot 0 computes for 0.15 s while the three others wait: 3/4 of that is idle on average
+    assert all(r["workers"] == 4 for r in rows)
+    assert statistics.median(r["gradient"] for r in rows) == pytest.approx(delay / 4, rel=0.10)
+    assert statistics.median(r["idle"] for r in rows) >= 0.9 * 3 * delay / 4
 
 
 def test_trace_and_records_of_a_real_run(client4, workers4, tmp_path):
@@ -217,5 +231,5 @@ def test_trace_and_records_of_a_real_run(client4, workers4, tmp_path):
     result.trace(path)
     events = json.loads(path.read_text())["traceEvents"]
     tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    assert tracks == {"head", *workers4[:2]}
+    assert tracks == {"head", *(t.worker for t in records.tasks)}  # the update may run elsewhere
     assert sum(1 for e in events if e.get("name") == "submit round") == 4

@@ -1,0 +1,105 @@
+"""Contender: a hand-written mpi4py program of seed 000's scheme.
+
+Every rank holds its contiguous share of the training rows and a full copy of the
+weights. Per block of ``batch`` rows (``batch / size`` on each rank, in order) each rank
+computes the gradient *sum* over its rows, one ``Allreduce`` adds the sums (with the loss
+and error counts piggybacked in the same buffer, as 000 piggybacks its error estimate),
+and every rank applies the same momentum step, so the replicas stay identical (000 keeps
+them identical with Allgather). The network math is written out here in numpy (nothing
+from ppt_dask, so the processes do not import dask).
+
+    mpiexec -n 2 python graphs/peers/mpi_allreduce.py SPEC.json RESULT.json
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+import _common as c
+
+
+def grad_sum(layers, grads, X, y):
+    """Forward and backward over the rows of X; fills ``grads``; returns (loss_sum, n_wrong).
+
+    tanh hidden layers, softmax output, cross-entropy summed over the rows.
+    """
+    acts = [X]
+    for i, (W, b) in enumerate(layers):
+        z = acts[-1] @ W
+        z += b
+        if i < len(layers) - 1:
+            np.tanh(z, out=z)
+        acts.append(z)
+    p = acts[-1]
+    p -= p.max(axis=1, keepdims=True)
+    np.exp(p, out=p)
+    p /= p.sum(axis=1, keepdims=True)
+    rows = np.arange(len(y))
+    loss = -np.log(np.maximum(p[rows, y], np.finfo(p.dtype).tiny)).sum()
+    wrong = np.count_nonzero(p.argmax(axis=1) != y)
+    delta = p
+    delta[rows, y] -= 1
+    for i in range(len(layers) - 1, -1, -1):
+        gW, gb = grads[i]
+        np.matmul(acts[i].T, delta, out=gW)
+        np.sum(delta, axis=0, out=gb)
+        if i:
+            delta = (delta @ layers[i][0].T) * (1 - acts[i] * acts[i])
+    return float(loss), wrong
+
+
+def n_wrong(layers, X, y):
+    a = X
+    for i, (W, b) in enumerate(layers):
+        a = a @ W + b
+        if i < len(layers) - 1:
+            a = np.tanh(a)
+    return np.count_nonzero(a.argmax(axis=1) != y)
+
+
+def main():
+    spec, out = c.load_spec()
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    a, b = c.split_rows(spec["n_train"], size)[rank]
+    X, y = c.rows(spec, "train", a, b)
+    ta, tb = c.split_rows(spec["n_test"], size)[rank]
+    X_test, y_test = c.rows(spec, "test", ta, tb)
+    sizes, dtype = spec["sizes"], spec["dtype"]
+    params = c.init_params(spec)
+    layers = c.layers(params, sizes)
+    buf = np.zeros(len(params) + 3, dtype=dtype)  # [grad_sum, loss_sum, n_wrong, n]
+    grads = c.layers(buf[:len(params)], sizes)
+    velocity = np.zeros_like(params)
+    lr, momentum = spec["lr"], spec["momentum"]
+    local = spec["batch"] // size
+    steps = len(X) // local
+
+    def train_epoch(e):
+        loss = 0.0
+        for i in range(steps):
+            rows = slice(i * local, (i + 1) * local)
+            buf[-3], buf[-2] = grad_sum(layers, grads, X[rows], y[rows])
+            buf[-1] = local
+            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+            velocity[:] = momentum * velocity - (lr / buf[-1]) * buf[:-3]
+            params[:] += velocity  # in place: the views in `layers` follow
+            loss += buf[-3]
+        return loss / (steps * spec["batch"])
+
+    def test_accuracy():
+        counts = np.array([n_wrong(layers, X_test, y_test), len(y_test)], dtype=np.float64)
+        comm.Allreduce(MPI.IN_PLACE, counts, op=MPI.SUM)
+        return 1.0 - counts[0] / counts[1]
+
+    def agree(flag: bool) -> bool:
+        return bool(comm.allreduce(bool(flag), op=MPI.LOR))
+
+    comm.Barrier()
+    run = c.race(spec, train_epoch, test_accuracy, agree)
+    rss = comm.gather(c.peak_rss_mib())
+    if rank == 0:
+        c.write_result(out, spec, run, None, rss, processes=size, mpi=MPI.Get_library_version().split("\n")[0])
+
+
+if __name__ == "__main__":
+    main()
