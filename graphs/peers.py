@@ -78,7 +78,7 @@ MOMENTUM = 0.9
 GRID = ((0.1, 100), (0.5, 1000), (0.1, 1000), (0.5, 100))  # (lr, batch), tried in this order
 MAX_EPOCHS = 30  # per race
 MAX_SECONDS = 300.0  # per race (the clock), a safety net
-TUNE_SECONDS = 60.0  # per tuning try: a setting that needs longer is out of the race anyway
+TUNE_SECONDS = 45.0  # per tuning try: a setting that needs longer is out of the race anyway
 STARTUP_TIMEOUT = 300.0  # seconds a contender may take to start, on top of the race
 REPEATS = 3  # races of each contender's best setting
 SEED = 0
@@ -138,7 +138,7 @@ def prepare(cfg, work: Path) -> str:
         np.save(work / f"{name}.npy", a)
     net = ppt.MLP(SIZES, hidden="tanh", output="softmax", dtype=DTYPE)
     np.save(work / "init.npy", net.init_params(SEED))
-    return f"MNIST, first {len(data.X)} training and {len(data.X_test)} test rows"
+    return f"MNIST ({len(data.X)} training / {len(data.X_test)} test rows)"
 
 
 def environment(threads: int) -> dict:
@@ -386,8 +386,7 @@ def main(argv=None) -> int:
     reference = min(pool, key=med) if pool else None
     rows = summarize(cs, runs, tuning["best"], reference)
     elapsed = time.perf_counter() - t_start
-    block = render(rows, cfg, tuning, runs, skipped, reference,
-                   f"MNIST ({cfg['N_TRAIN']} train / {cfg['N_TEST']} test rows)", elapsed,
+    block = render(rows, cfg, tuning, runs, skipped, reference, source, elapsed,
                    (load_start, os.getloadavg()[0]))
     (args.out / "peers.md").write_text(f"# Peers ({'quick' if args.quick else 'full'} run)\n\n" + block)
     with open(args.out / "peers.json", "w") as fh:

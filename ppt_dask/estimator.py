@@ -72,6 +72,7 @@ class _Run:
     history: list = field(default_factory=list)
     best: float = math.inf
     no_improvement: int = 0
+    state: object = None  # weights and optimizer state of the last chunk, within one fit
 
 
 def _epoch_losses(history: list[dict], epochs: int, complete: bool) -> list[float]:
@@ -282,17 +283,20 @@ class _PPTBase(ContractMixin):
         stops once more than ``n_iter_no_change`` epochs in a row count. The trainer has no
         head-side stop hook, so the epochs run in chunks that end at the earliest epoch the
         rule could fire: training stops at the rule's own epoch. Each chunk is one
-        :func:`ppt_dask.train` call, which starts the momentum again from zero.
+        :func:`ppt_dask.train` call; each chunk continues the previous one's state (weights,
+        momentum, round count), so the chunks train as one run would.
         """
         done = 0
         while done < epochs:
             chunk = epochs - done
             if tol_rule:  # the first epoch only sets the best loss
                 chunk = min(chunk, self.n_iter_no_change + 1 - run.no_improvement + (run.best == math.inf))
-            result = train(net, shards, strategy, Stop(max_epochs=chunk), seed=seed + run.epochs,
-                           params=run.params, fan_in=self.fan_in,
+            # chunks after the first continue the state (momentum included) and round count
+            result = train(net, shards, strategy, Stop(max_epochs=chunk), seed=seed,
+                           params=None if run.state is not None else run.params,
+                           initial_state=run.state, fan_in=self.fan_in,
                            progress=self._progress if self.verbose else None)
-            run.params = result.params
+            run.params, run.state = result.params, result.state
             run.history += [{**r, "epoch": r.get("epoch", 0) + run.epochs} for r in result.history]
             run.patterns += int(sum(r.get("patterns", 0) for r in result.history))
             diverged = result.stopped_because.startswith("diverged")

@@ -73,6 +73,7 @@ class Result:
     settings: dict = field(default_factory=dict)
     snapshots: dict = field(default_factory=dict)  # epoch -> weights pulled then
     diagnostics: object = field(default=None, repr=False)  # diagnostics: RunRecords or None
+    state: object = field(default=None, repr=False)  # final ModelState (weights + optimizer state)
 
     @property
     def rounds(self) -> int:
@@ -154,7 +155,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
           params: np.ndarray | None = None, fan_in: int = 2, pipeline: int = 1,
           progress: Callable[[dict], None] | None = None, generation: int = 0,
           snapshot_epochs: tuple = (), checkpoint_dir=None, checkpoint_every: int = 25,
-          resume: bool = False) -> Result:
+          resume: bool = False, initial_state=None) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Parameters
@@ -185,6 +186,9 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         worker is lost (and what is written to ``checkpoint_dir``).
     resume : bool
         Continue from the checkpoint in ``checkpoint_dir`` when there is one.
+    initial_state : ModelState, optional
+        Weights *and* optimizer state to start from (a previous ``Result.state``), so a
+        run continues another one without resetting momentum.
 
     Returns
     -------
@@ -209,6 +213,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                            progress=progress)
     rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
     max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
+    if initial_state is not None:
+        max_rounds += initial_state.round + 1
     snapshot_rounds = {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs}
 
     client = shards.client
@@ -236,6 +242,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         else:
             start = params if params is not None else net.init_params(seed + attempt)
             kept = (-1, strategy.init(np.asarray(start, dtype=net.dtype)), len(history))
+            if initial_state is not None and attempt == 0:  # continue its round numbering
+                kept = (initial_state.round, initial_state, len(history))
         next_round, final_state, final_round, stopped_because, learned = None, None, -1, "max_epochs", False
         while True:  # one pass per recovery: start from the kept state
             gen = f"{run}-g{gen_no}"
@@ -331,9 +339,10 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         if learned or stopped_because != "max_epochs" or stop.target_error is None:
             break
         gen_no += 1
-    params_out = _result(final_state, shards).params
+    final = _result(final_state, shards)
+    params_out = final.params
     if checkpoint_dir:
-        checkpoint.save(checkpoint_dir, _result(final_state, shards), round_index=final_round,
+        checkpoint.save(checkpoint_dir, final, round_index=final_round,
                         attempt=attempt, history=history, meta=meta)
     del final_state
     wall = time.perf_counter() - t_start
@@ -351,7 +360,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                    "fan_in": fan_in, "pipeline": pipeline, "seed": seed,
                    "target_error": stop.target_error, "tries": attempt + 1,
                    "recoveries": recoveries, "events": events},
-                  snapshots, records)
+                  snapshots, records, final)
 
 
 def _test_error(net: MLP, params: np.ndarray, test: tuple) -> float:

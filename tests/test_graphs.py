@@ -1,0 +1,62 @@
+"""The graphs/ scripts that reproduce the source papers' tables and figures, in --quick mode:
+each runs in a subprocess (its own LocalCluster) and writes tables and figures that hold
+numbers. The full runs are not part of the suite (graphs/README.md has their commands)."""
+
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.graphs
+
+GRAPHS = Path(__file__).resolve().parent.parent / "graphs"
+SCRIPTS = {  # script -> (tables, figures) it writes
+    "paper000_parity.py": (("paper000_table1", "paper000_table2"), ("paper000_parity",)),
+    "paper001_blocks.py": (("paper001_blocks", "paper001_table7"), ("paper001_blocks",)),
+    "paper001_convergence.py": (("paper001_convergence",), ("paper001_convergence",)),
+    "paper002_softmax.py": (("paper002_softmax",), ("paper002_softmax",)),
+    "paper004_digits.py": (("paper004_table1", "paper004_table2"), ("paper004_digits",)),
+}
+TIMEOUT = 240  # seconds; a --quick run takes well under a minute on an idle 2-core machine
+
+
+def numbers(row: dict) -> list[float]:
+    out = []
+    for value in row.values():
+        try:
+            out.append(float(value))
+        except (TypeError, ValueError):
+            pass
+    return [v for v in out if math.isfinite(v)]
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_quick_run_writes_tables_and_figures(script, tmp_path):
+    run = subprocess.run([sys.executable, str(GRAPHS / script), "--quick", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=TIMEOUT, cwd=GRAPHS.parent)
+    assert run.returncode == 0, run.stderr[-4000:]
+    tables, figures = SCRIPTS[script]
+    for name in tables:
+        with open(tmp_path / f"{name}.csv") as fh:
+            rows = list(csv.DictReader(fh))
+        assert rows, f"{name}.csv has no rows"
+        assert all(numbers(r) for r in rows), f"{name}.csv has a row without numbers"
+        text = (tmp_path / f"{name}.md").read_text()
+        assert "|---|" in text and "Machine:" in text and "--quick" in text
+    for name in figures:
+        html = (tmp_path / f"{name}.html").read_text()
+        assert "Bokeh" in html and len(html) > 1000
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_usage_is_documented(script):
+    """Each script has the mpi4py-demo shape: usage first, --quick among it, and --help."""
+    text = (GRAPHS / script).read_text()
+    assert text.startswith('"""') and "Usage::" in text and "--quick" in text
+    run = subprocess.run([sys.executable, str(GRAPHS / script), "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=GRAPHS.parent)
+    assert run.returncode == 0 and "--quick" in run.stdout
