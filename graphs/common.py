@@ -126,10 +126,13 @@ def write_table(out: Path, name: str, rows: list[dict], *, title: str, notes=(),
 # ---- figures ---------------------------------------------------------------------------
 
 def figure(title: str, x_label: str, y_label: str, *, x_log=False, y_log=False, width=620, height=380):
+    """A bokeh figure whose legend sits to the right of the plot, clear of the data."""
+    from bokeh.models import Legend
     from bokeh.plotting import figure as bokeh_figure
     fig = bokeh_figure(title=title, width=width, height=height, x_axis_label=x_label, y_axis_label=y_label,
                        x_axis_type="log" if x_log else "linear", y_axis_type="log" if y_log else "linear",
                        tools="pan,wheel_zoom,box_zoom,reset,save,hover")
+    fig.add_layout(Legend(label_text_font_size="8pt", spacing=0, click_policy="hide"), "right")
     return fig
 
 
@@ -141,8 +144,6 @@ def line(fig, x, y, label: str, i: int, *, dash="solid", points=False):
         fig.scatter(x, y, legend_label=label, color=color, size=8)
     else:
         fig.line(x, y, legend_label=label, color=color, line_width=2, line_dash=dash)
-    fig.legend.location = "top_left"
-    fig.legend.click_policy = "hide"
 
 
 def save_figure(out: Path, name: str, layout, title: str, png: bool = True) -> Path:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python graphs/paper000_parity.py            # 5 runs per cell (3 on 4 and 8 workers)
+    python graphs/paper000_parity.py            # 10 runs per cell (5 on 4 and 8 workers)
     python graphs/paper000_parity.py --quick    # 1 run of at most 100 rounds, L = 32, 2 workers
 
 Seed 000: the whole set on every node; each round every node trains on a random local
@@ -29,7 +29,7 @@ from ppt_dask import perfmodel
 from ppt_dask.serial import train_serial
 
 DEFAULTS = dict(
-    LR=2.0, MOMENTUM=0.9, RUNS=5, RUNS_OVERSUBSCRIBED=3, MAX_ROUNDS=1000, RESTARTS=1,  # 000: 10 runs
+    LR=2.0, MOMENTUM=0.9, RUNS=10, RUNS_OVERSUBSCRIBED=5, MAX_ROUNDS=1000, RESTARTS=1,
     LOCAL_EPOCHS=(32, 64, 128, 256),  # Table 2, on the first of WORKERS
     WORKERS=(2, 4, 8), BEST_LOCAL_EPOCH=(128, 64, 32),  # Table 1: 000's best L per node count
 )

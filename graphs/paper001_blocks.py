@@ -94,12 +94,12 @@ def main():
                               "Tables II and V; 'model+ours': constants measured on this machine, p real cores."])
     figs = []
     for name, (net, X, y, blocks, n, m) in probs.items():
-        fig = common.figure(f"{name}: seconds per update", "block size", "seconds", x_log=True, y_log=True, width=420)
+        fig = common.figure(f"{name}: seconds per update", "block size", "seconds", x_log=True, y_log=True, width=540)
         for i, p in enumerate(["serial", *args.workers]):
             common.line(fig, blocks, [measured[name, p, b] for b in blocks], f"p={p} measured", i, points=True)
             common.line(fig, blocks, [predict(name, p, b) for b in blocks], f"p={p} model", i)
         grid = np.unique(np.geomspace(max(2, min(blocks)), n, 40).astype(int))
-        sp = common.figure(f"{name}: predicted speedup (001 Fig. 2/4/5)", "block size", "speedup", x_log=True, width=420)
+        sp = common.figure(f"{name}: predicted speedup (001 Fig. 2/4/5)", "block size", "speedup", x_log=True, width=540)
         for i, p in enumerate(args.speedup_p):
             common.line(sp, grid, perfmodel.speedup(p, grid, n, net.n_params, constants[name], n_test=m), f"{p} workers", i)
         figs.append([fig, sp])

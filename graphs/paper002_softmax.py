@@ -88,7 +88,7 @@ def main():
     for size in args.sizes:
         ours = [r for r in rows if r["inputs"] == size and "s" in r and r["workers"] != "serial"]
         fig = common.figure(f"{size} inputs (002 Figures {5 + args.sizes.index(size) + 1}a/b)", "workers",
-                            f"s per {args.paper_epochs} epochs", width=420, height=320)
+                            f"s per {args.paper_epochs} epochs", width=480, height=320)
         common.line(fig, list(args.workers), [r[f"s per {args.paper_epochs} epochs"] for r in ours], "ours, measured", 0, points=True)
         common.line(fig, list(args.model_workers), [args.paper_epochs * perfmodel.iteration_seconds(
             p, args.rows, size * 10 + 10, model[size], n_shards=p) for p in args.model_workers], "model, real cores", 0)

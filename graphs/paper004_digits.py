@@ -78,15 +78,15 @@ def main():
                        notes=[note, "* more workers than the 2 cores (oversubscribed); 004 ran 2-8 map tasks on 2 nodes.",
                               "serial: the same math in one process, no Dask (time only)."])
     fig_a = common.figure("Test accuracy (mean over splits), 004 Figure 3", "epochs", "accuracy %")
-    fig_t = common.figure("Time to reach the epoch, 004 Figures 4-5", "epochs", "seconds")
+    fig_t = common.figure("Time to reach the epoch, 004 Figures 4-5", "epochs", "seconds", y_log=True)
     for k, p in enumerate(args.workers):
         common.line(fig_a, cps, 100 * acc[p].mean(axis=0), f"ours, {p} worker(s)", k)
         common.line(fig_t, cps, secs[p].mean(axis=0), f"ours, {p} worker(s)", k)
     common.line(fig_t, cps, secs["serial"].mean(axis=0), "ours, serial program", len(args.workers), dash="dashed")
     paper = [c for c in cps if c in PAPER_ACCURACY]
-    if paper:
-        common.line(fig_a, paper, [PAPER_ACCURACY[c][1] for c in paper], "004 parallel", 7, points=True)
-        common.line(fig_t, paper, [PAPER_SECONDS[c][1] for c in paper], "004 parallel (2)", 7, points=True)
+    for j, label in ((0, "004 sequential"), (1, "004 parallel")) if paper else ():
+        common.line(fig_a, paper, [PAPER_ACCURACY[c][j] for c in paper], label, 6 + j, points=True)
+        common.line(fig_t, paper, [PAPER_SECONDS[c][j] for c in paper], label + " (2)" * j, 6 + j, points=True)
     from bokeh.layouts import row
     common.save_figure(args.out, "paper004_digits", row(fig_a, fig_t), "004 digits", args.png)
 

@@ -170,15 +170,15 @@ def race(c: dict, lr: float, batch: int, cfg, work: Path, max_seconds: float, ta
     except subprocess.TimeoutExpired:
         return {**row, "reached": False, "stopped_because": "timeout"}
     if proc.returncode or not out_path.exists():
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"  {c['name']} failed ({proc.returncode}): {tail}", file=sys.stderr)
-        return {**row, "reached": False, "stopped_because": f"error: {tail}"}
+        lines = proc.stderr.strip().splitlines() or ["no output"]
+        print(f"  {c['name']} failed ({proc.returncode}):\n    " + "\n    ".join(lines[-12:]), file=sys.stderr)
+        return {**row, "reached": False, "stopped_because": f"error: {lines[-1]}", "stderr": lines[-40:]}
     return {**row, **json.loads(out_path.read_text())}
 
 
 def say(r: dict) -> str:
     if r.get("reached"):
-        return (f"{r['seconds']:.2f} s, {r['epochs']:g} epochs (start-up {r['startup_seconds']:.1f} s)")
+        return f"{r['seconds']:.2f} s, {r['epochs']:.3g} epochs (start-up {r['startup_seconds']:.1f} s)"
     return f"not reached ({r.get('stopped_because')}" + (f" after {r['seconds']:.1f} s)" if "seconds" in r else ")")
 
 
@@ -280,10 +280,26 @@ def render(rows, cfg, tuning, runs, skipped, reference, source, elapsed, loads) 
                   "| contender | " + " | ".join(f"lr {lr:g}, batch {b}" for lr, b in cfg["GRID"]) + " |",
                   "|---|" + "---|" * len(cfg["GRID"])]
     for name, tries in tuning["tries"].items():
-        cells = [f"{t['seconds']:.1f} s, {t['epochs']:g} ep" if t.get("reached") else
-                 f"no: {t.get('stopped_because', '?')}" + (f", {t['epochs']:g} ep" if "epochs" in t else "")
+        cells = [f"{t['seconds']:.1f} s, {t['epochs']:.3g} ep" if t.get("reached") else
+                 f"no: {t.get('stopped_because', '?')}" + (f", {t['epochs']:.3g} ep" if "epochs" in t else "")
                  for t in tries]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "ppt_dask's rounds (ppt_dask.breakdown of each contender's median race; ms per round, mean "
+              "over the workers; test checks: the stopping rule's test-set passes on the head, their count "
+              "and their time in seconds):", "",
+              "| contender | rounds | round ms | gradient | scheduler | idle | head | transfer | % not gradient "
+              "| test checks (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        done = sorted((x for x in runs.get(r["name"], []) if x.get("reached")), key=lambda x: x["seconds"])
+        if not r["name"].startswith("ppt_dask") or not done:
+            continue
+        mid = done[len(done) // 2]
+        ph = {p["phase"]: p["ms_per_round"] for p in mid.get("phases") or []}
+        b = mid.get("breakdown") or {}
+        lines.append(f"| {r['contender']} | {mid['rounds']} | {fmt(b.get('median_round_ms'), 1)} | "
+                     + " | ".join(fmt(ph.get(k), 1) for k in ("gradient", "scheduler", "idle", "head", "transfer"))
+                     + f" | {fmt(b.get('percent_not_gradient'), 0)} | {mid.get('test_checks', 0)} "
+                     f"({fmt(mid.get('test_check_seconds'), 1)}) |")
     ref_runs = [r for r in runs.get(reference, []) if r.get("phases")]
     if ref_runs:
         mid = sorted(ref_runs, key=lambda r: r["seconds"])[len(ref_runs) // 2]

@@ -124,7 +124,8 @@ def connect(
         ``tcp://host:8786``, ``tls://host:8786`` ... When None, start a LocalCluster with
         ``n_workers`` processes (default: one per core) of ``threads_per_worker`` threads.
     dashboard_address : str or None
-        Where the LocalCluster's dashboard listens; localhost unless asked otherwise.
+        Where the LocalCluster's dashboard listens (None: a free port on 127.0.0.1);
+        localhost unless asked otherwise.
     security : distributed.Security, path or bool, optional
         TLS settings: a ``Security``, or a directory made by ``deploy/make_certs.py`` (its CA
         and client certificate); None uses the dask configuration (``distributed.comm.tls``).
@@ -167,7 +168,8 @@ def connect(
             n_workers=int(n_workers),
             threads_per_worker=int(threads_per_worker),
             processes=processes,
-            dashboard_address=dashboard_address,
+            # None would mean distributed's default, port 8787 on every interface: keep it local
+            dashboard_address=dashboard_address or "127.0.0.1:0",
             security=security,
             **({"host": "127.0.0.1"} if processes else {}),  # threads talk in-process
             scheduler_kwargs=scheduler_kwargs,  # diagnostics

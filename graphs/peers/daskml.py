@@ -37,8 +37,8 @@ def main():
     import dask
     import dask.array as da
     from distributed import Client, LocalCluster, wait
-    from sklearn.neural_network import MLPClassifier
     from dask_ml.wrappers import Incremental
+    from sklearn.neural_network import MLPClassifier
 
     from ppt_dask.cluster import WORKER_ENV  # the same worker environment as ppt_dask's
 

@@ -8,10 +8,6 @@ the environment the driver sets (OPENBLAS_NUM_THREADS=1 or 2).
     python graphs/peers/numpy_serial.py SPEC.json RESULT.json
 """
 
-import time
-
-import numpy as np
-
 import _common as c
 
 

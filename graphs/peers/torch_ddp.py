@@ -68,6 +68,7 @@ def rank_main(rank: int, spec: dict, port: int, out: str):
     if rank == 0:
         with open(out + ".rank0", "w") as fh:
             json.dump({"run": run, "rss": rss}, fh)
+    dist.barrier()  # neither rank leaves while the other still talks to it
     dist.destroy_process_group()
 
 
