@@ -16,7 +16,8 @@ the reduce). ``serial`` is the same math in one process (``train_serial``, eq. (
 block). Table VII: 001's printed predicted speedups (Function, Bat Cave), the same from
 ``perfmodel`` with 001's constants, and with ours for p real cores of this machine's kind.
 4 workers oversubscribe the 2 cores (shown, not in the error).
-Writes out/paper001_blocks.{md,csv}, out/paper001_table7.{md,csv}, out/paper001_blocks.html.
+Writes out/paper001_blocks, out/paper001_table7 and out/paper001_smallest_block (.md, .csv), and
+out/paper001_blocks.html.
 """
 
 import numpy as np
@@ -89,9 +90,16 @@ def main():
                **{f"model+001 constants p={p}": perfmodel.speedup(p, b, 1024, 16768, paper_c, n_test=128) for p in (2, 4, 8)},
                **{f"model+ours p={p}": perfmodel.speedup(p, b, 1024, fn[0].n_params, constants["function"], n_test=128)
                   for p in (2, 4, 8)}} for b in PAPER_TABLE7]
+    smallest = [{"problem": name, "p": p,  # 001 sec. V-C: no speedup below a block of about 50
+                 "001 constants (Bat Cave)": perfmodel.min_block_for_speedup(
+                     p, n, perfmodel.PAPER_PROBLEMS[name].n_weights, perfmodel.PAPER_CONSTANTS["bat_cave", name], n_test=m),
+                 "ours": perfmodel.min_block_for_speedup(p, n, net.n_params, constants[name], n_test=m)}
+                for name, (net, X, y, blocks, n, m) in probs.items() for p in (2, 8, 32)]
     common.write_table(args.out, "paper001_table7", table7, title="001 Table VII: predicted speedups, Function",
                        notes=["001: Bat Cave (PIII, 100 MBit). 'model+001 constants': ppt_dask.perfmodel with 001's "
                               "Tables II and V; 'model+ours': constants measured on this machine, p real cores."])
+    common.write_table(args.out, "paper001_smallest_block", smallest, title="001 section V-C: smallest block with a "
+                       "predicted speedup above 1", notes=["Blank: no block up to the whole training set gives one."])
     figs = []
     for name, (net, X, y, blocks, n, m) in probs.items():
         fig = common.figure(f"{name}: seconds per update", "block size", "seconds", x_log=True, y_log=True, width=540)

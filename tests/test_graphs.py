@@ -15,7 +15,7 @@ pytestmark = pytest.mark.graphs
 GRAPHS = Path(__file__).resolve().parent.parent / "graphs"
 SCRIPTS = {  # script -> (tables, figures) it writes
     "paper000_parity.py": (("paper000_table1", "paper000_table2"), ("paper000_parity",)),
-    "paper001_blocks.py": (("paper001_blocks", "paper001_table7"), ("paper001_blocks",)),
+    "paper001_blocks.py": (("paper001_blocks", "paper001_table7", "paper001_smallest_block"), ("paper001_blocks",)),
     "paper001_convergence.py": (("paper001_convergence",), ("paper001_convergence",)),
     "paper002_softmax.py": (("paper002_softmax",), ("paper002_softmax",)),
     "paper004_digits.py": (("paper004_table1", "paper004_table2"), ("paper004_digits",)),
