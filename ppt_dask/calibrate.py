@@ -52,7 +52,8 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 def _row_counts(block: int, n_rows: int) -> list[int]:
-    rows = {min(n_rows, max(1, r)) for r in (block // 8, block // 4, block // 2, block, 2 * block)}
+    # small calls pin the fixed cost of a call, large ones the cost per pattern
+    rows = {min(n_rows, max(1, r)) for r in (1, 8, block // 8, block // 4, block // 2, block, 2 * block)}
     if len(rows) < 2:
         rows |= {1, n_rows}
     if len(rows) < 2:
@@ -82,7 +83,7 @@ def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: floa
     X : ndarray, shape (n, net.n_inputs); y : targets for the n rows
         A few thousand rows suffice; one epoch over them times To.
     block : int
-        Block size of interest; per-pattern lines are fitted over b/8 .. 2b rows.
+        Block size of interest; per-pattern lines are fitted over 1 .. 2b rows.
     repeats : int
         Timings per point (the median is kept).
 
@@ -119,8 +120,8 @@ def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constan
             t0 = time.perf_counter()
             calls[name](r)
             seen.append(time.perf_counter() - t0)
-    fits = {name: perfmodel.fit_per_pattern(rows, [np.median(times[name, r]) for r in rows])
-            for name in calls}
+    fits = {name: perfmodel.fit_per_pattern(rows, [np.median(times[name, r]) for r in rows],
+                                            relative=True) for name in calls}
     tf, t_stats, (t_grad, tc) = fits["forward"][0], fits["stats"][0], fits["grad"]
 
     strategy = strategies.Sync(lr=0.1, momentum=momentum, block=block)
@@ -221,7 +222,7 @@ class HeadFit:
 
 
 def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
-                 spin_seconds: float = 0.02, rounds: int = 25, warmup: int = 5,
+                 spin_seconds: float = 0.01, rounds: int = 25, warmup: int = 5,
                  fan_in: int = 2) -> HeadFit:
     """Th(p) against tasks per round, from probe rounds over virtual cluster sizes.
 
@@ -262,7 +263,7 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
 
 
 def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
-                   spin_seconds: float = 0.02, rounds: int = 25, warmup: int = 5,
+                   spin_seconds: float = 0.01, rounds: int = 25, warmup: int = 5,
                    samples: list | None = None) -> tuple[float, float]:
     """Fit 001's eq. (4) on the live cluster: ``Tr(p) = Tw w ceil(log_k p) + Ti``.
 
@@ -363,7 +364,7 @@ class Calibration:
 
 def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | None = None,
               fan_in: int = 2, n_test: int = 0, repeats: int = 7, rounds: int = 25,
-              p_values=(1, 2, 4, 8, 16, 32, 64), sizes=None, spin_seconds: float = 0.02
+              p_values=(1, 2, 4, 8, 16, 32, 64), sizes=None, spin_seconds: float = 0.01
               ) -> Calibration:
     """All of 001's constants for ``net`` on this cluster, in one :class:`Calibration`.
 

@@ -543,15 +543,16 @@ def fit_reduce(p_values, n_weights_values, seconds, fan_in: int = 2) -> tuple[fl
     return _nonneg_lstsq(x, y, "need two distinct values of w * ceil(log_k p)")
 
 
-def fit_per_pattern(patterns, seconds) -> tuple[float, float]:
+def fit_per_pattern(patterns, seconds, *, relative: bool = False) -> tuple[float, float]:
     """Fit ``seconds = t_pattern * patterns + t_fixed`` (both >= 0) to timed calls.
 
     How 001's per-pattern constants are measured here: numpy vectorises over the rows of
     a block, so one call of ``r`` rows costs a fixed part plus ``r`` times a per-pattern
     part; a least-squares line over several block sizes separates them (a single ratio
     ``seconds / r`` would charge the fixed part to every pattern). ``patterns`` (k,)
-    ints >= 1 with at least two distinct values, ``seconds`` (k,).
-    Returns ``(seconds_per_pattern, fixed_seconds)``.
+    ints >= 1 with at least two distinct values, ``seconds`` (k,). ``relative=True``
+    minimises relative residuals, so the small calls pin the fixed part and the large
+    ones the slope. Returns ``(seconds_per_pattern, fixed_seconds)``.
 
     >>> fit_per_pattern([10, 100, 1000], [0.002, 0.011, 0.101])
     (0.0001, 0.001)
@@ -560,8 +561,12 @@ def fit_per_pattern(patterns, seconds) -> tuple[float, float]:
     y = _seconds("seconds", seconds)
     if r.size != y.size:
         raise ValueError(f"lengths differ: patterns {r.size}, seconds {y.size}")
-    slope, fixed = _nonneg_lstsq(np.column_stack([r.astype(float), np.ones(r.size)]), y,
-                                 "need two distinct block sizes")
+    x = np.column_stack([r.astype(float), np.ones(r.size)])
+    if relative:
+        if not (y > 0).all():
+            raise ValueError(f"relative fit needs seconds > 0, got {seconds!r}")
+        x, y = x / y[:, None], np.ones(y.size)
+    slope, fixed = _nonneg_lstsq(x, y, "need two distinct block sizes")
     return round(slope, 15), round(fixed, 15)
 
 

@@ -258,6 +258,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
             weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{gen}-init")
             inflight: deque[_Round] = deque()
             next_round, last_done = round_in + 1, time.perf_counter()
+            verified_epoch = -1
             try:
                 while True:
                     # keep `pipeline` rounds queued behind the one being read
@@ -302,7 +303,9 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                             checkpoint.save(checkpoint_dir, kept[1], round_index=rd.index,
                                             attempt=attempt, history=history, meta=meta)
                     if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
-                            and estimate.rate <= stop.target_error):
+                            and estimate.rate <= stop.target_error
+                            and (strategy.exact_stats or int(record["epoch"]) > verified_epoch)):
+                        verified_epoch = int(record["epoch"])  # verify at most once an epoch
                         # the stats describe the weights the round started from
                         error = record["error_rate"]
                         if stop.test is not None:
