@@ -45,7 +45,8 @@ OVERSUBSCRIBED = (4,)  # more workers than cores: shown, not counted in the head
 ROUNDS, WARMUP, REPEATS = 40, 8, 2  # rounds per run, rounds skipped, runs per cell
 CALIBRATION_BLOCK = 1000
 HEAD_P = (1, 2, 4, 8, 16, 32, 64)  # virtual cluster sizes for Th(p)
-WAIT_QUIET = 300  # seconds to wait at most for the machine to be quiet (full mode)
+WAIT_QUIET = 900  # seconds to wait for quiet in all (full mode): before and between runs
+QUIET_OTHERS, RETRIES = 0.10, 3  # retry a run during which others used > 10% of the CPU
 PLOT_P = np.arange(1, 65)
 PLOT_BLOCKS = (100, 300, 1000, 3000, 10000, 60000)
 MNIST_N, MNIST_M = 60000, 10000  # the recommendation is for the whole of MNIST
@@ -124,6 +125,31 @@ def wait_quiet(limit_seconds: float, busy: float = 0.2) -> float:
         print(f"waiting for a quiet machine: {now:.0%} busy", file=sys.stderr)
 
 
+class Quiet:
+    """Measure in quiet windows: a measurement during which other processes used more
+    than ``QUIET_OTHERS`` of the machine is retried after waiting for quiet, while the
+    patience lasts; the quietest attempt is kept, with its share of others' CPU."""
+
+    def __init__(self, patience_seconds: float):
+        self.deadline = time.monotonic() + patience_seconds
+        self.retried = 0
+
+    def __call__(self, measure, pids=()):
+        meter, best = OthersMeter(pids), None
+        for _ in range(RETRIES + 1):
+            meter.start()
+            value = measure()
+            others = meter.stop()
+            if best is None or others < best[1]:
+                best = (value, others)
+            left = self.deadline - time.monotonic()
+            if others <= QUIET_OTHERS or left <= 0:
+                break
+            self.retried += 1
+            wait_quiet(left)
+        return best
+
+
 def median_round(net, shards, block: int, rounds: int, warmup: int) -> float:
     import ppt_dask as ppt
 
@@ -145,7 +171,7 @@ def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
     return float(np.median([r["wall_seconds"] for r in history[warmup:]]))
 
 
-def measure(net, X, y, cfg, p_values, cal, rows, oversubscribed=False):
+def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
     """Append one row per (p, block): measured and predicted seconds per round."""
     import ppt_dask as ppt
     from ppt_dask import perfmodel as pm
@@ -154,16 +180,17 @@ def measure(net, X, y, cfg, p_values, cal, rows, oversubscribed=False):
     client = ppt.connect(n_workers=max(p_values), dashboard_address=None)
     try:
         addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
-        meter = OthersMeter(client.run(os.getpid).values())
+        pids = list(client.run(os.getpid).values())
         placed = {p: ppt.enter_data(client, X, y, N_SHARDS, workers=addresses[:p]) for p in p_values}
         times = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
         others = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
         for _ in range(cfg["REPEATS"]):  # interleaved, so a noisy minute spreads over cells
             for b in cfg["BLOCKS"]:
                 for p in p_values:
-                    meter.start()
-                    times[p, b].append(median_round(net, placed[p], b, cfg["ROUNDS"], cfg["WARMUP"]))
-                    others[p, b].append(meter.stop())
+                    value, busy = quiet(lambda: median_round(net, placed[p], b, cfg["ROUNDS"],
+                                                             cfg["WARMUP"]), pids)
+                    times[p, b].append(value)
+                    others[p, b].append(busy)
         for shards in placed.values():
             ppt.exit_data(shards)
     finally:
@@ -182,8 +209,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-oversubscribed", action="store_true",
                         help=f"skip p = {OVERSUBSCRIBED} (more workers than cores; skipped with --quick)")
     parser.add_argument("--wait-quiet", type=float, default=None, metavar="SECONDS",
-                        help="wait up to this long for other processes to leave the cores "
-                             f"(default {WAIT_QUIET} s; 0 with --quick)")
+                        help="wait up to this long in all for other processes to leave the cores, "
+                             f"before the start and to retry noisy runs (default {WAIT_QUIET} s; "
+                             "0 with --quick)")
     parser.add_argument("--out", type=Path, default=OUT, help="output folder")
     args = parser.parse_args(argv)
     cfg = {k: v for k, v in globals().items() if k.isupper()}
@@ -197,33 +225,36 @@ def main(argv=None) -> int:
 
     X, y, source = load_data(cfg["N_TRAIN"])
     net = ppt.MLP((X.shape[1], *HIDDEN, 10), hidden="tanh", output="softmax")
-    busy = wait_quiet(args.wait_quiet if args.wait_quiet is not None else 0 if args.quick else WAIT_QUIET)
+    patience = args.wait_quiet if args.wait_quiet is not None else 0 if args.quick else WAIT_QUIET
+    quiet = Quiet(patience)
+    busy = wait_quiet(patience)
     t_start = time.perf_counter()
 
     client = ppt.connect(n_workers=max(P_VALUES), dashboard_address=None)
     try:
-        cal = calibrate.calibrate(client, net, X, y, block=cfg["CALIBRATION_BLOCK"], n_shards=N_SHARDS,
-                                  n_test=0, rounds=max(cfg["ROUNDS"] // 2, 10), p_values=cfg["HEAD_P"],
-                                  repeats=5 if args.quick else 9)
+        cal, cal_others = quiet(lambda: calibrate.calibrate(
+            client, net, X, y, block=cfg["CALIBRATION_BLOCK"], n_shards=N_SHARDS, n_test=0,
+            rounds=max(cfg["ROUNDS"] // 2, 10), p_values=cfg["HEAD_P"], repeats=5 if args.quick else 9),
+            list(client.run(os.getpid).values()))
     finally:
         ppt.cluster.close(client)
+    cal.measurements["others_share"] = cal_others
     cal.save(args.out / "calibration.json")
     c = cal.constants
 
     rows: list[dict] = []
-    meter = OthersMeter([])
     for b in cfg["BLOCKS"]:
         rounds = min(cfg["ROUNDS"], max(len(X) // b - cfg["WARMUP"], 4))
         seq = pm.sequential_epoch_seconds(b, b, dataclass_replace(c, to_seconds=0.0))
-        meter.start()
-        measured = serial_round(net, X, y, b, rounds, min(cfg["WARMUP"], 2))
+        measured, others = quiet(lambda: serial_round(net, X, y, b, rounds, min(cfg["WARMUP"], 2)))
         rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, measured=measured,
-                         predicted=seq, others=meter.stop(), compute=b * (c.tf_seconds + c.tb_seconds)
+                         predicted=seq, others=others, compute=b * (c.tf_seconds + c.tb_seconds)
                          + c.tc_seconds, update=c.tu_seconds + c.tm_seconds, reduce=0.0, head=0.0))
-    measure(net, X, y, cfg, P_VALUES, cal, rows)
+    measure(net, X, y, cfg, P_VALUES, cal, rows, quiet)
     if not (args.quick or args.no_oversubscribed):
-        measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, oversubscribed=True)
+        measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, quiet, oversubscribed=True)
     elapsed = time.perf_counter() - t_start
+    cfg["RETRIED"], cfg["CAL_OTHERS"] = quiet.retried, cal_others
 
     headline = [r for r in rows if r["program"] == "dask" and not r["oversubscribed"]]
     error = pm.prediction_error([r["predicted"] for r in headline], [r["measured"] for r in headline])
@@ -259,7 +290,8 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
              f"{N_SHARDS} shards; {os.cpu_count()} cores; median of rounds {cfg['WARMUP']}..{cfg['ROUNDS']} "
              f"of {cfg['REPEATS']} run(s) per cell; machine "
              + ("not checked" if busy != busy else f"{busy:.0%} busy") + " before the start; "
-             f"{elapsed:.0f} s in all.",
+             f"{elapsed:.0f} s in all; {cfg['RETRIED']} noisy run(s) retried; other processes used "
+             f"{cfg['CAL_OTHERS']:.0%} of the CPU during the calibration.",
              "",
              f"**Mean absolute prediction error, Dask rounds with p <= {max(P_VALUES)} workers: "
              f"{errors[0]:.1%}** (serial program, eq. (3): {errors[1]:.1%}"

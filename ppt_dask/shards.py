@@ -155,7 +155,7 @@ class ShardSet:
             info = self.info[s]
             if copy is None or not self.replicated:
                 shard = _make_shard(X[info.start:info.stop], y[info.start:info.stop], dtype)
-                copy = self.client.scatter([shard], workers=[address], hash=False)[0]
+                copy = _scatter(self.client, shard, address, self.label(slot))
             self.futures[s] = copy
 
     def who_has(self) -> dict[int, tuple[str, ...]]:
@@ -218,12 +218,28 @@ def _make_shard(X, y, dtype: str):
     return np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(y)
 
 
+def _settle(shard):
+    """The worker's own, aligned copy of a scattered shard.
+
+    Scattered arrays are deserialized in place from the message's buffer and may start at
+    any byte (seen here: 4 bytes past a 64-byte boundary); numpy's matmul on unaligned
+    data ran 1.5x slower in every round. One copy at entry fixes it for the whole run.
+    """
+    return tuple(a if a.flags.aligned else np.array(a, order="C") for a in shard)
+
+
 def _load_shard(loader: Callable, start: int, stop: int, dtype: str):
     X, y = loader(start, stop)
     return _make_shard(X, y, dtype)
 
 
 # ---- head side ---------------------------------------------------------------------------
+
+
+def _scatter(client: Client, shard: tuple, address: str, label: str) -> Future:
+    """Send a shard to ``address``; keep the worker's aligned copy of it (see _settle)."""
+    sent = client.scatter([shard], workers=[address], hash=False)[0]
+    return client.submit(_settle, sent, resources={label: 1}, key=f"ppt-shard-{sent.key}")
 
 
 def _choose_workers(client: Client, workers) -> list[str]:
@@ -286,8 +302,7 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
 
     def place(s, a, b, label):
         if label not in copies or not replicate:
-            shard = _make_shard(X[a:b], y[a:b], dtype)
-            copies[label] = client.scatter([shard], workers=[addr_of[label]], hash=False)[0]
+            copies[label] = _scatter(client, _make_shard(X[a:b], y[a:b], dtype), addr_of[label], label)
         return copies[label]
     addr_of: dict = {}
     return _enter(client, rows, place, workers, "numpy", (X, y) if keep_copy else None, addr_of,
