@@ -138,3 +138,17 @@ def test_shards_from_a_dask_array(client4, workers4):
     ppt.exit_data(shards)
     assert result.params.tobytes() == expected.tobytes()
     assert all(held[s] == (workers4[0],) for s in (0, 1)) and all(held[s] == (workers4[1],) for s in (2, 3))
+
+
+def _aligned(shard):
+    return all(a.flags.aligned for a in shard)
+
+
+def test_scattered_shards_are_aligned_on_the_workers(client4, workers4):
+    """Scattered arrays can arrive at any byte offset; matmul on them ran 1.5x slower."""
+    X, y = _data(n=4000)
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    checks = [client4.submit(_aligned, f, pure=False) for f in shards.futures]
+    assert client4.gather(checks) == [True] * 4
+    del checks
+    ppt.exit_data(shards)
