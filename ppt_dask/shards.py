@@ -145,6 +145,55 @@ class ShardSet:
                            "resent": self.source == "numpy"})
         return events
 
+    @property
+    def can_grow(self) -> bool:
+        """Whether shards can be moved to new workers (not for dask-array sources, nor
+        for scattered shards without a head copy)."""
+        return self.source == "loader" or (self.source == "numpy" and self.head_copy is not None)
+
+    def joined_workers(self) -> list[str]:
+        """Workers of the cluster that hold no slot of this set."""
+        alive = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        return [w for w in alive if w not in self.workers]
+
+    def rebalance(self) -> list[dict]:
+        """Spread the shards over the current workers when new ones have joined.
+
+        New workers get new slots; the blocks of shards are cut again for the larger
+        number of slots and every shard whose worker changes is placed anew (re-sent from
+        the head's copy, or reloaded on the new worker for a loader). Shards from a dask
+        array stay where they are. Returns one event, or none when nothing changed.
+        """
+        joined = self.joined_workers() if self.can_grow else []
+        if not joined:
+            return []
+        old_owner = {s: self.workers[slot] for slot, (a, b) in enumerate(self.blocks) for s in range(a, b)}
+        for address in joined:
+            self.workers.append(address)
+            self.client.run(_label_worker, {self.label(len(self.workers) - 1): 1e9}, workers=[address])
+        self.blocks = split_shards(self.n_shards, len(self.workers))
+        moved = []
+        for slot, (a, b) in enumerate(self.blocks):
+            for s in range(a, b):
+                if old_owner[s] != self.workers[slot]:
+                    self._place(s, slot)
+                    moved.append(s)
+        return [{"event": "workers_joined", "joined": joined, "moved_shards": moved,
+                 "workers": len(self.workers)}]
+
+    def _place(self, s: int, slot: int) -> None:
+        """Place shard ``s`` anew on the worker of ``slot``."""
+        info, label = self.info[s], self.label(slot)
+        if self.source == "numpy":
+            X, y = self.head_copy
+            lo, hi = (0, len(X)) if self.replicated else (info.start, info.stop)
+            self.futures[s] = _scatter(self.client, _make_shard(X[lo:hi], y[lo:hi], self.dtype),
+                                       self.workers[slot], label)
+        else:
+            old = self.futures[s]
+            self.futures[s] = self.client.submit(_settle, old, resources={label: 1},
+                                                 key=f"ppt-shard-{label}-s{s}-moved", pure=False)
+
     def _resend(self, slot: int, address: str) -> None:
         """Scatter the slot's shards again from the head's copy."""
         X, y = self.head_copy

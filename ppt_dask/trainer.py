@@ -35,6 +35,10 @@ class WorkerLost(RuntimeError):
     """A worker holding shards left the cluster while a round was waiting on it."""
 
 
+class WorkersJoined(Exception):
+    """New workers joined the cluster: spread the shards over them."""
+
+
 def _result(future, shards: ShardSet, timeout: float = ROUND_TIMEOUT):
     """``future.result()``, checking every few seconds that the shards' workers are alive.
 
@@ -302,6 +306,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                         if checkpoint_dir:
                             checkpoint.save(checkpoint_dir, kept[1], round_index=rd.index,
                                             attempt=attempt, history=history, meta=meta)
+                        if shards.can_grow and shards.joined_workers():  # use new workers from here on
+                            raise WorkersJoined()
                     if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
                             and estimate.rate <= stop.target_error
                             and (strategy.exact_stats or int(record["epoch"]) > verified_epoch)):
@@ -321,6 +327,16 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                     if rd.index == max_rounds - 1:
                         final_state, final_round = rd.update, rd.index
                 break
+            except WorkersJoined:
+                # rounds after the kept state are resubmitted over the larger cluster; the
+                # fixed shard tree makes the result the same
+                for rd in inflight:
+                    client.cancel([rd.update, rd.weights, rd.stats])
+                inflight.clear()
+                for event in shards.rebalance():
+                    events.append({**event, "round": kept[0] + 1,
+                                   "elapsed_seconds": time.perf_counter() - t_start})
+                gen_no += 1
             except (CancelledError, KilledWorker, WorkerLost) as exc:
                 # a worker died: put its shards back, roll back to the head's copy, replay
                 recoveries += 1

@@ -189,3 +189,23 @@ def test_soak_short(client4, workers4):
 def test_soak_2000_rounds(client4, workers4):
     growth, tasks0, tasks1 = _soak(client4, workers4, 2000)
     print(f"scheduler memory growth {growth:.1f} MB; tasks {tasks0} -> {tasks1}")
+
+
+def test_a_worker_that_joins_gets_shards_from_the_next_kept_round(client2):
+    X, y = _data()
+    strategy = ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)
+    expected, _ = train_serial(NET, X, y, strategy.inner, rounds=60, n_shards=6, seed=1)
+    shards = ppt.enter_data(client2, X, y, n_shards=6)
+
+    def progress(record):
+        if record["round"] == 8:
+            client2.cluster.scale(3)  # a third worker process joins while training goes on
+    result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=6), seed=1,
+                       checkpoint_every=5, progress=progress)
+    held = shards.who_has()
+    ppt.exit_data(shards)
+    joined = [e for e in result.settings["events"] if e["event"] == "workers_joined"]
+    assert joined and joined[0]["workers"] == 3 and joined[0]["moved_shards"]
+    assert len({a for addrs in held.values() for a in addrs}) == 3  # all three hold shards
+    assert [r["round"] for r in result.history] == list(range(60))
+    assert result.params.tobytes() == expected.tobytes()
