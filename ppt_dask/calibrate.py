@@ -97,8 +97,8 @@ def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: floa
 def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constants:
     from . import serial
 
-    X = np.ascontiguousarray(X, dtype=net.dtype)
-    y = np.ascontiguousarray(y)
+    X = np.require(X, dtype=net.dtype, requirements=("C", "A"))  # aligned as placed shards
+    y = np.require(y, requirements=("C", "A"))
     if len(X) != len(y) or len(X) < 1:
         raise ValueError(f"X and y need the same number of rows (>= 1), got {len(X)} and {len(y)}")
     if isinstance(block, bool) or int(block) != block or not 1 <= block <= len(X):
