@@ -24,7 +24,7 @@ import numpy as np
 
 import common
 import ppt_dask as ppt
-from ppt_dask import perfmodel
+from ppt_dask import modelfit, perfmodel
 from ppt_dask.serial import train_serial
 
 DEFAULTS = dict(
@@ -77,7 +77,7 @@ def main():
     rows = [{"problem": name, "p": f"{p}{'*' * (p not in ('serial', 1, 2))}", "block": b, "measured ms": 1e3 * s,
              "model ms": 1e3 * predict(name, p, b), "error %": 100 * (predict(name, p, b) / s - 1)}
             for (name, p, b), s in measured.items()]
-    errors = {name: 100 * perfmodel.prediction_error(
+    errors = {name: 100 * modelfit.prediction_error(
         [predict(name, p, b) for (k, p, b) in measured if k == name and p in ("serial", 1, 2)],
         [s for (k, p, b), s in measured.items() if k == name and p in ("serial", 1, 2)]) for name in probs}
     common.write_table(args.out, "paper001_blocks", rows, title="001 Figures 2-5 / Table VI: seconds per weight update, measured and modelled",

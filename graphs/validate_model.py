@@ -221,7 +221,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     import ppt_dask as ppt
-    from ppt_dask import calibrate, perfmodel as pm
+    from ppt_dask import calibrate, modelfit, perfmodel as pm
 
     X, y, source = load_data(cfg["N_TRAIN"])
     net = ppt.MLP((X.shape[1], *HIDDEN, 10), hidden="tanh", output="softmax")
@@ -257,11 +257,11 @@ def main(argv=None) -> int:
     cfg["RETRIED"], cfg["CAL_OTHERS"] = quiet.retried, cal_others
 
     headline = [r for r in rows if r["program"] == "dask" and not r["oversubscribed"]]
-    error = pm.prediction_error([r["predicted"] for r in headline], [r["measured"] for r in headline])
-    serial_error = pm.prediction_error([r["predicted"] for r in rows if r["program"] == "serial"],
+    error = modelfit.prediction_error([r["predicted"] for r in headline], [r["measured"] for r in headline])
+    serial_error = modelfit.prediction_error([r["predicted"] for r in rows if r["program"] == "serial"],
                                        [r["measured"] for r in rows if r["program"] == "serial"])
     over = [r for r in rows if r["oversubscribed"]]
-    over_error = (pm.prediction_error([r["predicted"] for r in over], [r["measured"] for r in over])
+    over_error = (modelfit.prediction_error([r["predicted"] for r in over], [r["measured"] for r in over])
                   if over else None)
     report = render(rows, cal, net, source, (error, serial_error, over_error), busy, elapsed, cfg)
     (args.out / "validate_model.md").write_text(report)

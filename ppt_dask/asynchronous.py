@@ -27,6 +27,7 @@ from distributed import wait
 
 from . import graph
 from .stopping import ErrorEstimate, Stop
+from .validation import check_int_at_least
 from .strategies import Sync, block_rows, shard_share
 
 
@@ -54,9 +55,7 @@ class Async(Sync):
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.staleness, bool) or not isinstance(self.staleness, (int, np.integer)) \
-                or self.staleness < 0:
-            raise ValueError(f"staleness must be an integer >= 0, got {self.staleness!r}")
+        check_int_at_least("staleness", self.staleness, 0)
 
     @property
     def exact_stats(self) -> bool:

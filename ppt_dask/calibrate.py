@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import perfmodel, strategies
+from . import modelfit, perfmodel, strategies
 
 PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
 
@@ -120,7 +120,7 @@ def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constan
             t0 = time.perf_counter()
             calls[name](r)
             seen.append(time.perf_counter() - t0)
-    fits = {name: perfmodel.fit_per_pattern(rows, [np.median(times[name, r]) for r in rows],
+    fits = {name: modelfit.fit_per_pattern(rows, [np.median(times[name, r]) for r in rows],
                                             relative=True) for name in calls}
     tf, t_stats, (t_grad, tc) = fits["forward"][0], fits["stats"][0], fits["grad"]
 
@@ -228,7 +228,7 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
 
     The probe spins ``spin_seconds`` (longer than the scheduler's 5 ms batching, as a
     real gradient phase should be) and returns a tiny vector, so ``round - spin`` is the
-    head/scheduler cost; :func:`perfmodel.fit_head` fits it over
+    head/scheduler cost; :func:`modelfit.fit_head` fits it over
     :func:`perfmodel.tasks_per_round` (relative residuals), then ``th0`` is set so that
     the line passes, on average, through the sizes at or below ``len(workers)``: the
     virtual sizes give the growth, the real ones the level. The same rounds without the
@@ -247,7 +247,7 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
         samples.append((int(p), n_tasks, spin_seconds, median))
         tasks.append(n_tasks)
         head.append(max(median - spin_seconds, 1e-6))
-    th0, th1 = perfmodel.fit_head(tasks, head, relative=True)  # small p count as much
+    th0, th1 = modelfit.fit_head(tasks, head, relative=True)  # small p count as much
     # the slope from all sizes, the level from the real ones (the sizes runs can check)
     real = [(t, h) for p, t, h in zip(p_values, tasks, head) if p <= len(workers)]
     if real:
@@ -271,7 +271,7 @@ def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
     each size in ``sizes`` (weights; the tree reduce, the update and the weights'
     fan-out to the next round are all real). What a round costs beyond the spin and
     beyond ``Th(p)`` (``head``: a :class:`HeadFit` or ``(th0, th1)``) is fitted with
-    :func:`perfmodel.fit_reduce`; without ``head`` the baseline is the same round with
+    :func:`modelfit.fit_reduce`; without ``head`` the baseline is the same round with
     a tiny vector, so ``Ti`` comes out near 0. Raw rows are appended to ``samples``.
 
     Returns ``(tw_seconds_per_weight, ti_seconds)``.
@@ -299,7 +299,7 @@ def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
             extra.append(max(median - base, 0.0))
             if samples is not None:
                 samples.append((p, w, spin_seconds, median))
-    return perfmodel.fit_reduce(ps, ws, extra, fan_in)
+    return modelfit.fit_reduce(ps, ws, extra, fan_in)
 
 
 def _workers(client, workers) -> list[str]:

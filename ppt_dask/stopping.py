@@ -18,6 +18,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from .validation import check_int_at_least
+
 
 @dataclass(frozen=True)
 class Stop:
@@ -55,8 +57,7 @@ class Stop:
             raise ValueError(f"target_error must be in [0, 1), got {self.target_error!r}")
         if not (isinstance(self.window_epochs, (int, float)) and self.window_epochs > 0):
             raise ValueError(f"window_epochs must be > 0, got {self.window_epochs!r}")
-        if isinstance(self.restarts, bool) or int(self.restarts) != self.restarts or self.restarts < 0:
-            raise ValueError(f"restarts must be an integer >= 0, got {self.restarts!r}")
+        check_int_at_least("restarts", self.restarts, 0)
 
 
 class ErrorEstimate:

@@ -23,6 +23,7 @@ from distributed import KilledWorker
 
 from . import checkpoint, diagnostics, graph, strategies
 from .stopping import ErrorEstimate, Stop
+from .validation import check_int_at_least
 from .network import MLP
 from .shards import ShardSet
 
@@ -37,6 +38,13 @@ class WorkerLost(RuntimeError):
 
 class WorkersJoined(Exception):
     """New workers joined the cluster: spread the shards over them."""
+
+
+def _cancel(client, inflight: deque) -> None:
+    """Drop the rounds submitted ahead (on a stop, a rollback or a rebalance)."""
+    for rd in inflight:
+        client.cancel([rd.update, rd.weights, rd.stats])
+    inflight.clear()
 
 
 def _result(future, shards: ShardSet, timeout: float = ROUND_TIMEOUT):
@@ -199,12 +207,9 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     Result
     """
     # -- check everything before any cluster work --
-    if isinstance(fan_in, bool) or int(fan_in) != fan_in or fan_in < 2:
-        raise ValueError(f"fan_in must be an integer >= 2, got {fan_in!r}")
-    if isinstance(pipeline, bool) or int(pipeline) != pipeline or pipeline < 0:
-        raise ValueError(f"pipeline must be an integer >= 0, got {pipeline!r}")
-    if isinstance(checkpoint_every, bool) or int(checkpoint_every) != checkpoint_every or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    fan_in = check_int_at_least("fan_in", fan_in, 2)
+    pipeline = check_int_at_least("pipeline", pipeline, 0)
+    checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
     check_compatible(net, shards)
@@ -330,9 +335,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
             except WorkersJoined:
                 # rounds after the kept state are resubmitted over the larger cluster; the
                 # fixed shard tree makes the result the same
-                for rd in inflight:
-                    client.cancel([rd.update, rd.weights, rd.stats])
-                inflight.clear()
+                _cancel(client, inflight)
                 for event in shards.rebalance():
                     events.append({**event, "round": kept[0] + 1,
                                    "elapsed_seconds": time.perf_counter() - t_start})
@@ -342,18 +345,14 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                 recoveries += 1
                 if recoveries > MAX_RECOVERIES:
                     raise
-                for rd in inflight:
-                    client.cancel([rd.update, rd.weights, rd.stats])
-                inflight.clear()
+                _cancel(client, inflight)
                 moved = shards.repair()
                 events.append({"event": "recovered", "round": next_round, "rolled_back_to": kept[0],
                                "elapsed_seconds": time.perf_counter() - t_start, "error": repr(exc)[:200],
                                "moved": moved})
                 gen_no += 1
             finally:
-                for rd in inflight:
-                    client.cancel([rd.update, rd.weights, rd.stats])
-                inflight.clear()
+                _cancel(client, inflight)
         del weights, state
         if learned or stopped_because != "max_epochs" or stop.target_error is None:
             break

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
+from ppt_dask import modelfit as fit
 from ppt_dask import perfmodel as pm
 
 BAT_FN = pm.PAPER_CONSTANTS["bat_cave", "function"]
@@ -57,7 +58,7 @@ def test_table_vii_every_cell_within_model_error():
     predicted = fn_speedup(ps[None, :], blocks[:, None])
     printed = np.array(list(TABLE_VII.values()))
     assert predicted.shape == (4, 3)
-    assert pm.prediction_error(predicted, printed) < 0.03
+    assert fit.prediction_error(predicted, printed) < 0.03
     assert np.all(np.abs(predicted / printed - 1) < 0.05)
 
 
@@ -279,7 +280,7 @@ def test_fit_reduce_recovers_noise_free(tw, ti, fan_in, ps, ws):
     x = w * pm.tree_levels(p, fan_in)
     assume(np.ptp(x) > 0.01 * x.max())
     y = tw * x + ti
-    got_tw, got_ti = pm.fit_reduce(p, w, y, fan_in=fan_in)
+    got_tw, got_ti = fit.fit_reduce(p, w, y, fan_in=fan_in)
     assert got_tw == pytest.approx(tw, rel=1e-6)
     assert got_ti == pytest.approx(ti, rel=1e-6, abs=1e-6 * y.max())
 
@@ -288,20 +289,20 @@ def test_fit_reduce_recovers_noise_free(tw, ti, fan_in, ps, ws):
        tasks=st.lists(st.integers(2, 500), min_size=2, max_size=10, unique=True))
 def test_fit_head_recovers_noise_free(th0, th1, tasks):
     y = th0 + th1 * np.array(tasks)
-    got = pm.fit_head(tasks, y)
+    got = fit.fit_head(tasks, y)
     assert got == pytest.approx((th0, th1), rel=1e-6, abs=1e-9)
     if y.min() > 1e-6:
-        assert pm.fit_head(tasks, y, relative=True) == pytest.approx((th0, th1), rel=1e-5, abs=1e-9)
+        assert fit.fit_head(tasks, y, relative=True) == pytest.approx((th0, th1), rel=1e-5, abs=1e-9)
 
 
 def test_fits_stay_non_negative():
     # times that fall with w*log2(p) would give a negative Tw: clamp to 0, Ti = mean
-    tw, ti = pm.fit_reduce([2, 4, 8], [100, 100, 100], [3.0, 2.0, 1.0])
+    tw, ti = fit.fit_reduce([2, 4, 8], [100, 100, 100], [3.0, 2.0, 1.0])
     assert tw == 0.0 and ti == pytest.approx(2.0)
     # a line through a negative intercept: Ti = 0, Tw by least squares through the origin
-    tw, ti = pm.fit_reduce([2, 2, 2], [1, 2, 3], [0.5, 1.5, 2.5])
+    tw, ti = fit.fit_reduce([2, 2, 2], [1, 2, 3], [0.5, 1.5, 2.5])
     assert ti == 0.0 and tw == pytest.approx((0.5 + 3.0 + 7.5) / 14)
-    th0, th1 = pm.fit_head([2, 4, 6], [0.2, 0.1, 0.0])
+    th0, th1 = fit.fit_head([2, 4, 6], [0.2, 0.1, 0.0])
     assert th1 == 0.0 and th0 == pytest.approx(0.1)
 
 
@@ -328,7 +329,7 @@ def test_tasks_per_round_counts_the_real_round_graph(fan_in):
        rows=st.lists(st.integers(1, 5000), min_size=2, max_size=8, unique=True))
 def test_fit_per_pattern_recovers_noise_free(slope, fixed, rows):
     y = slope * np.array(rows) + fixed
-    got_slope, got_fixed = pm.fit_per_pattern(rows, y)
+    got_slope, got_fixed = fit.fit_per_pattern(rows, y)
     assert got_slope == pytest.approx(slope, rel=1e-6)
     assert got_fixed == pytest.approx(fixed, rel=1e-6, abs=1e-9)
 
@@ -356,7 +357,7 @@ def test_best_workers_per_block():
 
 
 def test_prediction_error():
-    assert pm.prediction_error([1.1, 0.9, 2.0], [1.0, 1.0, 2.0]) == pytest.approx(0.2 / 3)
+    assert fit.prediction_error([1.1, 0.9, 2.0], [1.0, 1.0, 2.0]) == pytest.approx(0.2 / 3)
 
 
 # ------------------------------------------------------------------ bad input
@@ -371,10 +372,10 @@ def test_prediction_error():
     (lambda: pm.tree_levels(4, fan_in=2.0), "fan_in must be an integer >= 2, got 2.0"),
     (lambda: pm.Constants(1e-3, -1e-3, 0, 0, 0, 0), "tb_seconds .* got -0.001"),
     (lambda: pm.Constants(1e-3, 1e-3, 0, 0, 0, 0, ti_seconds=float("nan")), "ti_seconds .* nan"),
-    (lambda: pm.fit_reduce([1, 2], [10, 10], [1.0, 2.0]), "p_values .* got 1"),
-    (lambda: pm.fit_reduce([2, 2], [10, 10], [1.0, 2.0]), "cannot separate"),
-    (lambda: pm.fit_head([3, 4], [1.0, -2.0]), "seconds must be finite"),
-    (lambda: pm.prediction_error([1.0], [0.0]), "measured must be finite and > 0"),
+    (lambda: fit.fit_reduce([1, 2], [10, 10], [1.0, 2.0]), "p_values .* got 1"),
+    (lambda: fit.fit_reduce([2, 2], [10, 10], [1.0, 2.0]), "cannot separate"),
+    (lambda: fit.fit_head([3, 4], [1.0, -2.0]), "seconds must be finite"),
+    (lambda: fit.prediction_error([1.0], [0.0]), "measured must be finite and > 0"),
     (lambda: pm.recommend(64, 10, BAT_FN, 0), "p_max must be an integer >= 1, got 0"),
 ])
 def test_bad_input_names_the_value(call, match):
