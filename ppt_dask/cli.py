@@ -247,7 +247,9 @@ def train_command(args) -> int:
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
     try:
-        addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])[: workers or None]
+        known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        # all workers (None: the shards may spread to workers that join), or the first N
+        addresses = known[:workers] if workers and workers < len(known) else None
         if args.splits:
             return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
         shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=args.dtype, workers=addresses,

@@ -66,6 +66,7 @@ class ShardSet:
     source: str  # "numpy", "dask" or "loader"
     head_copy: tuple | None = field(default=None, repr=False)
     replicated: bool = False  # every worker holds the whole set; shards are random streams
+    chosen: bool = False  # the workers were named at entry: the set never spreads to others
 
     @property
     def n_shards(self) -> int:
@@ -147,8 +148,11 @@ class ShardSet:
 
     @property
     def can_grow(self) -> bool:
-        """Whether shards can be moved to new workers (not for dask-array sources, nor
-        for scattered shards without a head copy)."""
+        """Whether shards can be moved to new workers: not when the workers were named at
+        entry (``workers=``), not for dask-array sources, nor for scattered shards without
+        a head copy."""
+        if self.chosen:
+            return False
         return self.source == "loader" or (self.source == "numpy" and self.head_copy is not None)
 
     def joined_workers(self) -> list[str]:
@@ -317,7 +321,9 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
     dtype : {"float64", "float32"}
         Feature dtype on the workers (match the network's).
     workers : list of addresses, optional
-        Workers to use (default: all, in address order).
+        Workers to use (default: all, in address order). Named workers are kept: the
+        set does not spread to other workers, nor to workers that join later (it still
+        moves to a replacement when one of them dies).
     keep_copy : bool
         For numpy input, keep references on the head so lost shards can be re-sent.
     replicate : bool
@@ -374,6 +380,7 @@ def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *
 
 
 def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replicated=False) -> ShardSet:
+    chosen = workers is not None
     workers = _choose_workers(client, workers)
     name = f"ppt-{uuid.uuid4().hex[:8]}"
     blocks = split_shards(len(rows), len(workers))
@@ -397,7 +404,7 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
         raise
     finally:
         del infos
-    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated)
+    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated, chosen)
 
 
 def exit_data(shards: ShardSet) -> None:

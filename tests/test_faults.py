@@ -209,3 +209,16 @@ def test_a_worker_that_joins_gets_shards_from_the_next_kept_round(client2):
     assert len({a for addrs in held.values() for a in addrs}) == 3  # all three hold shards
     assert [r["round"] for r in result.history] == list(range(60))
     assert result.params.tobytes() == expected.tobytes()
+
+
+def test_shards_on_named_workers_stay_there(client2):
+    """enter_data(workers=[A]) keeps the set on A: the other worker is not a "joined" one."""
+    X, y = _data()
+    a, b = sorted(client2.scheduler_info(n_workers=-1)["workers"])
+    shards = ppt.enter_data(client2, X, y, n_shards=4, workers=[a])
+    result = ppt.train(NET, shards, ppt.Sync(lr=0.3, block=40), ppt.Stop(max_epochs=2), checkpoint_every=2)
+    held = shards.who_has()
+    ppt.exit_data(shards)
+    assert not [e for e in result.settings.get("events", []) if e["event"] == "workers_joined"]
+    assert {w for addrs in held.values() for w in addrs} == {a}
+    assert {t.worker for t in result.diagnostics.tasks if t.prefix == "ppt-grad"} == {a}
