@@ -17,6 +17,8 @@ from pathlib import Path  # deploy
 import dask
 from distributed import Client, LocalCluster, Security  # deploy: Security
 
+from . import messages
+
 # Environment of the worker processes ppt_dask starts (set before the process spawns).
 WORKER_ENV = {
     "OMP_NUM_THREADS": "1",
@@ -114,6 +116,7 @@ def connect(
     dashboard_address: str | None = "127.0.0.1:0",
     security=None,
     timeout: float = 10.0,
+    batch_interval: float | None = messages.INTERVAL,
     **cluster_kwargs,
 ) -> Client:
     """A Dask client: to the scheduler at ``address``, or to a new LocalCluster.
@@ -131,6 +134,10 @@ def connect(
         and client certificate); None uses the dask configuration (``distributed.comm.tls``).
     timeout : float
         Seconds to wait for the scheduler before raising ``OSError``.
+    batch_interval : float or None
+        Seconds between the batches of small messages of scheduler, workers and this
+        client (:func:`ppt_dask.messages.fast_messages`; default 0, send at once: a round
+        of tiny compute takes about half the time); None keeps distributed's timers.
 
     The client closes the LocalCluster it started when the client is closed.
     """
@@ -138,7 +145,7 @@ def connect(
         address = check_address(address)
         security = resolve_security(security, address)  # deploy
         try:
-            return Client(address, timeout=f"{timeout}s", security=security)
+            client = Client(address, timeout=f"{timeout}s", security=security)
         except (OSError, TimeoutError) as exc:
             hint = ""  # deploy: say what to check when TLS is involved
             if address.split("://", 1)[0] in _TLS_SCHEMES:
@@ -147,6 +154,11 @@ def connect(
             elif address.startswith("tcp://"):
                 hint = " (if the scheduler uses TLS, connect to tls://... with its certificates)"
             raise OSError(f"cannot reach the Dask scheduler at {address!r} within {timeout} s: {exc}{hint}") from exc
+        if batch_interval is not None:
+            messages.fast_messages(client, batch_interval)
+        return client
+    if batch_interval is not None:  # checked before a cluster starts
+        messages.check_interval(batch_interval)
     security = resolve_security(security)  # deploy
     n_workers = n_workers or os.cpu_count() or 1
     if int(n_workers) != n_workers or n_workers < 1:
@@ -177,6 +189,8 @@ def connect(
         )
     client = Client(cluster, security=security)
     client._ppt_owns_cluster = True  # close() of the client also closes the cluster
+    if batch_interval is not None:
+        messages.fast_messages(client, batch_interval)
     return client
 
 
