@@ -150,12 +150,20 @@ class Quiet:
         return best
 
 
-def median_round(net, shards, block: int, rounds: int, warmup: int) -> float:
+def median_round(net, shards, block: int, rounds: int, warmup: int) -> tuple[float, float]:
+    """Median seconds per round, and the median of each round's longest gradient task
+    (the workers' own timing, from the run's task records)."""
     import ppt_dask as ppt
+    from ppt_dask import diagnostics
 
     strategy = ppt.Sync(lr=0.05, momentum=0.9, block=block)
     result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=rounds * block / shards.n_rows))
-    return float(np.median([r["wall_seconds"] for r in result.history[warmup:]]))
+    longest: dict = {}
+    for t in diagnostics.records_of(result).tasks:
+        if t.prefix == "ppt-grad" and t.round is not None and t.round >= warmup:
+            longest[t.round] = max(longest.get(t.round, 0.0), t.compute)
+    return (float(np.median([r["wall_seconds"] for r in result.history[warmup:]])),
+            float(np.median(list(longest.values()))) if longest else float("nan"))
 
 
 def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
@@ -183,13 +191,15 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
         pids = list(client.run(os.getpid).values())
         placed = {p: ppt.enter_data(client, X, y, N_SHARDS, workers=addresses[:p]) for p in p_values}
         times = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
+        grads = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
         others = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
         for _ in range(cfg["REPEATS"]):  # interleaved, so a noisy minute spreads over cells
             for b in cfg["BLOCKS"]:
                 for p in p_values:
-                    value, busy = quiet(lambda: median_round(net, placed[p], b, cfg["ROUNDS"],
-                                                             cfg["WARMUP"]), pids)
+                    (value, grad), busy = quiet(lambda: median_round(net, placed[p], b, cfg["ROUNDS"],
+                                                                     cfg["WARMUP"]), pids)
                     times[p, b].append(value)
+                    grads[p, b].append(grad)
                     others[p, b].append(busy)
         for shards in placed.values():
             ppt.exit_data(shards)
@@ -200,6 +210,7 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
                      reduce=pm.reduce_seconds(p, net.n_params, c), head=pm.head_seconds(p, c, n_shards=N_SHARDS))
         rows.append(dict(program="dask", p=p, block=b, oversubscribed=oversubscribed,
                          measured=float(np.median(ts)), predicted=sum(parts.values()),
+                         measured_compute=float(np.median(grads[p, b])),
                          others=float(np.mean(others[p, b])), **parts))
 
 
@@ -248,8 +259,9 @@ def main(argv=None) -> int:
         seq = pm.sequential_epoch_seconds(b, b, dataclass_replace(c, to_seconds=0.0))
         measured, others = quiet(lambda: serial_round(net, X, y, b, rounds, min(cfg["WARMUP"], 2)))
         rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, measured=measured,
-                         predicted=seq, others=others, compute=b * (c.tf_seconds + c.tb_seconds)
-                         + c.tc_seconds, update=c.tu_seconds + c.tm_seconds, reduce=0.0, head=0.0))
+                         predicted=seq, measured_compute=float("nan"), others=others,
+                         compute=pm.call_seconds(b, c), update=c.tu_seconds + c.tm_seconds,
+                         reduce=0.0, head=0.0))
     measure(net, X, y, cfg, P_VALUES, cal, rows, quiet)
     if not (args.quick or args.no_oversubscribed):
         measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, quiet, oversubscribed=True)
@@ -298,17 +310,25 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
              + ("" if errors[2] is None else f"; oversubscribed p = {OVERSUBSCRIBED}, not in the "
                 f"headline: {errors[2]:.1%}") + ").",
              "",
-             "| program | p | block | measured ms | predicted ms | error | compute | update | reduce | head | others |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| program | p | block | measured ms | predicted ms | error | compute | measured compute "
+             "| rest | measured rest | update | reduce | head | others |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         tag = " (oversubscribed)" if r["oversubscribed"] else ""
+        rest, seen = r["predicted"] - r["compute"], r["measured_compute"]
+        shown = "-" if seen != seen else f"{seen * 1e3:.2f}"
+        shown_rest = "-" if seen != seen else f"{(r['measured'] - seen) * 1e3:.2f}"
         lines.append(f"| {r['program']}{tag} | {r['p']} | {r['block']} | {r['measured'] * 1e3:.2f} | "
                      f"{r['predicted'] * 1e3:.2f} | {(r['predicted'] / r['measured'] - 1):+.1%} | "
-                     f"{r['compute'] * 1e3:.2f} | {r['update'] * 1e3:.2f} | {r['reduce'] * 1e3:.2f} | "
+                     f"{r['compute'] * 1e3:.2f} | {shown} | {rest * 1e3:.2f} | {shown_rest} | "
+                     f"{r['update'] * 1e3:.2f} | {r['reduce'] * 1e3:.2f} | "
                      f"{r['head'] * 1e3:.2f} | {r['others']:.0%} |")
-    lines += ["", "Predicted parts in ms: compute = max(calls tc + patterns (Tf + Tb), tq) of the busiest "
-              "worker, update = Tu, reduce = Tr(p) (eq. (4)), head = Th(p); others = share of the machine's "
-              "CPU used by processes other than this script and its cluster during the row.", "",
+    lines += ["", "Predicted parts in ms: compute = max(task(rows, calls), tq) of the busiest worker "
+              "(the calibrated call curve; times its shared factor at p >= 2), rest = predicted minus "
+              "compute, update = Tu, reduce = Tr(p) (eq. (4)), head = Th(p). Measured compute = the "
+              "median of each round's longest gradient task (the workers' own timing); measured rest = "
+              "measured minus that. Others = share of the machine's CPU used by processes other than "
+              "this script and its cluster during the row.", "",
               "## Calibrated constants", "", constants_table(c), ""]
     blocks, ps = np.array(PLOT_BLOCKS), np.array([2, 4, 8, 16, 32, 64])
     kw = dict(n_test=MNIST_M)

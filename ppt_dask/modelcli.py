@@ -241,7 +241,17 @@ def constants_table(c: perfmodel.Constants) -> str:
              "th0_seconds": "th0 (head, per round)", "th1_seconds": "th1 (head, per task)",
              "tc_seconds": "tc (per gradient call)", "tq_seconds": "tq (shortest gradient phase)"}
     rows = [f"| {label} | {getattr(c, f) * 1e3:.6g} |" for f, label in names.items()]
-    return "\n".join(["| constant | ms |", "|---|---:|", *rows])
+    table = "\n".join(["| constant | ms |", "|---|---:|", *rows])
+    if not c.call_rows:
+        return table
+    n = len(c.call_rows)
+    first, more = c.call_task_seconds or c.call_seconds, c.call_more_seconds or c.call_seconds
+    factor = c.call_shared_factor or (1.0,) * n
+    curve = [f"| {int(r)} | {a * 1e3:.4g} | {t * 1e3:.4g} | {m * 1e3:.4g} | {f:.2f} |"
+             for r, a, t, m, f in zip(c.call_rows, c.call_seconds, first, more, factor)]
+    return "\n".join([table, "", "Call curve (ms)", "", "| rows | one call (serial) | first call of a task "
+                      "(in rounds) | each further call of a task | x with all workers at once |",
+                      "|---:|---:|---:|---:|---:|", *curve])
 
 
 def _problem(s: dict) -> dict:

@@ -17,7 +17,7 @@ section V-A, equations (3) to (8), and section VII, equation (9). Symbols:
 In 001 an *iteration* is one pass over the training set plus the test error: here that
 is :func:`epoch_seconds`. One weight update (one Dask round) is :func:`iteration_seconds`.
 
-Dask adds three terms that MPI did not have (all 0 for the paper's constants):
+Dask adds terms that MPI did not have (all 0 for the paper's constants):
 
 * ``Th(p) = th0 + th1 * tasks_per_round(p)``: the head/scheduler cost of one round,
   charged once per round (``n/b`` times an epoch); :func:`tasks_per_round` counts the
@@ -26,6 +26,16 @@ Dask adds three terms that MPI did not have (all 0 for the paper's constants):
   worker holds. numpy vectorises over the patterns of a block, so a call costs
   ``tc + rows (Tf + Tb)``: the intercept and slope of a least-squares fit over block
   sizes (:func:`ppt_dask.modelfit.fit_per_pattern`), where 001 measured per pattern.
+* the *call curve* (optional): seconds of one gradient call timed at several row
+  counts ``call_rows``: as the serial program makes it, back to back in one process
+  (``call_seconds``), and as the first call of a ``ppt-grad`` task in real rounds
+  (``call_task_seconds``: the task's own costs and cold caches after the wait between
+  rounds) and as each further call of a task (``call_more_seconds``: the call and its
+  partial sum), plus ``call_shared_factor``, how much slower a worker computes while the
+  other workers of its machine compute too (memory bandwidth, last-level cache). When
+  given it replaces ``tc + rows (Tf + Tb)``: the cost per pattern is not constant on a
+  real machine. A task of k calls costs ``first(rows) + (k - 1) more(rows)``, times
+  ``call_shared_factor(rows)`` when more than one worker computes.
 * ``tq``: the shortest gradient phase the scheduler allows. The scheduler batches its
   messages to a worker (``BatchedSend(interval="5ms")`` in ``distributed.scheduler``),
   so the update task is sent no sooner than ~5 ms after the gradient task went to the
@@ -70,13 +80,41 @@ class Constants:
     th1_seconds: float = 0.0  # Dask: head/scheduler cost per task in a round
     tc_seconds: float = 0.0  # Dask/numpy: fixed cost of one gradient call (one shard)
     tq_seconds: float = 0.0  # Dask: shortest gradient phase (scheduler message batching)
+    call_rows: tuple = ()  # rows of one gradient call at which the call curve was timed
+    call_seconds: tuple = ()  # that call, back to back in one process (the serial program)
+    call_task_seconds: tuple = ()  # a ppt-grad task of that one call in real rounds (or ())
+    call_more_seconds: tuple = ()  # each further call of such a task (or ())
+    call_shared_factor: tuple = ()  # tasks' time factor when all workers compute at once (or ())
 
     def __post_init__(self):
+        _check_curve(self)
         for f in dataclasses.fields(self):
+            if f.name in _CURVE:
+                continue
             value = getattr(self, f.name)
             number = isinstance(value, (int, float, np.integer, np.floating))
             if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
                 raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
+        if any(f < 1 for f in self.call_shared_factor):
+            raise ValueError(f"call_shared_factor must be >= 1, got {self.call_shared_factor!r}")
+
+
+_CURVE = ("call_rows", "call_seconds", "call_task_seconds", "call_more_seconds", "call_shared_factor")
+
+
+def _check_curve(c) -> None:
+    """The call curve: increasing positive rows, finite seconds >= 0 of the same length."""
+    rows, bare, task, more, factor = (tuple(np.asarray(getattr(c, n), dtype=float).ravel()) for n in _CURVE)
+    for name, values in zip(_CURVE, (rows, bare, task, more, factor)):
+        object.__setattr__(c, name, values)  # lists from JSON become tuples (hashable, frozen)
+        if not all(np.isfinite(values)) or any(v < 0 for v in values):
+            raise ValueError(f"{name} must hold finite numbers >= 0, got {values!r}")
+    if any(r < 1 or r != int(r) for r in rows) or any(b <= a for a, b in zip(rows, rows[1:])):
+        raise ValueError(f"call_rows must be increasing integers >= 1, got {rows!r}")
+    if len(bare) != len(rows) or any(len(v) not in (0, len(rows)) for v in (task, more, factor)):
+        raise ValueError(f"call_seconds ({len(bare)}), call_task_seconds ({len(task)}), call_more_seconds "
+                         f"({len(more)}) and call_shared_factor ({len(factor)}) "
+                         f"need one value per entry of call_rows ({len(rows)})")
 
 
 @dataclass(frozen=True)
@@ -277,6 +315,51 @@ def _slowest_patterns(workers, b, n_shards):
     return most
 
 
+def call_seconds(rows, c: Constants):
+    """Seconds of one gradient call over ``rows`` patterns, as the serial program makes it.
+
+    Without a call curve, ``tc + rows (Tf + Tb)``; with one, linear interpolation between
+    the timed row counts (the smallest timed call below them, the last cost per pattern
+    above them). Broadcasts ``rows`` (>= 0; 0 rows cost nothing).
+    """
+    c = _constants(c)
+    r = np.asarray(rows, dtype=float)
+    if c.call_rows:
+        t = _curve(r, np.asarray(c.call_rows), np.asarray(c.call_seconds))
+    else:
+        t = c.tc_seconds + r * (c.tf_seconds + c.tb_seconds)
+    return _out(np.where(r > 0, t, 0.0))
+
+
+def task_seconds(rows, calls, c: Constants, workers=1):
+    """Seconds of one ``ppt-grad`` task making ``calls`` calls of ``rows`` patterns each.
+
+    ``first(rows) + (calls - 1) more(rows)`` (``call_task_seconds`` and
+    ``call_more_seconds``; each falls back to :func:`call_seconds`), times
+    ``call_shared_factor(rows)`` when ``workers > 1``. Without a call curve,
+    ``calls (tc + rows (Tf + Tb))``. Broadcasts all three.
+    """
+    c = _constants(c)
+    r, k, w = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(calls), np.asarray(workers))
+    call = np.asarray(call_seconds(r, c))
+    xs = np.asarray(c.call_rows)
+    first = _curve(r, xs, np.asarray(c.call_task_seconds)) if c.call_task_seconds else call
+    more = _curve(r, xs, np.asarray(c.call_more_seconds)) if c.call_more_seconds else call
+    t = np.where(k > 0, first + (k - 1) * more, 0.0)
+    return _out(np.where(w > 1, _shared_factor(r, c), 1.0) * np.where(r > 0, t, 0.0))
+
+
+def _shared_factor(rows, c: Constants):
+    """``call_shared_factor`` at ``rows`` (interpolated, the ends held), or 1."""
+    if not c.call_shared_factor:
+        return np.ones_like(np.asarray(rows, dtype=float))
+    return np.interp(rows, np.asarray(c.call_rows), np.asarray(c.call_shared_factor))
+
+
+def _curve(r, xs, ys):
+    return np.where(r > xs[-1], ys[-1] * r / xs[-1], np.interp(r, xs, ys))
+
+
 def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
     """All-reduce time ``Tr(p) = Tw * w * ceil(log_k p) + Ti``: 001 eq. (4), k = 2 there.
 
@@ -303,15 +386,17 @@ def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None):
 def compute_seconds(p, block, c: Constants, n_shards=None):
     """Gradient phase of one round: the busiest worker's calls and patterns.
 
-    ``max(calls * tc + patterns * (Tf + Tb), tq)`` with ``patterns = ceil(b/p)`` (001's
+    ``max(task(patterns / calls, calls), tq)`` with ``patterns = ceil(b/p)`` (001's
     ``b/p``) when ``n_shards`` is None, else the exact split of Sync over the shards,
-    and ``calls`` the shards that worker holds. Broadcasts ``p`` and ``block``.
+    and ``calls`` the shards that worker holds; ``task`` is :func:`task_seconds`
+    (``calls * tc + patterns (Tf + Tb)`` without a call curve). Broadcasts ``p`` and
+    ``block``.
     """
     c = _constants(c)
     b = _ints("block", block, 1)
     workers, calls = _layout(p, n_shards)
     patterns = _slowest_patterns(workers, b, n_shards)
-    busy = calls * c.tc_seconds + patterns * (c.tf_seconds + c.tb_seconds)
+    busy = np.asarray(task_seconds(patterns / calls, calls, c, workers))
     return _out(np.maximum(busy, c.tq_seconds))
 
 
@@ -348,11 +433,12 @@ def sequential_epoch_seconds(block, n_patterns, c: Constants, *, n_test: int = 0
     """One iteration of the sequential program, 001 eq. (3):
     ``(n+m) Tf + n Tb + (n/b)(Tu + Tm + tc) + m Ts + To``. Assumes b | n like 001.
 
-    ``tc`` (0 in 001) is the fixed cost of the one gradient call per block."""
+    ``tc`` (0 in 001) is the fixed cost of the one gradient call per block; with a call
+    curve, ``n Tb + n Tf + (n/b) tc`` becomes ``(n/b) call(b)`` (:func:`call_seconds`)."""
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
-    per_block = c.tu_seconds + c.tm_seconds + c.tc_seconds
-    return _out((n + m) * c.tf_seconds + n * c.tb_seconds + n / b * per_block
+    train = n / b * np.asarray(call_seconds(b, c))
+    return _out(train + m * c.tf_seconds + n / b * (c.tu_seconds + c.tm_seconds)
                 + m * c.ts_seconds + c.to_seconds)
 
 
@@ -397,10 +483,13 @@ def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Consta
                             n_test: int = 0, fan_in: int = 2, n_shards=None):
     """One iteration with weight averaging, 001 eq. (9) (section VII), plus the Dask head:
 
-    ``ceil(n/p) Tf + ceil(m/p) Tf + ceil(n/p) Tb + (n/b)(Tu + Tm + tc)
+    ``ceil(n/p) Tf + ceil(m/p) Tf + ceil(n/p) Tb + (n/b)(Tu + Tm)
     + (n/a)(Ta + Tr(p) + Th(p)) + ceil(m/p) Ts + To``
 
-    with local block b and averaging every a patterns (``interval``). As printed, eq. (9)
+    with local block b and averaging every a patterns (``interval``). A worker's
+    ``ceil(n/p)`` patterns are ``ceil(n/p)/b`` calls of b rows (:func:`call_seconds`:
+    each adds ``tc``, or the call curve replaces ``b (Tf + Tb) + tc``; times
+    ``call_shared_factor`` for p > 1). As printed, eq. (9)
     charges ``n/b`` local updates (not ``n/(p b)``) and ``n/a`` averages (a counted over
     all workers); we follow the paper. Broadcasts ``p``, ``block`` and ``interval``.
     """
@@ -408,8 +497,9 @@ def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Consta
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     a = _ints("interval", interval, 1)
     workers, _ = _layout(p, n_shards)
-    local = (_ceil_div(n, workers) * (c.tf_seconds + c.tb_seconds)
-             + n / b * (c.tu_seconds + c.tm_seconds + c.tc_seconds))
+    slowdown = np.where(workers > 1, _shared_factor(b, c), 1.0)
+    local = (_ceil_div(n, workers) / b * np.asarray(call_seconds(b, c)) * slowdown
+             + n / b * (c.tu_seconds + c.tm_seconds))
     average = n / a * (c.ta_seconds + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))
                        + np.asarray(head_seconds(p, c, fan_in, n_shards)))
     test = _ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)

@@ -14,6 +14,8 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask import calibrate, perfmodel as pm
 
+from conftest import scheduler_keys
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,8 +35,9 @@ def tiny():
 def test_measure_constants_on_tiny_data_positive_and_finite(tiny):
     net, X, y = tiny
     c = calibrate.measure_constants(net, X, y, block=128, repeats=3)
-    values = pm.constants_to_dict(c)
+    values = {k: v for k, v in pm.constants_to_dict(c).items() if not isinstance(v, tuple)}
     assert all(math.isfinite(v) and v >= 0 for v in values.values())
+    assert c.call_rows == ()  # the call curve is timed on the live cluster (measure_calls)
     assert c.tf_seconds > 0 and c.tb_seconds > 0 and c.tu_seconds > 0 and c.tm_seconds > 0
     # the per-pattern lines hold at the block they were fitted around, within noise
     t = min(_time(lambda: net.loss_grad_stats(net.init_params(0), X[:256], y[:256])) for _ in range(5))
@@ -59,6 +62,52 @@ def test_measure_constants_bad_input(tiny, kwargs, match):
     net, X, y = tiny
     with pytest.raises(ValueError, match=match):
         calibrate.measure_constants(net, X, y, **kwargs)
+
+
+def test_measure_calls_times_the_real_gradient_alone_and_shared(client4, workers4):
+    # calls of up to 1000 rows of a 256-64-10 network: milliseconds, above the task costs
+    rng = np.random.default_rng(1)
+    X, y = rng.random((8000, 256)), rng.integers(0, 10, 8000)
+    net = ppt.MLP((256, 64, 10), hidden="tanh", output="softmax")
+    curve = calibrate.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 256, 1000], rounds=5)
+    # the rounds time calls of 16, 256 and 1000 rows; the bare loop goes on to all 8000
+    assert curve.rows == (16, 256, 1000, 1024, 2048, 4096, 8000) and curve.calls == 4
+    for name, n in (("bare", 7), ("first", 7), ("more", 7), ("shared", 3), ("periods_alone", 7),
+                    ("periods_shared", 3)):
+        values = getattr(curve, name)
+        assert len(values) == n and all(v >= 0 for v in values), name
+    assert curve.bare[-1] > curve.bare[0] and curve.first[-1] > curve.first[0]  # more rows cost more
+    assert len(curve.factor) == 7 and min(curve.factor) >= 1
+    # a round is its gradient phase plus more (update, reduce, scheduling)
+    assert all(p > t for p, t in zip(curve.periods_shared, curve.shared)) and curve.rest(True) > 0
+    assert curve.quantum(False) >= 0
+    # oracle: the same call timed here in a bare loop, within a generous factor (another
+    # process, and a machine that may be busy)
+    direct = min(_time(lambda: net.loss_grad_stats(net.init_params(0), X[:1000], y[:1000])) for _ in range(7))
+    assert 0.3 < curve.bare[2] / direct < 3 and 0.3 < curve.first[2] / direct < 5
+    c = pm.Constants(0, 0, 0, 0, 0, 0, call_rows=curve.rows, call_seconds=curve.bare,
+                     call_task_seconds=curve.first, call_more_seconds=curve.more,
+                     call_shared_factor=curve.factor)
+    assert pm.call_seconds(256, c) == pytest.approx(curve.bare[1])
+    assert pm.task_seconds(256, 4, c) == pytest.approx(curve.first[1] + 3 * curve.more[1])
+    assert scheduler_keys(client4) == []
+    with pytest.raises(ValueError, match=r"rows must be in 1..1000"):
+        calibrate.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 1001])
+    with pytest.raises(ValueError, match="calls must be an integer >= 2, got 1"):
+        calibrate.measure_calls(client4, net, X, y, workers4[:2], calls=1)
+
+
+def test_time_calls_in_a_bare_loop(tiny):
+    net, X, y = tiny
+    t16, t512 = calibrate.time_calls(net, X, y, [16, 512], repeats=3)
+    assert 0 < t16 < t512
+
+
+def test_curve_rows():
+    assert calibrate.curve_rows(100) == [8, 16, 32, 64, 100]
+    assert calibrate.curve_rows(3) == [1, 2, 3]
+    with pytest.raises(ValueError, match="n_rows must be an integer >= 2, got 1"):
+        calibrate.curve_rows(1)
 
 
 def test_measure_reduce_recovers_a_positive_bandwidth_term(client4, workers4):

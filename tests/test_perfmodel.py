@@ -126,6 +126,47 @@ def test_hand_computed_round_with_call_cost_and_quantum():
     assert pm.sequential_epoch_seconds(64, 128, c) == pytest.approx(38.7e-3, rel=1e-12)
 
 
+def test_hand_computed_round_with_a_call_curve():
+    # a bare call: 1 ms at 100 rows, 3 ms at 400; the first call of a task 1.4 and 3.4 ms;
+    # all workers computing at once: 1.5x
+    c = pm.Constants(1e-5, 1e-5, 0.1e-3, 0.0, 0.0, 0.0, tq_seconds=0.5e-3, call_rows=[100, 400],
+                     call_seconds=[1e-3, 3e-3], call_task_seconds=[1.4e-3, 3.4e-3], call_shared_factor=[1.5, 1.5])
+    assert pm.call_seconds(250, c) == pytest.approx(2e-3)           # interpolated
+    assert pm.call_seconds(800, c) == pytest.approx(6e-3)           # last cost per row: 7.5 us
+    assert pm.call_seconds(10, c) == pytest.approx(1e-3)            # the smallest call timed
+    assert pm.call_seconds(0, c) == 0.0
+    assert pm.task_seconds(250, 1, c) == pytest.approx(2.4e-3)
+    assert pm.task_seconds(250, 3, c) == pytest.approx(2.4e-3 + 2 * 2e-3)
+    assert pm.task_seconds(250, 3, c, workers=2) == pytest.approx(1.5 * (2.4e-3 + 2 * 2e-3))
+    # further calls of a task from their own curve when it is measured
+    more = dataclasses.replace(c, call_more_seconds=[1.2e-3, 3.6e-3])
+    assert pm.task_seconds(250, 3, more) == pytest.approx(2.4e-3 + 2 * 2.4e-3)
+    # p = 1 over 8 shards, b = 1600: one task of 8 calls of 200 rows (+ Tu 0.1 ms)
+    one = 1.4e-3 + 2e-3 / 3 + 7 * (1e-3 + 2e-3 / 3)  # task(200) + 7 call(200)
+    assert pm.iteration_seconds(1, 1600, 100, c, n_shards=8) == pytest.approx(one + 0.1e-3)
+    # p = 2: 4 calls of 200 rows on each worker, 1.5x slower together
+    assert pm.compute_seconds(2, 1600, c, n_shards=8) == pytest.approx(
+        1.5 * (1.4e-3 + 2e-3 / 3 + 3 * (1e-3 + 2e-3 / 3)))
+    # the serial program makes one bare call of b rows per block: n/b * (call(b) + Tu)
+    assert pm.sequential_epoch_seconds(400, 800, c) == pytest.approx(2 * (3e-3 + 0.1e-3))
+    # JSON keeps the curve (lists in, tuples kept)
+    assert pm.constants_from_dict(pm.constants_to_dict(c)) == c
+
+
+@pytest.mark.parametrize("curve, match", [
+    (dict(call_rows=[100, 50], call_seconds=[1, 2]), "call_rows must be increasing integers"),
+    (dict(call_rows=[100], call_seconds=[1, 2]), r"need one value per entry of call_rows \(1\)"),
+    (dict(call_rows=[100], call_seconds=[float("nan")]), "call_seconds must hold finite numbers"),
+    (dict(call_rows=[1.5], call_seconds=[1]), "call_rows must be increasing integers"),
+    (dict(call_rows=[1], call_seconds=[1], call_task_seconds=[1, 2]), "call_task_seconds \\(2\\)"),
+    (dict(call_rows=[1], call_seconds=[1], call_more_seconds=[1, 2]), "call_more_seconds \\(2\\)"),
+    (dict(call_rows=[1], call_seconds=[1], call_shared_factor=[0.5]), "call_shared_factor must be >= 1"),
+])
+def test_bad_call_curve(curve, match):
+    with pytest.raises(ValueError, match=match):
+        pm.Constants(0, 0, 0, 0, 0, 0, **curve)
+
+
 def test_hand_computed_weight_averaging_eq9():
     c = dataclasses.replace(BAT_FN, ta_seconds=0.05e-3)
     # p = 4, local block 4, averaging every 512 patterns, in ms (eq. (9)):
@@ -400,3 +441,19 @@ def test_pure_numpy_no_dask_or_bokeh():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@settings(deadline=None)
+@given(tc=seconds, k=positive_seconds, e=st.floats(0.5, 1.0), extra=seconds, slow=st.floats(1.0, 2.0),
+       p=st.integers(1, 32), block=st.integers(1, 256), rounds=st.integers(1, 4),
+       n_shards=st.one_of(st.none(), st.integers(1, 16)))
+def test_speedup_at_most_p_with_a_concave_call_curve(tc, k, e, extra, slow, p, block, rounds, n_shards):
+    # a call costs tc + k rows^e (e <= 1: splitting a block never makes it cheaper), a task's
+    # first call costs more (extra >= 0), and workers computing together are slower
+    # (slow >= 1): no speedup above p
+    rows = np.array([1, 2, 4, 16, 64, 256])
+    call = tc + k * rows.astype(float) ** e
+    c = pm.Constants(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, call_rows=rows, call_seconds=call,
+                     call_task_seconds=call + extra, call_shared_factor=np.full(rows.size, slow))
+    n = block * rounds
+    assert pm.speedup(p, block, n, 100, c, n_shards=n_shards) <= p * (1 + 1e-9)
