@@ -311,10 +311,12 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
     # each further call: a line in the bare call (intercept = its partial sum and per-shard
     # work, slope ~ 1), fitted over all sizes; single differences of medians are too noisy
     # a further call is a warm call plus a fixed cost (its partial sum, the per-shard work):
-    # the median over the sizes of what it adds beyond the bare call (single differences of
-    # medians are too noisy to use one by one)
+    # the median of what it adds beyond the bare call over the smaller half of the sizes,
+    # where that cost is not lost in the noise of long tasks
     extra = (np.asarray(several) - np.asarray(first[:len(rows)])) / (calls - 1)
-    more = np.asarray(bare) + max(float(np.median(extra - np.asarray(bare[:len(rows)]))), 0.0)
+    small = slice(0, max(len(rows) // 2, 1))
+    fixed = float(np.median((extra - np.asarray(bare[:len(rows)]))[small]))
+    more = np.asarray(bare) + max(fixed, 0.0)
     factor = np.ones(len(bare_rows))
     if len(workers) > 1:
         # per size where the calls dominate the tasks (the larger half); below, their median
