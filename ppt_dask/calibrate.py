@@ -7,10 +7,10 @@ timing single arithmetic operations out of context gave errors over 20%. So:
   under :func:`calibrate`): Tf, Tb, Ts per pattern as slopes of least-squares lines over
   block sizes (the gradient call's intercept is the Dask model's ``tc``), Tu the real
   update, Tm a copy of the weights, Ta eq. (9)'s averaging, To the rest of a serial epoch;
-* :func:`measure_calls` times the real gradient call over a range of row counts inside
-  real training rounds on the live cluster, on one worker alone and on all workers at
-  once: the model's *call curve* (the cost per pattern is not constant, and workers
-  sharing a machine slow each other);
+* :func:`ppt_dask.calls.measure_calls` times the real gradient call over a range of row
+  counts inside real training rounds on the live cluster, on one worker alone and on all
+  workers at once: the model's *call curve* (the cost per pattern is not constant, and
+  workers sharing a machine slow each other);
 * :func:`measure_head` runs the real round graph with gradient tasks that wait a known
   time and return a tiny vector, over 1..64 *virtual* workers (slots pinned in
   blocks onto the real ones: the tasks and tree of a cluster of that size), and fits
@@ -27,7 +27,6 @@ need a cluster import dask.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import modelfit, perfmodel, strategies
+from .calls import cluster_workers, measure_calls, one_blas_thread
 
 PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
 
@@ -66,18 +66,6 @@ def _row_counts(block: int, n_rows: int) -> list[int]:
     return sorted(rows)
 
 
-@contextlib.contextmanager
-def _one_blas_thread():
-    """One BLAS thread, as the workers ppt_dask starts have (cluster.WORKER_ENV): two
-    BLAS threads on a shared core time the contention, not the network."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # not installed: time with whatever the process has
-        threadpool_limits = None
-    with threadpool_limits(1, user_api="blas") if threadpool_limits else contextlib.nullcontext():
-        yield
-
-
 def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: float = 0.9
                       ) -> perfmodel.Constants:
     """Tf, Tb, Tu, Tm, Ts, To (001 Tables II/III), Ta (eq. (9)) and tc, timed here.
@@ -95,7 +83,7 @@ def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: floa
     Returns ``perfmodel.Constants`` with the communication and head fields 0 (see
     :func:`measure_reduce`, :func:`measure_head`).
     """
-    with _one_blas_thread():
+    with one_blas_thread():
         return _measure_constants(net, X, y, block, repeats, momentum)
 
 
@@ -150,183 +138,7 @@ def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constan
     return dataclasses.replace(parts, to_seconds=max(float(to), 0.0))
 
 
-def curve_rows(n_rows: int, smallest: int = 8) -> list[int]:
-    """Row counts of the call curve: powers of two times ``smallest`` up to ``n_rows``."""
-    if int(n_rows) != n_rows or n_rows < 2:
-        raise ValueError(f"n_rows must be an integer >= 2, got {n_rows!r}")
-    rows, r = [], max(1, min(int(smallest), int(n_rows) // 2))
-    while r < n_rows:
-        rows.append(r)
-        r *= 2
-    return rows + [int(n_rows)]
-
-
-def time_calls(net, X, y, rows, repeats: int = 7) -> list[float]:
-    """Median seconds of ``net.loss_grad_stats`` over each row count in ``rows``.
-
-    Each call takes the next ``r`` rows of ``X`` (wrapping round), as Sync's blocks walk
-    through a shard; the sizes are interleaved, so a burst of load spreads over all, and
-    each is called twice in a row and the second call timed (the serial program calls
-    back to back: a small call right after a large one would find its caches cold).
-    """
-    with _one_blas_thread():
-        X = np.require(X, dtype=net.dtype, requirements=("C", "A"))
-        y = np.require(y, requirements=("C", "A"))
-        params = net.init_params(0)
-        times: dict = {r: [] for r in rows}
-        offset = 0
-        for i in range(int(repeats) + 1):  # the first pass warms caches and the allocator
-            for r in rows:
-                for warm in (False, True):  # back to back: time the second of two calls
-                    start = offset % (len(X) - r + 1)
-                    t0 = time.perf_counter()
-                    net.loss_grad_stats(params, X[start:start + r], y[start:start + r])
-                    if i and warm:
-                        times[r].append(time.perf_counter() - t0)
-                    offset += r
-        return [float(np.median(times[r])) for r in rows]
-
-
 # ---- the live cluster: probe rounds of the real graph ----------------------------------
-
-
-@dataclass(frozen=True)
-class CallCurve:
-    """Gradient calls of ``rows[i]`` rows timed in real rounds, and in a bare loop.
-
-    ``first``: a ``ppt-grad`` task of one call on one worker; ``more``: each further call
-    of a task of ``calls`` calls (its task less ``first``, over ``calls - 1``); ``bare``:
-    the call back to back in one process; ``shared``: the tasks of ``calls`` calls on all
-    workers at once, and ``factor`` their ratio to the same on one worker (>= 1; the last
-    one held for larger rows).
-    ``periods_*``: the rounds' periods (one worker / all), for what a round costs beyond
-    its gradient phase. ``bare``, ``first``, ``more`` and ``periods_alone`` cover all
-    ``rows``; ``shared`` and ``periods_shared`` the rows that fit ``calls`` shards on every
-    worker. Seconds; all but ``bare`` empty for loop timings.
-    """
-
-    rows: tuple
-    bare: tuple
-    first: tuple = ()
-    more: tuple = ()
-    shared: tuple = ()
-    calls: int = 1
-    factor: tuple = ()
-    periods_alone: tuple = ()
-    periods_shared: tuple = ()
-
-    def rest(self, shared: bool) -> float:
-        """What a round costs beyond its gradient phase (Tu + Tr + Th): the median over the
-        rounds but the third with the shortest tasks (where the scheduler's shortest phase
-        could show)."""
-        tasks = np.asarray(self.shared if shared else self.first[:len(self.periods_alone)])
-        periods = self.periods_shared if shared else self.periods_alone
-        if not periods:
-            return float("nan")
-        top = np.argsort(tasks)[len(tasks) // 3:]
-        return float(np.median(np.asarray(periods)[top] - tasks[top]))
-
-    def quantum(self, shared: bool) -> float:
-        """``tq``: the smallest task's round beyond the rest (a gradient phase is never
-        shorter than this, however short its calls)."""
-        periods = self.periods_shared if shared else self.periods_alone
-        if not periods:
-            return float("nan")
-        return max(periods[0] - self.rest(shared), 0.0)
-
-
-def _round_tasks(client, net, X, y, workers, calls: int, rows, rounds: int, warmup: int):
-    """Per row count r: the median longest ``ppt-grad`` task and the median round period
-    of Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows."""
-    from . import diagnostics
-    from .shards import enter_data, exit_data
-    from .stopping import Stop
-    from .trainer import train
-
-    n_shards = calls * len(workers)
-    n = rows[-1] * n_shards
-    shards = enter_data(client, X[:n], y[:n], n_shards, dtype=net.dtype, workers=workers, keep_copy=False)
-    tasks, periods = [], []
-    try:
-        for r in rows:
-            block = r * n_shards
-            result = train(net, shards, strategies.Sync(lr=1e-3, block=block),
-                           Stop(max_epochs=(rounds + warmup) * block / shards.n_rows))
-            longest: dict = {}
-            for t in diagnostics.records_of(result).tasks:
-                if t.prefix == "ppt-grad" and t.round is not None and t.round >= warmup:
-                    longest[t.round] = max(longest.get(t.round, 0.0), t.compute)
-            if not longest:
-                return None, None  # no task records: the scheduler runs no collector
-            tasks.append(float(np.median(list(longest.values()))))
-            periods.append(float(np.median([h["wall_seconds"] for h in result.history[warmup:]])))
-    finally:
-        exit_data(shards)
-    return tasks, periods
-
-
-def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4, rounds: int = 16,
-                  warmup: int = 2) -> CallCurve:
-    """The call curve of the model: real gradient calls timed inside real training rounds.
-
-    Sync rounds with ``block = r * shards`` make every call ``r`` rows. Three layouts:
-    one shard on the first worker (a task of one call), ``calls`` shards on it (what
-    each further call of a task adds: a warm call plus a fixed cost, the per-shard work
-    and the partial sums of the tree),
-    and ``calls`` shards on each of ``workers`` (all workers computing at once: the
-    slowdown). The workers' own durations of the ``ppt-grad`` tasks (the run's task
-    records), the median over ``rounds`` rounds after ``warmup`` of each round's
-    longest, make the curves; the rounds' periods what a round costs beyond its gradient
-    phase (:meth:`CallCurve.rest`, :meth:`CallCurve.quantum`). The same calls back to
-    back in one process (:func:`time_calls`) make the serial program's curve. Rounds,
-    not a bare loop, because on the machine of this project a loop of bare calls ran
-    10-40% faster than the same calls in the round graph (the first call of a task finds
-    cold caches after the wait between rounds, each call adds a partial sum, workers
-    computing together contend for memory bandwidth), and rounds are what the model
-    predicts. Without task records (a scheduler without the collector) only the loop is
-    timed.
-    """
-    workers = _workers(client, workers)
-    if isinstance(calls, bool) or int(calls) != calls or calls < 2:
-        raise ValueError(f"calls must be an integer >= 2, got {calls!r}")
-    calls = int(calls)
-    largest = len(X) // (calls * len(workers))
-    if largest < 2:
-        raise ValueError(f"X has {len(X)} rows: too few for {calls} shards of 2 rows on each of "
-                         f"{len(workers)} workers")
-    rows = curve_rows(largest) if rows is None else sorted({int(r) for r in rows})
-    if not rows or rows[0] < 1 or rows[-1] > largest:
-        raise ValueError(f"rows must be in 1..{largest} (the rows of X per shard, {calls} shards on "
-                         f"each of {len(workers)} workers), got {rows!r}")
-    # the bare calls reach the whole of X (the serial program calls a whole block at once)
-    bare_rows = rows + [r for r in curve_rows(len(X)) if r > rows[-1]] if len(X) > rows[-1] else rows
-    data = client.scatter([np.asarray(X), np.asarray(y)], workers=workers[:1])
-    bare = client.submit(time_calls, net, *data, bare_rows, workers=workers[:1], pure=False).result(timeout=600)
-    del data
-    first, periods_alone = _round_tasks(client, net, X, y, workers[:1], 1, bare_rows, rounds, warmup)
-    if first is None:
-        return CallCurve(tuple(bare_rows), tuple(bare))
-    several, _ = _round_tasks(client, net, X, y, workers[:1], calls, rows, rounds, warmup)
-    shared, periods_shared = _round_tasks(client, net, X, y, workers, calls, rows, rounds, warmup)
-    # each further call: a line in the bare call (intercept = its partial sum and per-shard
-    # work, slope ~ 1), fitted over all sizes; single differences of medians are too noisy
-    # a further call is a warm call plus a fixed cost (its partial sum, the per-shard work):
-    # the median of what it adds beyond the bare call over the smaller half of the sizes,
-    # where that cost is not lost in the noise of long tasks
-    extra = (np.asarray(several) - np.asarray(first[:len(rows)])) / (calls - 1)
-    small = slice(0, max(len(rows) // 2, 1))
-    fixed = float(np.median((extra - np.asarray(bare[:len(rows)]))[small]))
-    more = np.asarray(bare) + max(fixed, 0.0)
-    factor = np.ones(len(bare_rows))
-    if len(workers) > 1:
-        # per size where the calls dominate the tasks (the larger half); below, their median
-        # (tiny tasks give noisy ratios); beyond the rows all workers could time, the last
-        ratio = np.maximum(np.divide(shared, several), 1.0)
-        half = len(rows) // 2
-        factor[:len(rows)], factor[len(rows):] = ratio, ratio[-1]
-        factor[:half] = np.median(ratio[half:])
-    return CallCurve(tuple(bare_rows), tuple(bare), tuple(first), tuple(more), tuple(shared), calls,
-                     tuple(factor), tuple(periods_alone), tuple(periods_shared))
 
 
 def _probe_work(n_weights: int, spin_seconds: float, params, shard, s: int, r: int) -> tuple:
@@ -419,7 +231,7 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
     A virtual cluster runs its gradient tasks on fewer processes, so per-task *worker*
     overhead is serialised here and ``th1`` errs high for a real cluster of that size.
     """
-    workers = _workers(client, workers)
+    workers = cluster_workers(client, workers)
     samples, tasks, head = [], [], []
     for p in p_values:
         median = float(np.median(probe_rounds(client, workers, p, PROBE_WEIGHTS, spin_seconds,
@@ -457,7 +269,7 @@ def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
 
     Returns ``(tw_seconds_per_weight, ti_seconds)``.
     """
-    workers = _workers(client, workers)
+    workers = cluster_workers(client, workers)
     if len(workers) < 2:
         raise ValueError(f"a reduction needs at least 2 workers, got {len(workers)}")
     sizes = [int(w) for w in sizes]
@@ -481,14 +293,6 @@ def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
             if samples is not None:
                 samples.append((p, w, spin_seconds, median))
     return modelfit.fit_reduce(ps, ws, extra, fan_in)
-
-
-def _workers(client, workers) -> list[str]:
-    known = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    workers = known if workers is None else list(workers)
-    if not workers or any(w not in known for w in workers):
-        raise ValueError(f"workers must be addresses of this cluster {known}, got {workers!r}")
-    return workers
 
 
 # ---- the bundle ------------------------------------------------------------------------
@@ -559,7 +363,7 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     the growth ``th1``), and ``tq`` is what their shortest calls' rounds cost beyond it.
     ``n_patterns`` is ``len(X)``.
     """
-    workers = _workers(client, workers)
+    workers = cluster_workers(client, workers)
     n_rows = min(len(X), max(8 * int(block), 16384))
     data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1])
     on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import calibrate, perfmodel as pm
+from ppt_dask import calibrate, calls, perfmodel as pm
 
 from conftest import scheduler_keys
 
@@ -69,7 +69,7 @@ def test_measure_calls_times_the_real_gradient_alone_and_shared(client4, workers
     rng = np.random.default_rng(1)
     X, y = rng.random((8000, 256)), rng.integers(0, 10, 8000)
     net = ppt.MLP((256, 64, 10), hidden="tanh", output="softmax")
-    curve = calibrate.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 256, 1000], rounds=5)
+    curve = calls.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 256, 1000], rounds=5)
     # the rounds time calls of 16, 256 and 1000 rows; the bare loop goes on to all 8000
     assert curve.rows == (16, 256, 1000, 1024, 2048, 4096, 8000) and curve.calls == 4
     for name, n in (("bare", 7), ("first", 7), ("more", 7), ("shared", 3), ("periods_alone", 7),
@@ -92,22 +92,22 @@ def test_measure_calls_times_the_real_gradient_alone_and_shared(client4, workers
     assert pm.task_seconds(256, 4, c) == pytest.approx(curve.first[1] + 3 * curve.more[1])
     assert scheduler_keys(client4) == []
     with pytest.raises(ValueError, match=r"rows must be in 1..1000"):
-        calibrate.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 1001])
+        calls.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 1001])
     with pytest.raises(ValueError, match="calls must be an integer >= 2, got 1"):
-        calibrate.measure_calls(client4, net, X, y, workers4[:2], calls=1)
+        calls.measure_calls(client4, net, X, y, workers4[:2], calls=1)
 
 
 def test_time_calls_in_a_bare_loop(tiny):
     net, X, y = tiny
-    t16, t512 = calibrate.time_calls(net, X, y, [16, 512], repeats=3)
+    t16, t512 = calls.time_calls(net, X, y, [16, 512], repeats=3)
     assert 0 < t16 < t512
 
 
 def test_curve_rows():
-    assert calibrate.curve_rows(100) == [8, 16, 32, 64, 100]
-    assert calibrate.curve_rows(3) == [1, 2, 3]
+    assert calls.curve_rows(100) == [8, 16, 32, 64, 100]
+    assert calls.curve_rows(3) == [1, 2, 3]
     with pytest.raises(ValueError, match="n_rows must be an integer >= 2, got 1"):
-        calibrate.curve_rows(1)
+        calls.curve_rows(1)
 
 
 def test_measure_reduce_recovers_a_positive_bandwidth_term(client4, workers4):

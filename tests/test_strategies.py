@@ -74,6 +74,8 @@ def test_async_converges_within_the_staleness_bound(client4, workers4):
     lags = [r["staleness"] for r in result.history]
     assert max(lags) <= 1 and result.settings["max_staleness"] == max(lags)
     assert {r["worker"] for r in result.history} == {0, 1}
+    checked = [int(r["epoch"]) for r in result.history if "verified_error_rate" in r]
+    assert checked and len(checked) == len(set(checked))  # verified at most once an epoch
 
 
 def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
@@ -169,3 +171,19 @@ def test_a_run_continued_from_its_state_equals_one_run(client4, workers4):
     ppt.exit_data(shards)
     assert [r["round"] for r in second.history] == [3, 4, 5]
     assert second.params.tobytes() == whole.params.tobytes()
+
+
+def test_async_verifies_at_most_once_an_epoch(client4, workers4):
+    """A test set the network cannot pass (flipped labels) while its training error is under
+    the target: every verification fails, and the loop must still check once an epoch at most."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 4))
+    y = (X[:, 0] > 0).astype(float)  # learnable at once; the flipped labels never pass
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    net = ppt.MLP((4, 8, 1), hidden="tanh", output="sigmoid")
+    result = ppt.train(net, shards, ppt.Async(lr=0.5, staleness=1),
+                       ppt.Stop(max_epochs=12, target_error=0.3, window_epochs=1, test=(X, 1 - y)))
+    ppt.exit_data(shards)
+    checked = [int(r["epoch"]) for r in result.history if "verified_error_rate" in r]
+    assert not result.learned and len(checked) >= 3, checked
+    assert len(checked) == len(set(checked)), checked  # one check per epoch at most
