@@ -36,10 +36,11 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   given it replaces ``tc + rows (Tf + Tb)``: the cost per pattern is not constant on a
   real machine. A task of k calls costs ``first(rows) + (k - 1) more(rows)``, times
   ``call_shared_factor(rows)`` when more than one worker computes.
-* ``tq``: the shortest gradient phase the scheduler allows. The scheduler batches its
-  messages to a worker (``BatchedSend(interval="5ms")`` in ``distributed.scheduler``),
-  so the update task is sent no sooner than ~5 ms after the gradient task went to the
-  same worker, however short the gradient: a round costs ``max(compute, tq)``.
+* ``tq``: the shortest gradient phase the scheduler allows: a round costs
+  ``max(compute, tq)``. With distributed's message batching (``BatchedSend(interval=
+  "5ms")`` in ``distributed.scheduler``) the update task is sent no sooner than ~5 ms
+  after the gradient task went to the same worker, however short the gradient; with the
+  batching off (:mod:`ppt_dask.messages`, what ``ppt.connect`` does) tq is near 0.
 
 >>> c = PAPER_CONSTANTS["bat_cave", "function"]
 >>> fn = PAPER_PROBLEMS["function"]
@@ -79,7 +80,7 @@ class Constants:
     th0_seconds: float = 0.0  # Dask: fixed head/scheduler cost per round
     th1_seconds: float = 0.0  # Dask: head/scheduler cost per task in a round
     tc_seconds: float = 0.0  # Dask/numpy: fixed cost of one gradient call (one shard)
-    tq_seconds: float = 0.0  # Dask: shortest gradient phase (scheduler message batching)
+    tq_seconds: float = 0.0  # Dask: shortest gradient phase (message batching; ~0 without)
     call_rows: tuple = ()  # rows of one gradient call at which the call curve was timed
     call_seconds: tuple = ()  # that call, back to back in one process (the serial program)
     call_task_seconds: tuple = ()  # a ppt-grad task of that one call in real rounds (or ())
