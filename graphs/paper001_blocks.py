@@ -24,7 +24,7 @@ import numpy as np
 
 import common
 import ppt_dask as ppt
-from ppt_dask import modelfit, perfmodel
+from ppt_dask import modelfit, paper001, perfmodel, planning
 from ppt_dask.serial import train_serial
 
 DEFAULTS = dict(
@@ -85,15 +85,15 @@ def main():
                               "Mean prediction error (serial, p = 1, 2; 001 Table VI reports 2.87-5.94%): "
                               + ", ".join(f"{k} {v:.1f}%" for k, v in errors.items()) + ".",
                               f"Digits timed on {args.digits_rows} MNIST rows; Encoder uses tanh/softmax (ours)."])
-    fn, paper_c = probs["function"], perfmodel.PAPER_CONSTANTS["bat_cave", "function"]
+    fn, paper_c = probs["function"], paper001.CONSTANTS["bat_cave", "function"]
     table7 = [{"block": b, **{f"001 p={p}": v for p, v in zip((2, 4, 8), PAPER_TABLE7[b])},
                **{f"model+001 constants p={p}": perfmodel.speedup(p, b, 1024, 16768, paper_c, n_test=128) for p in (2, 4, 8)},
                **{f"model+ours p={p}": perfmodel.speedup(p, b, 1024, fn[0].n_params, constants["function"], n_test=128)
                   for p in (2, 4, 8)}} for b in PAPER_TABLE7]
     smallest = [{"problem": name, "p": p,  # 001 sec. V-C: no speedup below a block of about 50
-                 "001 constants (Bat Cave)": perfmodel.min_block_for_speedup(
-                     p, n, perfmodel.PAPER_PROBLEMS[name].n_weights, perfmodel.PAPER_CONSTANTS["bat_cave", name], n_test=m),
-                 "ours": perfmodel.min_block_for_speedup(p, n, net.n_params, constants[name], n_test=m)}
+                 "001 constants (Bat Cave)": planning.min_block_for_speedup(
+                     p, n, paper001.PROBLEMS[name].n_weights, paper001.CONSTANTS["bat_cave", name], n_test=m),
+                 "ours": planning.min_block_for_speedup(p, n, net.n_params, constants[name], n_test=m)}
                 for name, (net, X, y, blocks, n, m) in probs.items() for p in (2, 8, 32)]
     common.write_table(args.out, "paper001_table7", table7, title="001 Table VII: predicted speedups, Function",
                        notes=["001: Bat Cave (PIII, 100 MBit). 'model+001 constants': ppt_dask.perfmodel with 001's "

@@ -292,7 +292,7 @@ def dataclass_replace(c, **changes):
 
 
 def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
-    from ppt_dask import perfmodel as pm
+    from ppt_dask import perfmodel as pm, planning
     from ppt_dask.modelcli import constants_table, grid_table
 
     c, w = cal.constants, net.n_params
@@ -336,9 +336,9 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
               grid_table(blocks, ps, pm.speedup(ps[None, :], blocks[:, None], MNIST_N, w, c, **kw), "{:.2f}"), ""]
     lines += ["## Recommendation for MNIST 784-64-64-10 on this machine", ""]
     for p_max in (2, 64):
-        best = pm.recommend(MNIST_N, w, c, p_max, **kw)
-        p_best, _, s_best = pm.best_workers(blocks, MNIST_N, w, c, p_max, **kw)
-        smallest = {p: pm.min_block_for_speedup(p, MNIST_N, w, c, **kw) for p in (2, 4, 8, 16, 32, 64) if p <= p_max}
+        best = planning.recommend(MNIST_N, w, c, p_max, **kw)
+        p_best, _, s_best = planning.best_workers(blocks, MNIST_N, w, c, p_max, **kw)
+        smallest = {p: planning.min_block_for_speedup(p, MNIST_N, w, c, **kw) for p in (2, 4, 8, 16, 32, 64) if p <= p_max}
         lines.append(f"- p <= {p_max}: least time per epoch with block {best.block} on {best.p} workers "
                      f"({best.epoch_seconds:.3g} s per epoch, speedup {best.speedup:.2f}); best workers per block "
                      + ", ".join(f"b={b}: p={p} (S={s:.2f})" for b, p, s in zip(blocks, p_best, s_best))

@@ -219,8 +219,8 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
                  fan_in: int = 2) -> HeadFit:
     """Th(p) against tasks per round, from probe rounds over virtual cluster sizes.
 
-    The probe spins ``spin_seconds`` (longer than the scheduler's 5 ms batching, as a
-    real gradient phase should be) and returns a tiny vector, so ``round - spin`` is the
+    The probe keeps its worker busy for ``spin_seconds`` of wall time (a gradient phase)
+    and returns a tiny vector, so ``round - spin`` is the
     head/scheduler cost; :func:`modelfit.fit_head` fits it over
     :func:`perfmodel.tasks_per_round` (relative residuals), then ``th0`` is set so that
     the line passes, on average, through the sizes at or below ``len(workers)``: the

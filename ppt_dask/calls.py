@@ -102,7 +102,7 @@ class CallCurve:
         """What a round costs beyond its gradient phase (Tu + Tr + Th): the median over the
         rounds but the third with the shortest tasks (where the scheduler's shortest phase
         could show)."""
-        tasks = np.asarray(self.shared if shared else self.first[:len(self.periods_alone)])
+        tasks = np.asarray(self.shared if shared else self.first)
         periods = self.periods_shared if shared else self.periods_alone
         if not periods:
             return float("nan")
@@ -181,7 +181,7 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
         raise ValueError(f"rows must be in 1..{largest} (the rows of X per shard, {calls} shards on "
                          f"each of {len(workers)} workers), got {rows!r}")
     # the bare calls reach the whole of X (the serial program calls a whole block at once)
-    bare_rows = rows + [r for r in curve_rows(len(X)) if r > rows[-1]] if len(X) > rows[-1] else rows
+    bare_rows = rows + [r for r in curve_rows(len(X)) if r > rows[-1]]
     data = client.scatter([np.asarray(X), np.asarray(y)], workers=workers[:1])
     bare = client.submit(time_calls, net, *data, bare_rows, workers=workers[:1], pure=False).result(timeout=600)
     del data

@@ -291,9 +291,7 @@ class _PPTBase(ContractMixin):
             chunk = epochs - done
             if tol_rule:  # the first epoch only sets the best loss
                 chunk = min(chunk, self.n_iter_no_change + 1 - run.no_improvement + (run.best == math.inf))
-            # chunks after the first continue the state (momentum included) and round count
-            result = train(net, shards, strategy, Stop(max_epochs=chunk), seed=seed,
-                           params=None if run.state is not None else run.params,
+            result = train(net, shards, strategy, Stop(max_epochs=chunk), seed=seed, params=run.params,
                            initial_state=run.state, fan_in=self.fan_in,
                            progress=self._progress if self.verbose else None)
             run.params, run.state = result.params, result.state

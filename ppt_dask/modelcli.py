@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from . import perfmodel
+from . import perfmodel, planning
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 _CALIBRATED = -1  # --shards not given: the calibration's layout
@@ -196,10 +196,10 @@ def _recommend(args, s: dict) -> int:
     blocks = np.array(args.blocks) if args.blocks else perfmodel._default_blocks(n)
     if blocks.max() > n:
         raise ValueError(f"--blocks must be <= n_patterns = {n}, got {int(blocks.max())}")
-    best = perfmodel.recommend(n, w, c, args.p_max, blocks, **kw)
-    p_best, t_best, s_best = perfmodel.best_workers(blocks, n, w, c, args.p_max, **kw)
+    best = planning.recommend(n, w, c, args.p_max, blocks, **kw)
+    p_best, t_best, s_best = planning.best_workers(blocks, n, w, c, args.p_max, **kw)
     ps = [p for p in (2, 4, 8, 16, 32, 64, 128, 256) if p <= args.p_max] or [1]
-    smallest = {p: perfmodel.min_block_for_speedup(p, n, w, c, **kw) for p in ps}
+    smallest = {p: planning.min_block_for_speedup(p, n, w, c, **kw) for p in ps}
     print(_problem_line(s))
     print(f"\nrecommended: block {best.block} on {best.p} workers: {best.epoch_seconds:.4g} s per epoch, "
           f"speedup {best.speedup:.2f}, efficiency {best.efficiency:.2f}")

@@ -16,6 +16,7 @@ section V-A, equations (3) to (8), and section VII, equation (9). Symbols:
 
 In 001 an *iteration* is one pass over the training set plus the test error: here that
 is :func:`epoch_seconds`. One weight update (one Dask round) is :func:`iteration_seconds`.
+What to book from it: :mod:`ppt_dask.planning`; 001's own constants: :mod:`ppt_dask.paper001`.
 
 Dask adds terms that MPI did not have (all 0 for the paper's constants):
 
@@ -42,8 +43,9 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   after the gradient task went to the same worker, however short the gradient; with the
   batching off (:mod:`ppt_dask.messages`, what ``ppt.connect`` does) tq is near 0.
 
->>> c = PAPER_CONSTANTS["bat_cave", "function"]
->>> fn = PAPER_PROBLEMS["function"]
+>>> from ppt_dask.paper001 import CONSTANTS, PROBLEMS
+>>> c = CONSTANTS["bat_cave", "function"]
+>>> fn = PROBLEMS["function"]
 >>> round(speedup(2, 64, fn.n_patterns, fn.n_weights, c, n_test=fn.n_test), 2)  # Table VII
 1.2
 """
@@ -55,9 +57,6 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-
-_MS, _US = 1e-3, 1e-6
-
 
 @dataclass(frozen=True)
 class Constants:
@@ -89,9 +88,7 @@ class Constants:
 
     def __post_init__(self):
         _check_curve(self)
-        for f in dataclasses.fields(self):
-            if f.name in _CURVE:
-                continue
+        for f in (f for f in dataclasses.fields(self) if f.name not in _CURVE):
             value = getattr(self, f.name)
             number = isinstance(value, (int, float, np.integer, np.floating))
             if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
@@ -113,19 +110,9 @@ def _check_curve(c) -> None:
     if any(r < 1 or r != int(r) for r in rows) or any(b <= a for a, b in zip(rows, rows[1:])):
         raise ValueError(f"call_rows must be increasing integers >= 1, got {rows!r}")
     if len(bare) != len(rows) or any(len(v) not in (0, len(rows)) for v in (task, more, factor)):
-        raise ValueError(f"call_seconds ({len(bare)}), call_task_seconds ({len(task)}), call_more_seconds "
-                         f"({len(more)}) and call_shared_factor ({len(factor)}) "
+        raise ValueError(f"call_seconds ({len(bare)}), call_task_seconds ({len(task)}), "
+                         f"call_more_seconds ({len(more)}) and call_shared_factor ({len(factor)}) "
                          f"need one value per entry of call_rows ({len(rows)})")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Sizes of one of 001's problems (Table IV); ``layers`` from section IV."""
-
-    n_patterns: int
-    n_test: int
-    n_weights: int
-    layers: tuple[int, ...]
 
 
 def count_weights(layers, biases: bool = True) -> int:
@@ -138,36 +125,6 @@ def count_weights(layers, biases: bool = True) -> int:
     if len(layers) < 2 or min(layers) < 1:
         raise ValueError(f"layers must be >= 2 positive sizes, got {layers!r}")
     return sum(a * z + (z if biases else 0) for a, z in zip(layers[:-1], layers[1:]))
-
-
-# 001, Table IV (n, m, w) and section IV (architectures); w counts weights without biases.
-PAPER_PROBLEMS = {
-    "function": Problem(1024, 128, 16768, (2, 128, 128, 1)),
-    "encoder": Problem(256, 0, 4096, (256, 8, 256)),
-    "digits": Problem(60000, 10000, 54912, (784, 64, 64, 10)),
-}
-
-
-def _paper(tf, tb, tu, tm, ts, to, tw, ti) -> Constants:
-    # Tables II/III print Tf..To in ms. Table V is headed "ms", but Tw * w * log2(p) must
-    # be milliseconds: only Tw in us per weight (= ms per 1000 weights) and Ti in us
-    # reproduce Table VII (with ms the p = 2, b = 16 speedup would be 0.03, not 0.57) and
-    # match the links (100 MBit/s moves one 8-byte weight in 0.64 us).
-    return Constants(tf * _MS, tb * _MS, tu * _MS, tm * _MS, ts * _MS, to * _MS,
-                     tw_seconds_per_weight=tw * _US, ti_seconds=ti * _US)
-
-
-# 001, Table II (Bat Cave), Table III (Messner), Table V (Tw, Ti per cluster). The digits
-# To is printed "314 529.2" and "40 218.1" (thin-space thousands): 314 s and 40 s, which
-# the text confirms ("more than half of the run time is constant").
-PAPER_CONSTANTS = {
-    ("bat_cave", "function"): _paper(0.22, 0.41, 0.07, 0.04, 0.001, 30.9, 0.798, 365.868),
-    ("bat_cave", "encoder"): _paper(0.12, 0.16, 0.01, 0.01, 0.023, 28.4, 0.798, 365.868),
-    ("bat_cave", "digits"): _paper(1.37, 1.33, 0.66, 0.22, 0.003, 314529.2, 0.798, 365.868),
-    ("messner", "function"): _paper(0.12, 0.20, 0.03, 0.003, 0.002, 17.7, 0.230, 515.250),
-    ("messner", "encoder"): _paper(0.07, 0.09, 0.01, 0.001, 0.013, 9.4, 0.230, 515.250),
-    ("messner", "digits"): _paper(0.26, 0.27, 0.92, 0.058, 0.003, 40218.1, 0.230, 515.250),
-}
 
 
 # ---------------------------------------------------------------- input checks
@@ -197,8 +154,7 @@ def _constants(c) -> Constants:
 
 
 def _out(x):
-    x = np.asarray(x, dtype=float)
-    return float(x) if x.ndim == 0 else x
+    return float(x) if np.ndim(x) == 0 else np.asarray(x, dtype=float)
 
 
 def _ceil_div(a, b):
@@ -514,76 +470,6 @@ def averaging_speedup(p, block, interval, n_patterns, n_weights, c: Constants, *
     return _out(np.asarray(seq) / np.asarray(averaging_epoch_seconds(
         p, block, interval, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
         n_shards=n_shards)))
-
-
-# ---------------------------------------------------------------- decisions
-
-@dataclass(frozen=True)
-class Recommendation:
-    """The (block, p) of least predicted time per epoch, with its speedup and efficiency."""
-
-    block: int
-    p: int
-    epoch_seconds: float
-    speedup: float
-    efficiency: float
-
-
-def _default_blocks(n: int) -> np.ndarray:
-    return np.array(sorted({2**j for j in range(n.bit_length()) if 2**j <= n} | {n}))
-
-
-def recommend(n_patterns, n_weights, c: Constants, p_max: int, blocks=None, *,
-              n_test: int = 0, fan_in: int = 2, n_shards=None) -> Recommendation:
-    """The (block, p), p in 1..p_max, that minimises :func:`epoch_seconds` (001 sec. V-C).
-
-    Larger blocks always cost less per epoch but converge slower (001 sec. VI), so pass
-    the ``blocks`` whose convergence you accept; default: powers of two up to n, and n.
-    Ties go to the fewer workers, then the smaller block.
-    """
-    n = int(_ints("n_patterns", n_patterns, 1))
-    p_max = int(_ints("p_max", p_max, 1))
-    blocks = _default_blocks(n) if blocks is None else np.unique(_ints("blocks", blocks, 1).ravel())
-    ps = np.arange(1, p_max + 1)
-    t = epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test,
-                      fan_in=fan_in, n_shards=n_shards)
-    i, j = np.unravel_index(np.argmin(t), t.shape)
-    p, b = int(ps[i]), int(blocks[j])
-    s = speedup(p, b, n, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards)
-    return Recommendation(block=b, p=p, epoch_seconds=float(t[i, j]), speedup=s, efficiency=s / p)
-
-
-def best_workers(blocks, n_patterns, n_weights, c: Constants, p_max: int, *,
-                 n_test: int = 0, fan_in: int = 2, n_shards=None):
-    """For each block, the p in 1..p_max of least :func:`epoch_seconds` (fewest on ties).
-
-    Returns ``(p, epoch_seconds, speedup)``, three arrays of shape (len(blocks),): the
-    cluster size to use once the block is fixed by convergence (001 sec. V-C).
-    """
-    n = int(_ints("n_patterns", n_patterns, 1))
-    p_max = int(_ints("p_max", p_max, 1))
-    blocks = _ints("blocks", blocks, 1).ravel()
-    ps = np.arange(1, p_max + 1)
-    t = np.asarray(epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test,
-                                 fan_in=fan_in, n_shards=n_shards)).reshape(p_max, blocks.size)
-    best = np.argmin(t, axis=0)
-    cols = np.arange(blocks.size)
-    p = ps[best]
-    s = np.asarray(speedup(p, blocks, n, n_weights, c, n_test=n_test, fan_in=fan_in,
-                           n_shards=n_shards)).reshape(blocks.size)
-    return p, t[best, cols], s
-
-
-def min_block_for_speedup(p, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-                          fan_in: int = 2, n_shards=None):
-    """Smallest block b in 1..n with predicted speedup (eq. (7)) > 1 on p workers, or
-    None. 001 sec. V-C: function example on Bat Cave, no speedup below b of about 50."""
-    n = int(_ints("n_patterns", n_patterns, 1))
-    p = int(_ints("p", p, 1))
-    blocks = np.arange(1, n + 1)
-    s = speedup(p, blocks, n, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards)
-    above = np.flatnonzero(np.atleast_1d(s) > 1)
-    return int(blocks[above[0]]) if above.size else None
 
 
 # ---------------------------------------------------------------- data files

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import calibrate, calls, perfmodel as pm
+from ppt_dask import calibrate, calls, paper001, perfmodel as pm
 
 from conftest import scheduler_keys
 
@@ -140,7 +140,7 @@ def test_probe_rounds_leave_no_keys_behind(client4, workers4):
 
 
 def test_calibration_json_round_trip(tmp_path):
-    c = dataclasses.replace(pm.PAPER_CONSTANTS["messner", "digits"], th0_seconds=0.01, tq_seconds=0.003)
+    c = dataclasses.replace(paper001.CONSTANTS["messner", "digits"], th0_seconds=0.01, tq_seconds=0.003)
     cal = calibrate.Calibration(c, (784, 64, 64, 10), 55050, 60000, 10000, 1000, 8, 2, 2, 2,
                                 {"head": [[1, 4, 0.02, 0.035]]})
     path = tmp_path / "calib.json"
@@ -157,7 +157,7 @@ def test_calibration_json_round_trip(tmp_path):
 
 @pytest.fixture
 def calibration_file(tmp_path):
-    c = dataclasses.replace(pm.PAPER_CONSTANTS["bat_cave", "function"], th0_seconds=0.01, th1_seconds=0.0005)
+    c = dataclasses.replace(paper001.CONSTANTS["bat_cave", "function"], th0_seconds=0.01, th1_seconds=0.0005)
     cal = calibrate.Calibration(c, (2, 128, 128, 1), 16768, 1024, 128, 64, None, 2, 2, 2)
     path = tmp_path / "calib.json"
     cal.save(path)
@@ -177,7 +177,7 @@ def test_cli_predict_prints_table_vii(calibration_file):
 
 def test_cli_recommend_with_constants_by_hand(tmp_path):
     hand = tmp_path / "cluster.json"
-    hand.write_text(json.dumps(pm.constants_to_dict(pm.PAPER_CONSTANTS["bat_cave", "function"])))
+    hand.write_text(json.dumps(pm.constants_to_dict(paper001.CONSTANTS["bat_cave", "function"])))
     out_json = tmp_path / "rec.json"
     proc = run_cli("model", "recommend", "--constants", str(hand), "--n-patterns", "1024",
                    "--n-test", "128", "--n-weights", "16768", "--p-max", "8",
@@ -196,7 +196,7 @@ def test_cli_recommend_with_constants_by_hand(tmp_path):
 ])
 def test_cli_bad_input_exits_2(tmp_path, calibration_file, args, message):
     hand = tmp_path / "hand.json"
-    hand.write_text(json.dumps(pm.constants_to_dict(pm.PAPER_CONSTANTS["messner", "encoder"])))
+    hand.write_text(json.dumps(pm.constants_to_dict(paper001.CONSTANTS["messner", "encoder"])))
     paths = dict(hand=hand, missing=tmp_path / "nope.json", cal=calibration_file)
     proc = run_cli("model", *[a.format(**paths) for a in args], timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from ppt_dask import modelfit as fit
-from ppt_dask import perfmodel as pm
+from ppt_dask import paper001, perfmodel as pm, planning
 
-BAT_FN = pm.PAPER_CONSTANTS["bat_cave", "function"]
-FN = pm.PAPER_PROBLEMS["function"]
+BAT_FN = paper001.CONSTANTS["bat_cave", "function"]
+FN = paper001.PROBLEMS["function"]
 
 # 001, Table VII: predicted speedups, function example on Bat Cave; {block: (p=2, p=4, p=8)}.
 TABLE_VII = {16: (0.57, 0.36, 0.26), 32: (0.87, 0.64, 0.48),
@@ -182,18 +182,18 @@ def test_hand_computed_weight_averaging_eq9():
 # ------------------------------------------------------------------ paper data
 
 def test_paper_network_sizes_match_table_iv():
-    for problem in pm.PAPER_PROBLEMS.values():
+    for problem in paper001.PROBLEMS.values():
         assert pm.count_weights(problem.layers, biases=False) == problem.n_weights
     assert pm.count_weights((2, 128, 128, 1)) == 16768 + 128 + 128 + 1
 
 
 def test_paper_constants_units():
-    assert len(pm.PAPER_CONSTANTS) == 6
-    assert pm.PAPER_CONSTANTS["messner", "digits"].to_seconds == pytest.approx(40.2181)
+    assert len(paper001.CONSTANTS) == 6
+    assert paper001.CONSTANTS["messner", "digits"].to_seconds == pytest.approx(40.2181)
     # 001: for digits "more than half of the run time is constant" (To of eq. (3))
-    dig = pm.PAPER_PROBLEMS["digits"]
+    dig = paper001.PROBLEMS["digits"]
     for cluster in ("bat_cave", "messner"):
-        c = pm.PAPER_CONSTANTS[cluster, "digits"]
+        c = paper001.CONSTANTS[cluster, "digits"]
         seq = pm.sequential_epoch_seconds(dig.n_patterns, dig.n_patterns, c, n_test=dig.n_test)
         assert c.to_seconds > seq / 2
 
@@ -201,29 +201,29 @@ def test_paper_constants_units():
 def test_no_speedup_below_block_about_50():
     # 001 sec. V-C: up to b = 32 several processors are slower than one; at b = 64 two
     # processors win slightly; "with block sizes up to almost 50 no speedup".
-    assert 32 < pm.min_block_for_speedup(2, FN.n_patterns, FN.n_weights, BAT_FN,
+    assert 32 < planning.min_block_for_speedup(2, FN.n_patterns, FN.n_weights, BAT_FN,
                                          n_test=FN.n_test) <= 64
     for p in (4, 8):
-        assert 32 < pm.min_block_for_speedup(p, FN.n_patterns, FN.n_weights, BAT_FN,
+        assert 32 < planning.min_block_for_speedup(p, FN.n_patterns, FN.n_weights, BAT_FN,
                                              n_test=FN.n_test) <= 128
     # with no communication and no overhead the parallel program wins from b = 2 on;
     # at b = 1 one worker does all the work while the other three idle: speedup 1
     free = pm.Constants(1e-3, 1e-3, 0.0, 0.0, 0.0, 0.0)
-    assert pm.min_block_for_speedup(4, 64, 100, free) == 2
+    assert planning.min_block_for_speedup(4, 64, 100, free) == 2
     slow = dataclasses.replace(BAT_FN, ti_seconds=100.0)
-    assert pm.min_block_for_speedup(2, 64, 100, slow) is None
+    assert planning.min_block_for_speedup(2, 64, 100, slow) is None
 
 
 def test_recommend():
-    best = pm.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 8, blocks=[4, 8, 16, 32, 64],
+    best = planning.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 8, blocks=[4, 8, 16, 32, 64],
                         n_test=FN.n_test)
     assert (best.block, best.p) == (64, 2)  # Table VII: at b = 64 only p = 2 is fastest
     assert best.speedup == pytest.approx(1.1994, abs=1e-4)
     assert best.efficiency == pytest.approx(best.speedup / 2)
-    small = pm.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 8, blocks=[16, 32],
+    small = planning.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 8, blocks=[16, 32],
                          n_test=FN.n_test)
     assert small.p == 1  # below b ~ 50 one processor is fastest
-    grid = pm.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 64, n_test=FN.n_test)
+    grid = planning.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 64, n_test=FN.n_test)
     assert grid.block == FN.n_patterns and grid.p <= 64  # learning by epoch is cheapest
     ps, bs = np.arange(1, 65)[:, None], np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
     t = pm.epoch_seconds(ps, bs, FN.n_patterns, FN.n_weights, BAT_FN, n_test=FN.n_test)
@@ -231,7 +231,7 @@ def test_recommend():
 
 
 def test_grid_for_figures_is_vectorised():
-    dig, c = pm.PAPER_PROBLEMS["digits"], pm.PAPER_CONSTANTS["bat_cave", "digits"]
+    dig, c = paper001.PROBLEMS["digits"], paper001.CONSTANTS["bat_cave", "digits"]
     ps, bs = np.arange(1, 65)[:, None], np.arange(1, 4097)[None, :]
     s = pm.speedup(ps, bs, dig.n_patterns, dig.n_weights, c, n_test=dig.n_test)
     e = pm.efficiency(ps, bs, dig.n_patterns, dig.n_weights, c, n_test=dig.n_test)
@@ -387,7 +387,7 @@ def test_constants_json_round_trip():
 
 def test_best_workers_per_block():
     blocks = [16, 32, 64, 128, 1024]
-    p, t, s = pm.best_workers(blocks, FN.n_patterns, FN.n_weights, BAT_FN, 32, n_test=FN.n_test)
+    p, t, s = planning.best_workers(blocks, FN.n_patterns, FN.n_weights, BAT_FN, 32, n_test=FN.n_test)
     assert p.shape == t.shape == s.shape == (5,)
     assert list(p[:2]) == [1, 1]  # below b ~ 50 one processor is fastest (001 sec. V-C)
     assert p[2] == 2 and p[3] >= 4 and p[4] >= p[3]  # more workers pay off as b grows
@@ -417,7 +417,7 @@ def test_prediction_error():
     (lambda: fit.fit_reduce([2, 2], [10, 10], [1.0, 2.0]), "cannot separate"),
     (lambda: fit.fit_head([3, 4], [1.0, -2.0]), "seconds must be finite"),
     (lambda: fit.prediction_error([1.0], [0.0]), "measured must be finite and > 0"),
-    (lambda: pm.recommend(64, 10, BAT_FN, 0), "p_max must be an integer >= 1, got 0"),
+    (lambda: planning.recommend(64, 10, BAT_FN, 0), "p_max must be an integer >= 1, got 0"),
 ])
 def test_bad_input_names_the_value(call, match):
     with pytest.raises(ValueError, match=match):
