@@ -80,7 +80,9 @@ class TaskRecord(NamedTuple):
     reported); ``compute`` is the worker's own measure of the task's run time; ``nbytes``
     the size of its result; ``deps`` the keys (as text) of its ``ppt-*`` inputs; ``io``
     holds ``(action, seconds, source)`` for each transfer, deserialization or spill the
-    worker recorded for it.
+    worker recorded for it; ``phases`` holds ``(phase, seconds)`` pairs, in the order they
+    ran, that a task doing several things timed itself (a one-hop task: reduce, update,
+    gradient; see :mod:`ppt_dask.onehop`).
     """
 
     key: str
@@ -96,6 +98,7 @@ class TaskRecord(NamedTuple):
     nbytes: int
     deps: tuple = ()
     io: tuple = ()
+    phases: tuple = ()
 
     def layout(self) -> tuple:
         """``(start, stop)`` of the compute and of the io placed in ``[sent, done]``."""
@@ -104,11 +107,26 @@ class TaskRecord(NamedTuple):
         io_seconds = sum(x[1] for x in self.io)
         return start, stop, max(self.sent, start - io_seconds), start
 
+    def compute_parts(self) -> list:
+        """``(start, stop, phase)`` pieces of the compute: the task's own phases in the order
+        they ran (the last one takes what is left), or the whole compute as its category."""
+        start, stop, _, _ = self.layout()
+        if not self.phases:
+            return [(start, stop, category(self))]
+        parts, a = [], start
+        for phase, seconds in self.phases[:-1]:
+            b = min(stop, a + max(0.0, seconds))
+            parts.append((a, b, phase if phase in _PRIORITY else "other"))
+            a = b
+        last = self.phases[-1][0]
+        parts.append((a, stop, last if last in _PRIORITY else "other"))
+        return parts
+
     @classmethod
     def from_list(cls, row) -> "TaskRecord":
         """Rebuild from the list a msgpack round trip makes of it."""
-        *head, deps, io = row
-        return cls(*head, tuple(deps), tuple(tuple(x) for x in io))
+        *head, deps, io, phases = row if len(row) == len(cls._fields) else (*row, ())
+        return cls(*head, tuple(deps), tuple(tuple(x) for x in io), tuple(tuple(x) for x in phases))
 
 
 def category(task: TaskRecord) -> str:
@@ -227,9 +245,9 @@ def _worker_seconds(tasks, workers, starts, ends, arrivals) -> list:
     for t in tasks:
         if t.worker not in intervals or t.done < lo or t.sent > hi:
             continue
-        start, stop, io_start, io_stop = t.layout()
-        intervals[t.worker] += [(start, stop, _PRIORITY[category(t)]),
-                                (io_start, io_stop, _PRIORITY["transfer"]),
+        _, _, io_start, io_stop = t.layout()
+        intervals[t.worker] += [(a, b, _PRIORITY[p]) for a, b, p in t.compute_parts()]
+        intervals[t.worker] += [(io_start, io_stop, _PRIORITY["transfer"]),
                                 (t.sent, io_start, _PRIORITY["scheduler"])]
     for a, r in zip(starts, arrivals):
         if r > a:  # the round's graph came after the previous round had ended

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from . import taskmeta
 from .breakdown import TaskRecord, breakdown, phase_table, summarize, trace_events
 
 TOPIC = "ppt-diagnostics"  # log_event topic of the head's messages
@@ -182,8 +183,9 @@ class Collector(SchedulerPlugin):
         ts = self.scheduler.tasks.get(key) if self.scheduler is not None else None
         deps = () if ts is None else tuple(
             _text(d.key) for d in ts.dependencies if parse_key(d.key) is not None)
+        phases = tuple(taskmeta.phases_of(kwargs.get("metadata")).items())
         log.add_task(TaskRecord(_text(key), prefix, run, gen, rnd, kwargs.get("worker"), submitted,
-                                sent, done, compute, int(kwargs.get("nbytes") or 0), deps, io))
+                                sent, done, compute, int(kwargs.get("nbytes") or 0), deps, io, phases))
 
     def log_event(self, topic, msg) -> None:
         if topic != TOPIC or not isinstance(msg, dict) or "run" not in msg:

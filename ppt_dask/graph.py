@@ -19,6 +19,7 @@ Task functions are module level, so the dashboard's task stream names them by pr
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -174,3 +175,70 @@ def submit_round(client, plan: Plan, shard_futures, work, apply, weights, state,
                               round_index, tag, prefix, broadcast)
     futures = client.get(graph, list(keys), sync=False)
     return tuple(futures)
+
+
+class TreeRounds:
+    """The head's side of explicit-graph rounds (map, reduce tasks, update) for one
+    generation: the same interface as :class:`ppt_dask.onehop.OneHopRounds`."""
+
+    exchange = "tree"
+    lag = 0  # round r's stats come from round r's own update task
+    max_batch = 64
+
+    def __init__(self, client, plan: Plan, shard_futures, strategy, net, tag: str, start_state,
+                 first: int):
+        import functools
+
+        self.client, self.plan, self.tag, self.first = client, plan, tag, first
+        self.shard_futures = list(shard_futures)
+        self.work = functools.partial(strategy.work, net)
+        self.apply = functools.partial(strategy.apply, net)
+        self.broadcast = strategy.broadcast
+        self.start_state = start_state
+        self.weights = client.submit(strategy.broadcast, start_state, key=f"ppt-weights-{tag}-init")
+        self.rounds: dict[int, tuple] = {}  # round -> (update, weights, stats) futures
+        self.submitted = first - 1
+
+    def submit(self, first: int, last: int) -> float:
+        """Send rounds ``first..last`` in one graph; the head's seconds."""
+        t0 = time.perf_counter()
+        assert first == self.submitted + 1 and last >= first, "rounds are submitted in order"
+        layers, keys = {}, []
+        weights, state = TaskRef(self.weights.key), TaskRef(self.state_after(first - 1).key)
+        for r in range(first, last + 1):
+            g, round_keys = round_graph(self.plan, self.shard_futures, self.work, self.apply, weights,
+                                        state, r, f"{self.tag}-r{r}", broadcast=self.broadcast)
+            layers.update(g.layers)
+            keys += round_keys
+            state, weights = TaskRef(round_keys[0]), TaskRef(round_keys[1])
+        futures = self.client.get(HighLevelGraph(layers, {name: set() for name in layers}), keys, sync=False)
+        for i, r in enumerate(range(first, last + 1)):
+            self.rounds[r] = tuple(futures[3 * i:3 * i + 3])
+        self.weights = self.rounds[last][1]
+        self.submitted = last
+        return time.perf_counter() - t0
+
+    def read_stats(self, first: int, last: int, wait) -> list:
+        """The stats of rounds ``first..last``: wait for the last, gather all at once."""
+        wait(self.rounds[last][2])
+        return self.client.gather([self.rounds[r][2] for r in range(first, last + 1)])
+
+    def state_after(self, r: int):
+        return self.start_state if r == self.first - 1 else self.rounds[r][0]
+
+    def state_before(self, r: int):
+        return self.state_after(r - 1)
+
+    def release(self, last: int) -> None:
+        """Drop what rounds before ``last`` left, and the start state (see
+        :meth:`ppt_dask.onehop.OneHopRounds.release`)."""
+        if last >= self.first:
+            self.start_state = None
+        for r in [r for r in self.rounds if r < last - 1]:
+            del self.rounds[r]
+
+    def cancel(self) -> None:
+        """Drop every round the head still holds (see :meth:`OneHopRounds.cancel`: a round's
+        map and reduce tasks are wanted by no client, so ``Client.cancel`` cannot be used)."""
+        self.weights = None
+        self.rounds.clear()

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 from distributed import KilledWorker
 
-from . import checkpoint, diagnostics, graph, strategies
+from . import checkpoint, diagnostics, graph, onehop, strategies
 from .stopping import ErrorEstimate, Stop
 from .validation import check_int_at_least
 from .network import MLP
@@ -37,14 +37,11 @@ class WorkerLost(RuntimeError):
 
 
 class WorkersJoined(Exception):
-    """New workers joined the cluster: spread the shards over them."""
+    """New workers joined the cluster: spread the shards over them (from ``kept``)."""
 
-
-def _cancel(client, inflight: deque) -> None:
-    """Drop the rounds submitted ahead (on a stop, a rollback or a rebalance)."""
-    for rd in inflight:
-        client.cancel([rd.update, rd.weights, rd.stats])
-    inflight.clear()
+    def __init__(self, kept):
+        super().__init__("workers joined")
+        self.kept = kept
 
 
 def _result(future, shards: ShardSet, timeout: float = ROUND_TIMEOUT):
@@ -117,17 +114,6 @@ class Result:
         diagnostics.write_trace(self, path)
 
 
-@dataclass
-class _Round:
-    index: int
-    state_in: object  # the state future the round started from
-    update: object
-    weights: object
-    stats: object
-    head_seconds: float
-    submitted: float
-
-
 def check_compatible(net: MLP, shards: ShardSet) -> None:
     """The network must fit the data: raised before any training work."""
     if net.n_inputs != shards.n_features:
@@ -163,11 +149,77 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
     return stats.result(timeout=timeout)
 
 
+EXCHANGES = ("auto", "all", "doubling", "tree")
+DOUBLING_FROM = 8  # "auto" combines by recursive doubling from this many workers on
+
+
+def choose_exchange(exchange: str, plan: graph.Plan) -> str:
+    """The round graph for ``exchange`` on this placement ("auto": the fastest measured)."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    if exchange == "auto":
+        doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
+        return "doubling" if doubling else "all"
+    return exchange
+
+
+@dataclass
+class _Kept:
+    """The head's copy of the state after ``round`` (-1: before the first), to go back to."""
+
+    round: int
+    state: strategies.ModelState
+    n_history: int
+
+
+@dataclass
+class _End:
+    """How a try ended: the state to keep (a future or a value), after which round, why."""
+
+    state: object
+    round: int
+    because: str
+    learned: bool = False
+
+
+@dataclass
+class _Run:
+    """What a run accumulates over its tries and generations."""
+
+    net: MLP
+    shards: ShardSet
+    strategy: object
+    stop: Stop
+    fan_in: int
+    pipeline: int
+    exchange: str
+    rounds_per_epoch: float
+    max_rounds: int
+    snapshot_rounds: dict
+    checkpoint_dir: object
+    checkpoint_every: int
+    meta: dict
+    progress: Callable | None
+    on_round: Callable | None
+    diag: object
+    run_id: str
+    t_start: float
+    history: list = field(default_factory=list)
+    snapshots: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    head_seconds: float = 0.0
+    recoveries: int = 0
+    gen: int = 0
+    used_exchange: str = ""
+    last_kept: _Kept | None = None
+
+
 def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: int = 0,
           params: np.ndarray | None = None, fan_in: int = 2, pipeline: int = 1,
-          progress: Callable[[dict], None] | None = None, generation: int = 0,
-          snapshot_epochs: tuple = (), checkpoint_dir=None, checkpoint_every: int = 25,
-          resume: bool = False, initial_state=None) -> Result:
+          progress: Callable[[dict], None] | None = None,
+          on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
+          checkpoint_dir=None, checkpoint_every: int = 25, resume: bool = False,
+          initial_state=None, exchange: str = "auto") -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Parameters
@@ -184,11 +236,14 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     params : ndarray, shape (net.n_params,), optional
         Initial weights (first try only).
     fan_in : int
-        Children per reduce task (>= 2).
+        Children per node of the reduction tree (>= 2).
     pipeline : int
         Rounds submitted ahead of the one whose loss the head reads (>= 0).
     progress : callable, optional
         Called with each round's record.
+    on_round : callable, optional
+        Called with each round's record after the round's checks; when it returns True the
+        run stops there, keeping the state after that round (``stopped_because="stopped"``).
     snapshot_epochs : tuple of float
         Epochs after which the head pulls a copy of the weights (``Result.snapshots``).
     checkpoint_dir : path, optional
@@ -201,6 +256,12 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     initial_state : ModelState, optional
         Weights *and* optimizer state to start from (a previous ``Result.state``), so a
         run continues another one without resetting momentum.
+    exchange : {"auto", "all", "doubling", "tree"}
+        How a round's partial sums meet. "all" and "doubling" run the reduce and the update
+        inside the next round's gradient tasks (one scheduler hop per round; "doubling"
+        pairs workers over ``log2 p`` hops, see :mod:`ppt_dask.onehop`); "tree" is the
+        explicit graph of map, reduce and update tasks (:mod:`ppt_dask.graph`, three hops).
+        "auto" takes "all", and "doubling" from 8 workers on where it applies.
 
     Returns
     -------
@@ -210,6 +271,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     fan_in = check_int_at_least("fan_in", fan_in, 2)
     pipeline = check_int_at_least("pipeline", pipeline, 0)
     checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
     check_compatible(net, shards)
@@ -218,167 +281,229 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     if getattr(strategy, "asynchronous", False):
         from .asynchronous import train_async
+        _refuse_for_async(pipeline=pipeline, on_round=on_round, snapshot_epochs=snapshot_epochs,
+                          checkpoint_dir=checkpoint_dir, resume=resume, initial_state=initial_state,
+                          exchange=exchange, restarts=stop.restarts)
         return train_async(net, shards, strategy, stop, seed=seed, params=params, fan_in=fan_in,
                            progress=progress)
     rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
     max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
     if initial_state is not None:
         max_rounds += initial_state.round + 1
-    snapshot_rounds = {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs}
-
-    client = shards.client
-    work = functools.partial(strategy.work, net)
-    apply = functools.partial(strategy.apply, net)
-    t_start = time.perf_counter()
-    history: list[dict] = []
-    snapshots: dict[float, np.ndarray] = {}
-    head_total = 0.0
-    run = uuid.uuid4().hex[:8]
-    diag = diagnostics.Recorder(client, run, diagnostics.run_settings(  # diagnostics
-        net, shards, strategy, fan_in=fan_in, pipeline=pipeline, seed=seed), generation)
+    run_id = uuid.uuid4().hex[:8]
     meta = {"network": list(net.sizes), "hidden": net.hidden, "output": net.output, "loss": net.loss,
             "dtype": net.dtype, "strategy": repr(strategy), "rows": shards.n_rows,
             "shards": shards.n_shards, "fan_in": fan_in, "seed": seed}
     saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
-    gen_no, recoveries, events = generation, 0, []
-    for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):
-        if attempt:
-            params = None
-        if saved:  # resume: the state after round saved["round"], and the history up to it
-            kept = (saved["round"], saved["state"], len(saved["history"]))
-            history[:] = saved["history"]
-            saved = None
-        else:
-            start = params if params is not None else net.init_params(seed + attempt)
-            kept = (-1, strategy.init(np.asarray(start, dtype=net.dtype)), len(history))
-            if initial_state is not None and attempt == 0:  # continue its round numbering
-                kept = (initial_state.round, initial_state, len(history))
-        next_round, final_state, final_round, stopped_because, learned = None, None, -1, "max_epochs", False
-        while True:  # one pass per recovery: start from the kept state
-            gen = f"{run}-g{gen_no}"
-            round_in, state_in, n_history = kept
-            del history[n_history:]
-            estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
-            for r in history:
-                if r["try"] == attempt:
-                    estimate.add(r["error_rate"] * r["patterns"], r["patterns"])
-            plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
-            state = client.scatter(state_in)
-            weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{gen}-init")
-            inflight: deque[_Round] = deque()
-            next_round, last_done = round_in + 1, time.perf_counter()
-            verified_epoch = -1
-            try:
-                while True:
-                    # keep `pipeline` rounds queued behind the one being read
-                    while next_round < max_rounds and len(inflight) <= pipeline:
-                        t0 = time.perf_counter()
-                        update, new_weights, stats = graph.submit_round(
-                            client, plan, shards.futures, work, apply, weights, state,
-                            next_round, f"{gen}-r{next_round}", broadcast=strategy.broadcast)
-                        head = time.perf_counter() - t0
-                        head_total += head
-                        inflight.append(_Round(next_round, state, update, new_weights, stats, head, t0))
-                        weights, state = new_weights, update
-                        next_round += 1
-                    if not inflight:
-                        break
-                    rd = inflight.popleft()
-                    loss_sum, n_wrong, n = (float(v) for v in _result(rd.stats, shards))
-                    now = time.perf_counter()
-                    estimate.add(n_wrong, n)
-                    record = {"try": attempt, "gen": gen_no, "round": rd.index,
-                              "epoch": (rd.index + 1) / rounds_per_epoch, "loss": loss_sum / n,
-                              "error_rate": n_wrong / n, "error_estimate": estimate.rate, "patterns": n,
-                              "wall_seconds": now - last_done, "head_seconds": rd.head_seconds,
-                              "elapsed_seconds": now - t_start}
-                    last_done = now
-                    history.append(record)
-                    if progress is not None:
-                        progress(record)
-                    diag.round_done(record)  # diagnostics
-                    if not math.isfinite(record["loss"]):
-                        # keep the weights this round started from: the last good ones
-                        final_state, stopped_because = rd.state_in, f"diverged at round {rd.index}"
-                        final_round = rd.index - 1
-                        history.pop()
-                        break
-                    if rd.index in snapshot_rounds:
-                        snapshots[snapshot_rounds[rd.index]] = _result(rd.update, shards).params
-                    if (rd.index + 1) % checkpoint_every == 0 and rd.index + 1 < max_rounds:
-                        # the head's copy to roll back to (and, when asked, the checkpoint file)
-                        kept = (rd.index, _result(rd.update, shards), len(history))
-                        if checkpoint_dir:
-                            checkpoint.save(checkpoint_dir, kept[1], round_index=rd.index,
-                                            attempt=attempt, history=history, meta=meta)
-                        if shards.can_grow and shards.joined_workers():  # use new workers from here on
-                            raise WorkersJoined()
-                    if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
-                            and estimate.rate <= stop.target_error
-                            and (strategy.exact_stats or int(record["epoch"]) > verified_epoch)):
-                        verified_epoch = int(record["epoch"])  # verify at most once an epoch
-                        # the stats describe the weights the round started from
-                        error = record["error_rate"]
-                        if stop.test is not None:
-                            error = _test_error(net, _result(rd.state_in, shards).params, stop.test)
-                        elif not strategy.exact_stats:
-                            s = evaluate(net, shards, client.submit(graph.weights_of, rd.state_in), fan_in)
-                            error = s[1] / s[2]
-                        record["verified_error_rate"] = error
-                        if error <= stop.target_error:
-                            final_state, stopped_because, learned = rd.state_in, "target_error", True
-                            final_round = rd.index - 1
-                            break
-                    if rd.index == max_rounds - 1:
-                        final_state, final_round = rd.update, rd.index
-                break
-            except WorkersJoined:
-                # rounds after the kept state are resubmitted over the larger cluster; the
-                # fixed shard tree makes the result the same
-                _cancel(client, inflight)
-                for event in shards.rebalance():
-                    events.append({**event, "round": kept[0] + 1,
-                                   "elapsed_seconds": time.perf_counter() - t_start})
-                gen_no += 1
-            except (CancelledError, KilledWorker, WorkerLost) as exc:
-                # a worker died: put its shards back, roll back to the head's copy, replay
-                recoveries += 1
-                if recoveries > MAX_RECOVERIES:
-                    raise
-                _cancel(client, inflight)
-                moved = shards.repair()
-                events.append({"event": "recovered", "round": next_round, "rolled_back_to": kept[0],
-                               "elapsed_seconds": time.perf_counter() - t_start, "error": repr(exc)[:200],
-                               "moved": moved})
-                gen_no += 1
-            finally:
-                _cancel(client, inflight)
-        del weights, state
-        if learned or stopped_because != "max_epochs" or stop.target_error is None:
-            break
-        gen_no += 1
-    final = _result(final_state, shards)
-    params_out = final.params
-    if checkpoint_dir:
-        checkpoint.save(checkpoint_dir, final, round_index=final_round,
-                        attempt=attempt, history=history, meta=meta)
-    del final_state
-    wall = time.perf_counter() - t_start
-    records = diag.finish()  # diagnostics
+    diag = diagnostics.Recorder(shards.client, run_id, diagnostics.run_settings(  # diagnostics
+        net, shards, strategy, fan_in=fan_in, pipeline=pipeline, seed=seed, exchange=exchange))
+    run = _Run(net, shards, strategy, stop, fan_in, pipeline, exchange, rounds_per_epoch, max_rounds,
+               {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
+               checkpoint_dir, checkpoint_every, meta, progress, on_round, diag, run_id,
+               time.perf_counter())
 
-    train_stats = evaluate(net, shards, params_out, fan_in)
-    test_accuracy = None
-    if stop.test is not None:
-        test_accuracy = 1.0 - _test_error(net, params_out, stop.test)
-    epochs = sum(1 for r in history if r["try"] == attempt) / rounds_per_epoch
-    return Result(net, params_out, history, strategy, learned, stopped_because, epochs, wall,
-                  head_total, float(train_stats[0] / train_stats[2]),
+    attempt, end = 0, None
+    for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):
+        if saved:  # resume: the state after round saved["round"], and the history up to it
+            run.history[:] = saved["history"]
+            kept = _Kept(saved["round"], saved["state"], len(run.history))
+            saved = None
+        elif initial_state is not None and attempt == 0:  # continue its round numbering
+            kept = _Kept(initial_state.round, initial_state, len(run.history))
+        else:
+            start = params if (params is not None and attempt == 0) else net.init_params(seed + attempt)
+            kept = _Kept(-1, strategy.init(np.asarray(start, dtype=net.dtype)), len(run.history))
+        end = _one_try(run, attempt, kept)
+        if end.learned or end.because != "max_epochs" or stop.target_error is None:
+            break
+        run.gen += 1
+    return _finish(run, attempt, end)
+
+
+def _refuse_for_async(**given) -> None:
+    """The asynchronous loop keeps no copies, checkpoints or snapshots: say so, never ignore."""
+    defaults = {"pipeline": 1, "on_round": None, "snapshot_epochs": (), "checkpoint_dir": None,
+                "resume": False, "initial_state": None, "exchange": "auto", "restarts": 0}
+    for name, value in given.items():
+        if value != defaults[name] and not (name == "snapshot_epochs" and not value):
+            raise ValueError(f"{name}={value!r} does not apply to the asynchronous strategy "
+                             "(it applies to Sync, PPT and Average)")
+
+
+def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
+    """One try from ``kept``: generations of rounds until it ends; a lost worker or a joined
+    one starts a new generation from the head's last copy."""
+    while True:
+        engine = _engine(run, kept)
+        try:
+            end = _rounds(run, attempt, engine, kept)
+            end.state = _result(end.state, run.shards)  # before the round futures are cancelled
+            return end
+        except WorkersJoined as joined:
+            # rounds after the kept state are resubmitted over the larger cluster; the fixed
+            # shard tree makes the result the same
+            kept = joined.kept
+            for event in run.shards.rebalance():
+                run.events.append({**event, "round": kept.round + 1,
+                                   "elapsed_seconds": time.perf_counter() - run.t_start})
+        except (CancelledError, KilledWorker, WorkerLost) as exc:
+            # a worker died: put its shards back, roll back to the head's copy, replay
+            run.recoveries += 1
+            if run.recoveries > MAX_RECOVERIES:
+                raise
+            engine.cancel()
+            moved = run.shards.repair()
+            kept = run.last_kept
+            run.events.append({"event": "recovered", "round": engine.submitted, "rolled_back_to": kept.round,
+                               "elapsed_seconds": time.perf_counter() - run.t_start,
+                               "error": repr(exc)[:200], "moved": moved})
+        finally:
+            engine.cancel()
+        run.gen += 1
+
+
+def _engine(run: _Run, kept: _Kept):
+    """The round graph of a new generation, starting from the kept state."""
+    client = run.shards.client
+    plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
+    exchange = choose_exchange(run.exchange, plan)
+    run.used_exchange = exchange
+    run.last_kept = kept
+    del run.history[kept.n_history:]
+    tag = f"{run.run_id}-g{run.gen}"
+    start = client.scatter(kept.state)
+    if exchange == "tree":
+        return graph.TreeRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                                kept.round + 1)
+    return onehop.OneHopRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                               kept.round + 1, exchange)
+
+
+BATCH_SECONDS = 0.05  # the head reads rounds in batches of about this long
+
+
+def _batch_size(size: int, seconds: float, limit: int) -> int:
+    """Rounds to read at once next: about ``BATCH_SECONDS`` of rounds (the head's messages
+    then cost a few percent of a round, however short the rounds are)."""
+    per_round = seconds / size if size else 0.0
+    want = BATCH_SECONDS / per_round if per_round > 0 else 2 * size
+    return max(1, min(limit, 2 * size, int(want)))
+
+
+def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End:
+    """Submit batches of rounds ahead, read each batch's stats, keep copies, check the target."""
+    shards, stop = run.shards, run.stop
+    wait = functools.partial(_result, shards=shards)
+    estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
+    for h in run.history:
+        if h["try"] == attempt:
+            estimate.add(h["error_rate"] * h["patterns"], h["patterns"])
+    batches: deque = deque()  # (first, last, head seconds) submitted, not read
+    size, next_first, last_done = 1, kept.round + 1, time.perf_counter()
+    checks = {"verified_epoch": -1}
+    while batches or next_first < run.max_rounds:
+        # keep `pipeline` batches queued behind the one being read (one-hop rounds need the
+        # next round to read a round's stats)
+        while next_first < run.max_rounds and len(batches) <= run.pipeline + engine.lag:
+            last = min(next_first + size, run.max_rounds) - 1
+            seconds = engine.submit(next_first, last)
+            run.head_seconds += seconds
+            batches.append((next_first, last, seconds))
+            next_first = last + 1
+        first, last, seconds = batches.popleft()
+        stats = engine.read_stats(first, last, wait)
+        now = time.perf_counter()
+        n = last - first + 1
+        for i, r in enumerate(range(first, last + 1)):
+            record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)
+            run.history.append(record)
+            if run.progress is not None:
+                run.progress(record)
+            run.diag.round_done(record)  # diagnostics
+            end = _check(run, attempt, engine, r, record, estimate, checks)
+            if end is not None:
+                return end
+        size = _batch_size(n, now - last_done, engine.max_batch)
+        last_done = now
+        engine.release(last)
+    return _End(engine.state_after(run.max_rounds - 1), run.max_rounds - 1, "max_epochs")
+
+
+def _record(run: _Run, attempt: int, r: int, stats, estimate, wall: float, head: float) -> dict:
+    loss_sum, n_wrong, n = (float(v) for v in stats)
+    estimate.add(n_wrong, n)
+    return {"try": attempt, "gen": run.gen, "round": r, "epoch": (r + 1) / run.rounds_per_epoch,
+            "loss": loss_sum / n, "error_rate": n_wrong / n, "error_estimate": estimate.rate,
+            "patterns": n, "wall_seconds": wall, "head_seconds": head,
+            "elapsed_seconds": time.perf_counter() - run.t_start}
+
+
+def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate, checks: dict):
+    """After round ``r``'s record: an _End when the run stops there, else None (keeping a
+    copy of the state every ``checkpoint_every`` rounds)."""
+    shards, stop, strategy = run.shards, run.stop, run.strategy
+    if not math.isfinite(record["loss"]):  # keep the weights this round started from
+        run.history.pop()
+        return _End(engine.state_before(r), r - 1, f"diverged at round {r}")
+    if r in run.snapshot_rounds:
+        run.snapshots[run.snapshot_rounds[r]] = _result(engine.state_after(r), shards).params
+    if (r + 1) % run.checkpoint_every == 0 and r + 1 < run.max_rounds:
+        kept = _keep(run, attempt, r, _result(engine.state_after(r), shards))
+        if shards.can_grow and shards.joined_workers():  # use new workers from here on
+            raise WorkersJoined(kept)
+    if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
+            and estimate.rate <= stop.target_error
+            and (strategy.exact_stats or int(record["epoch"]) > checks["verified_epoch"])):
+        checks["verified_epoch"] = int(record["epoch"])  # verify at most once an epoch
+        record["verified_error_rate"] = _verify(run, engine.state_before(r), record)
+        if record["verified_error_rate"] <= stop.target_error:
+            return _End(engine.state_before(r), r - 1, "target_error", learned=True)
+    if run.on_round is not None and run.on_round(record):
+        return _End(engine.state_after(r), r, "stopped")
+    return None
+
+
+def _keep(run: _Run, attempt: int, r: int, state) -> _Kept:
+    """The head's copy to roll back to (and, when asked, the checkpoint file)."""
+    kept = _Kept(r, state, len(run.history))
+    run.last_kept = kept
+    if run.checkpoint_dir:
+        checkpoint.save(run.checkpoint_dir, state, round_index=r, attempt=attempt,
+                        history=run.history, meta=run.meta)
+    return kept
+
+
+def _verify(run: _Run, state_future, record: dict) -> float:
+    """The error of the state a round started from: on the test set, else the whole training
+    set (the round's own stats when they already cover it)."""
+    if run.stop.test is not None:
+        return _test_error(run.net, _result(state_future, run.shards).params, run.stop.test)
+    if run.strategy.exact_stats:
+        return record["error_rate"]
+    client = run.shards.client
+    s = evaluate(run.net, run.shards, client.submit(graph.weights_of, state_future), run.fan_in)
+    return float(s[1] / s[2])
+
+
+def _finish(run: _Run, attempt: int, end: _End) -> Result:
+    shards, net, stop = run.shards, run.net, run.stop
+    final = end.state
+    if run.checkpoint_dir:
+        checkpoint.save(run.checkpoint_dir, final, round_index=end.round, attempt=attempt,
+                        history=run.history, meta=run.meta)
+    wall = time.perf_counter() - run.t_start
+    records = run.diag.finish()  # diagnostics
+    train_stats = evaluate(net, shards, final.params, run.fan_in)
+    test_accuracy = None if stop.test is None else 1.0 - _test_error(net, final.params, stop.test)
+    epochs = sum(1 for r in run.history if r["try"] == attempt) / run.rounds_per_epoch
+    return Result(net, final.params, run.history, run.strategy, end.learned, end.because, epochs, wall,
+                  run.head_seconds, float(train_stats[0] / train_stats[2]),
                   float(train_stats[1] / train_stats[2]), test_accuracy,
                   {"workers": len(shards.worker_blocks()), "shards": shards.n_shards,
-                   "fan_in": fan_in, "pipeline": pipeline, "seed": seed,
-                   "target_error": stop.target_error, "tries": attempt + 1,
-                   "recoveries": recoveries, "events": events},
-                  snapshots, records, final)
+                   "fan_in": run.fan_in, "pipeline": run.pipeline, "exchange": run.used_exchange,
+                   "seed": run.meta["seed"], "target_error": stop.target_error, "tries": attempt + 1,
+                   "recoveries": run.recoveries, "events": run.events},
+                  run.snapshots, records, final)
 
 
 def _test_error(net: MLP, params: np.ndarray, test: tuple) -> float:

@@ -101,6 +101,22 @@ def evaluate(node: Node, leaf: Callable[[int], tuple], fan_in: int, n_shards: in
     return combine([evaluate(c, leaf, fan_in, n_shards) for c in children(node, fan_in, n_shards)])
 
 
+def evaluate_owned(values: dict, fan_in: int, n_shards: int, node: Node | None = None) -> tuple:
+    """The value of ``node`` (default: the root) from the values of some subtrees.
+
+    ``values`` maps tree nodes (for example the maximal subtrees of every worker's block,
+    :func:`decompose`) to their partials; a node found there is used as it is, any other
+    is combined from its children. Every worker that calls this with the same ``values``
+    adds in the same order, so every worker gets bitwise the same total.
+    """
+    node = root(n_shards, fan_in) if node is None else node
+    if node in values:
+        return values[node]
+    if node[0] == 0:
+        raise KeyError(f"no value for shard {node[1]} or any subtree holding it")
+    return combine([evaluate_owned(values, fan_in, n_shards, c) for c in children(node, fan_in, n_shards)])
+
+
 def reduce_serial(parts: Sequence[tuple], fan_in: int = 2) -> tuple:
     """The reference: the whole tree evaluated in one process."""
     n = len(parts)
