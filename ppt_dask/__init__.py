@@ -23,10 +23,11 @@ from .asynchronous import Async
 from .estimator import PPTClassifier, PPTRegressor
 from .stopping import Stop
 from .strategies import PPT, Average, Slowed, Sync
+from .localsgd import LocalSGD
 from .trainer import Result, evaluate, train
 
 __all__ = [
-    "MLP", "SGD", "Async", "Average", "PPT", "PPTClassifier", "PPTRegressor", "Slowed", "Result", "ShardSet", "Stop", "Sync", "cluster", "connect", "datasets",
+    "MLP", "SGD", "Async", "Average", "LocalSGD", "PPT", "PPTClassifier", "PPTRegressor", "Slowed", "Result", "ShardSet", "Stop", "Sync", "cluster", "connect", "datasets",
     "enter_data", "enter_source", "evaluate", "exit_data", "strategies", "train", "validation",
 ]
 __version__ = "0.1.0"

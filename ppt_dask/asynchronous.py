@@ -82,7 +82,7 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
     run = uuid.uuid4().hex[:8]
     t_start = time.perf_counter()
     start = params if params is not None else net.init_params(seed)
-    state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)))
+    state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)), hash=False)
     weights = client.submit(strategy.broadcast, state, key=f"ppt-weights-{run}-v0")
     version, head_total, submitted_patterns, seen = 0, 0.0, 0.0, 0.0
     steps = [0] * len(blocks)

@@ -182,8 +182,8 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
         per_call = spin_seconds / -(-n_virtual // n_real)
         work = functools.partial(_probe_work, int(n_weights), per_call)
         params = np.zeros(int(n_weights))
-        weights = client.scatter(params)
-        state = client.scatter(strategies.ModelState(params, np.zeros_like(params)))
+        weights = client.scatter(params, hash=False)
+        state = client.scatter(strategies.ModelState(params, np.zeros_like(params)), hash=False)
         run = uuid.uuid4().hex[:8]
         inflight, periods, submitted = [], [], 0
         last = time.perf_counter()
@@ -365,7 +365,7 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     """
     workers = cluster_workers(client, workers)
     n_rows = min(len(X), max(8 * int(block), 16384))
-    data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1])
+    data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1], hash=False)
     on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,
                               workers=workers[:1], pure=False)
     local = on_worker.result(timeout=600)

@@ -182,7 +182,7 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
                          f"each of {len(workers)} workers), got {rows!r}")
     # the bare calls reach the whole of X (the serial program calls a whole block at once)
     bare_rows = rows + [r for r in curve_rows(len(X)) if r > rows[-1]]
-    data = client.scatter([np.asarray(X), np.asarray(y)], workers=workers[:1])
+    data = client.scatter([np.asarray(X), np.asarray(y)], workers=workers[:1], hash=False)
     bare = client.submit(time_calls, net, *data, bare_rows, workers=workers[:1], pure=False).result(timeout=600)
     del data
     first, periods_alone = _round_tasks(client, net, X, y, workers[:1], 1, bare_rows, rounds, warmup)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .localsgd import ShardModel
 from .strategies import ModelState
 
 FILE = "checkpoint.npz"
@@ -33,6 +34,8 @@ def _flatten_state(opt_state) -> tuple[dict, object]:
         return {}, None
     if isinstance(opt_state, np.ndarray):
         return {"opt": opt_state}, "array"
+    if isinstance(opt_state, dict) and "models" in opt_state:  # the local strategy's shards
+        return _flatten_local(opt_state)
     if isinstance(opt_state, dict):
         arrays = {f"opt.{k}": v for k, v in opt_state.items() if isinstance(v, np.ndarray)}
         scalars = {k: v for k, v in opt_state.items() if not isinstance(v, np.ndarray)}
@@ -40,11 +43,28 @@ def _flatten_state(opt_state) -> tuple[dict, object]:
     raise TypeError(f"cannot checkpoint an optimizer state of type {type(opt_state).__name__}")
 
 
+def _flatten_local(opt_state: dict) -> tuple[dict, dict]:
+    """The local strategy's state (:mod:`ppt_dask.localsgd`): each shard's model, the averages."""
+    arrays, shards = {}, {}
+    for s, model in opt_state["models"].items():
+        arrays[f"local.{s}.params"], arrays[f"local.{s}.velocity"] = model.params, model.velocity
+        sent = [i for i, a in enumerate(model.sent) if a is not None]
+        arrays.update({f"local.{s}.sent{i}": model.sent[i] for i in sent})
+        shards[str(s)] = sent
+    arrays.update({f"avg.{r}": a for r, a in opt_state["averages"].items()})
+    return arrays, {"local": shards, "averages": sorted(opt_state["averages"])}
+
+
 def _rebuild_state(arrays, description):
     if description is None:
         return None
     if description == "array":
         return arrays["opt"]
+    if "local" in description:
+        models = {int(s): ShardModel(arrays[f"local.{s}.params"], arrays[f"local.{s}.velocity"],
+                                     tuple(arrays[f"local.{s}.sent{i}"] if i in sent else None for i in (0, 1)))
+                  for s, sent in description["local"].items()}
+        return {"models": models, "averages": {int(r): arrays[f"avg.{r}"] for r in description["averages"]}}
     return {**description["scalars"], **{k: arrays[f"opt.{k}"] for k in description["dict"]}}
 
 

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from . import datasets
+from .breakdown import phase_table
 
 # Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
 # Encoder, Function and Digits). Command-line flags override them.
@@ -30,8 +31,13 @@ PRESETS = {
                     lr=2.0, momentum=0.9, epochs=5000, target_error=0.0),
     "function": dict(hidden=(128, 128), activation="tanh", output="linear", strategy="block",
                      block=16, lr=0.1, momentum=0.5, epochs=200, target_error=None),
-    "mnist": dict(hidden=(64, 64), activation="tanh", output="softmax", strategy="block",
-                  block=1000, lr=0.5, momentum=0.9, epochs=15, target_error=0.03),
+    # local SGD with the average applied one round late (ppt_dask.localsgd): 60 local steps of
+    # 100 rows between averages, the exchange hidden behind them; float32 (the same accuracy
+    # per epoch as float64 here, half the bytes and time); a test-set check every half epoch.
+    # The fastest of the measured combinations (graphs/README.md, "The mnist preset").
+    "mnist": dict(hidden=(64, 64), activation="tanh", output="softmax", strategy="local",
+                  block=100, interval=6000, pull=0.5, lr=0.1, momentum=0.9, epochs=15,
+                  target_error=0.03, dtype="float32", check_every=0.5),
     "digits5000": dict(hidden=(25,), activation="sigmoid", output="softmax", strategy="epoch",
                        lr=2.0, momentum=0.9, l2=0.6987, epochs=500, target_error=None),
 }
@@ -41,14 +47,16 @@ PRESETS = {
 STRATEGY_PRESETS = {
     ("parity8", "ppt"): dict(local_epoch=32, replicate=True, epochs=5000),
     ("parity8", "average"): dict(lr=0.5, block=16),
-    ("mnist", "average"): dict(lr=0.1, momentum=0.9, block=100, local_epochs=1.0, epochs=15),
-    ("mnist", "ppt"): dict(local_epoch=500, lr=0.5, epochs=15),
-    ("mnist", "async"): dict(block=1000, lr=0.2, staleness=4, epochs=10),
+    ("mnist", "average"): dict(lr=0.1, momentum=0.9, block=100, local_epochs=1.0, interval=None, epochs=15),
+    ("mnist", "block"): dict(block=1000, lr=0.5, momentum=0.9, epochs=15),
+    ("mnist", "epoch"): dict(block=None, lr=0.5, momentum=0.9, epochs=15),
+    ("mnist", "ppt"): dict(local_epoch=500, lr=0.5, block=None, epochs=15),
+    ("mnist", "async"): dict(block=1000, lr=0.2, staleness=4, interval=None, epochs=10),
     ("digits5000", "average"): dict(lr=2.0, momentum=0.0, sample_fraction=0.9, local_epochs=5,
                                     epochs=500),
 }
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
-                 "sample_fraction", "momentum_policy", "staleness")
+                 "sample_fraction", "momentum_policy", "staleness", "pull")
 
 
 def _checkpoints(text: str) -> tuple[float, ...]:
@@ -125,17 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
     t.add_argument("--threads-per-worker", type=_int_at_least(1), default=1)
     t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
-    t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "async"], default=None,
+    t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "local", "async"], default=None,
                    help="epoch: full batch; block: --block patterns per update (001); ppt: random "
-                        "local epochs (000); average: weight averaging (001, 004); async: bounded staleness")
+                        "local epochs (000); average: weight averaging (001, 004); local: local SGD, "
+                        "the average applied one round late (overlapped); async: bounded staleness")
     t.add_argument("--block", type=_int_at_least(1), default=None,
-                   help="patterns per update (block, async), or the local mini-batch (average)")
+                   help="patterns per update (block, async), or the local mini-batch (average, local)")
     t.add_argument("--local-epoch", type=_int_at_least(1), default=None,
                    help="ppt: patterns each shard draws per round (000's local epoch size)")
     t.add_argument("--replicate", action=argparse.BooleanOptionalAction, default=None,
                    help="ppt: every worker holds the whole set and draws from all of it (000)")
     t.add_argument("--interval", type=_int_at_least(1), default=None,
-                   help="average: patterns per shard between averages (001's a)")
+                   help="average, local: patterns per shard between averages (001's a)")
+    t.add_argument("--pull", type=_positive_float, default=None,
+                   help="local: the share of the gap to the (one round late) average a shard closes, in (0, 1]")
     t.add_argument("--local-epochs", type=_positive_float, default=None,
                    help="average: passes over each shard between averages (004: 5)")
     t.add_argument("--sample-fraction", type=_positive_float, default=None,
@@ -162,9 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--l2", type=float, default=None)
     t.add_argument("--epochs", type=_positive_float, default=None)
     t.add_argument("--target-error", type=float, default=None, help="error rate to reach (verified)")
+    t.add_argument("--check-every", type=_positive_float, default=None,
+                   help="epochs between two verifications of the target on the test set (default: 1; mnist: 0.5)")
     t.add_argument("--hidden", type=_hidden, default=None, help="hidden widths, e.g. 64,64")
     t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
-    t.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    t.add_argument("--dtype", choices=["float64", "float32"], default=None,
+                   help="default: the data set's preset (mnist: float32; the others float64)")
+    t.add_argument("--exchange", choices=["auto", "all", "doubling", "tree"], default="auto",
+                   help="the round graph: all (one hop, the default), doubling (log2 p hops), "
+                        "tree (the papers' reduce tasks, three hops)")
     t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=int, default=0)
@@ -190,7 +207,7 @@ def _settings(args) -> dict:
     s.update(STRATEGY_PRESETS.get((args.dataset, args.strategy or s["strategy"]), {}))
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
                  "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
-                 "sample_fraction", "momentum_policy", "staleness"):
+                 "sample_fraction", "momentum_policy", "staleness", "pull", "dtype", "check_every"):
         value = getattr(args, name)
         if value is not None:
             s[name] = value
@@ -225,19 +242,21 @@ def train_command(args) -> int:
     for flag, path in (("--report", args.report), ("--trace", args.trace)):  # diagnostics
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"{flag}: the folder of {path!r} does not exist")
-    data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=args.dtype)
+    dtype = s.get("dtype", "float64")
+    data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
     n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                  else 1 if data.y.ndim == 1 else data.y.shape[1])
     net = ppt.MLP((data.X.shape[1], *s["hidden"], n_outputs), hidden=s["activation"],
-                  output=s["output"], dtype=args.dtype)
+                  output=s["output"], dtype=dtype)
     strategy = ppt.strategies.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
     test = (data.X_test, data.y_test) if data.X_test is not None else None
     stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
-                    window_epochs=args.window_epochs, restarts=args.restarts)
+                    window_epochs=args.window_epochs, restarts=args.restarts,
+                    check_every=s.get("check_every", 1.0))
     workers = args.workers
     # ppt and average: one shard per worker, as in 000 (local epoch per node) and 001/004
     # (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8 workers)
-    per_worker = s["strategy"] in ("ppt", "average")
+    per_worker = s["strategy"] in ("ppt", "average", "local")
     n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
     checkpoints = _checkpoints(args.split_epochs) if args.splits else None
     ppt.validation.check_n_shards(n_shards, len(data.X))
@@ -252,11 +271,11 @@ def train_command(args) -> int:
         addresses = known[:workers] if workers and workers < len(known) else None
         if args.splits:
             return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
-        shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=args.dtype, workers=addresses,
+        shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=dtype, workers=addresses,
                                 replicate=bool(s.get("replicate")))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                           resume=args.resume,
+                           resume=args.resume, exchange=args.exchange,
                            pipeline=args.pipeline, progress=None if args.quiet else Progress())
         ppt.exit_data(shards)
     finally:
@@ -266,6 +285,8 @@ def train_command(args) -> int:
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
     times = result.diagnostics.summary() if result.diagnostics is not None else {}  # diagnostics
     summary["percent_not_gradient"] = times.get("percent_not_gradient")
+    rows = result.breakdown()  # diagnostics: where a round's time goes, per phase
+    summary["phases"] = phase_table(rows) if rows else None
     summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
     print(" ".join(f"{k}={v}" for k, v in summary.items() if k in (
         "dataset", "strategy", "workers", "epochs", "rounds", "train_loss", "train_error_rate",

@@ -117,7 +117,9 @@ def _calibrate(args) -> int:
                  else 1 if data.y.ndim == 1 else data.y.shape[1])
     net = ppt.MLP((data.X.shape[1], *(args.hidden or preset["hidden"]), n_outputs),
                   hidden=preset["activation"], output=preset["output"])
-    block = min(args.block or preset.get("block") or 1000, len(data.X))
+    # the model is of synchronous block rounds: the data set's block preset
+    sync_block = cli.STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
+    block = min(args.block or sync_block or 1000, len(data.X))
     client = ppt.connect(args.scheduler, n_workers=args.workers)
     try:
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[: args.workers or None]

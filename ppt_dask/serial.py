@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from . import tree
+from . import localsgd, tree
 
 
 def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_shards: int = 1,
@@ -35,6 +35,10 @@ def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_
     strategy = strategy.check([b - a for a, b in rows], seed, replicate)
     shards = [(X[a:b], y[a:b]) for a, b in rows]
     state = strategy.init(net.init_params(seed) if params is None else params)
+    if getattr(strategy, "shard_models", False):  # every shard keeps its own model (localsgd)
+        state, totals = localsgd.train_serial(net, shards, strategy, state, rounds, fan_in)
+        return state.params, [{"round": r, "loss": t[0] / t[2], "error_rate": t[1] / t[2]}
+                              for r, t in enumerate(totals)]
     history = []
     for r in range(rounds):
         t0 = time.perf_counter()

@@ -41,6 +41,9 @@ class Stop:
     restarts : int
         Further tries from new random weights when a try reaches ``max_epochs`` without
         learning (000: "restart with new random weights when a try fails").
+    check_every : float
+        Epochs between two verifications (each costs a pass over ``test`` on the head);
+        the first comes at the first round whose estimate is at or below the target.
     """
 
     max_epochs: float = 100
@@ -48,6 +51,7 @@ class Stop:
     window_epochs: float = 1.0
     test: tuple | None = field(default=None, repr=False)
     restarts: int = 0
+    check_every: float = 1.0
 
     def __post_init__(self):
         if not (isinstance(self.max_epochs, (int, float)) and math.isfinite(self.max_epochs)
@@ -58,6 +62,9 @@ class Stop:
         if not (isinstance(self.window_epochs, (int, float)) and self.window_epochs > 0):
             raise ValueError(f"window_epochs must be > 0, got {self.window_epochs!r}")
         check_int_at_least("restarts", self.restarts, 0)
+        if not (isinstance(self.check_every, (int, float)) and math.isfinite(self.check_every)
+                and self.check_every > 0):
+            raise ValueError(f"check_every must be a positive number of epochs, got {self.check_every!r}")
 
 
 class ErrorEstimate:

@@ -343,6 +343,12 @@ class Slowed:
     def broadcast(self, state):
         return self.inner.broadcast(state)
 
+    def local_round(self, net, model, average, shard, s: int, r: int) -> tuple:
+        """The local strategy's round (:mod:`ppt_dask.localsgd`), slowed the same way."""
+        if self.shards is None or s in self.shards:
+            time.sleep(self.seconds)
+        return self.inner.local_round(net, model, average, shard, s, r)
+
 
 def evaluate_work(net, params, shard, s: int, r: int) -> tuple:
     """Forward pass only: the stats of ``params`` on a whole shard."""
@@ -362,8 +368,11 @@ def make(name: str, **params):
     if name == "async":
         from .asynchronous import Async  # the driver side imports dask
         return Async(**{k: v for k, v in params.items() if v is not None})
+    if name == "local":
+        from .localsgd import LocalSGD  # it builds on this module
+        return LocalSGD(**{k: v for k, v in params.items() if v is not None and k in LocalSGD.__dataclass_fields__})
     if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; choose one of {sorted([*STRATEGIES, 'async'])}")
+        raise ValueError(f"unknown strategy {name!r}; choose one of {sorted([*STRATEGIES, 'async', 'local'])}")
     cls = STRATEGIES[name]
     params = {k: v for k, v in params.items() if v is not None and k in cls.__dataclass_fields__}
     if name == "epoch":

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 from distributed import KilledWorker
 
-from . import checkpoint, diagnostics, graph, onehop, strategies
+from . import checkpoint, diagnostics, graph, onehop, overlap, strategies
 from .stopping import ErrorEstimate, Stop
 from .validation import check_int_at_least
 from .network import MLP
@@ -141,7 +141,7 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
     client = shards.client
     tag = f"eval-{uuid.uuid4().hex[:8]}"
     if isinstance(weights, np.ndarray):
-        weights = client.scatter(weights)
+        weights = client.scatter(weights, hash=False)
     plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
     _, _, stats = graph.submit_round(
         client, plan, shards.futures, functools.partial(strategies.evaluate_work, net),
@@ -150,13 +150,21 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
 
 
 EXCHANGES = ("auto", "all", "doubling", "tree")
-DOUBLING_FROM = 8  # "auto" combines by recursive doubling from this many workers on
+DOUBLING_FROM = 4  # "auto" combines by recursive doubling from this many workers on (graphs/out/round_latency.md)
 
 
-def choose_exchange(exchange: str, plan: graph.Plan) -> str:
-    """The round graph for ``exchange`` on this placement ("auto": the fastest measured)."""
+def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
+    """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
+
+    The local strategy has a graph of its own (:mod:`ppt_dask.overlap`), one hop a round
+    whose exchange overlaps the next round's steps; "auto" and "all" name it."""
     if exchange not in EXCHANGES:
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    if getattr(strategy, "shard_models", False):
+        if exchange not in ("auto", "all"):
+            raise ValueError(f"exchange={exchange!r} does not apply to the local strategy (it exchanges "
+                             "all to all, overlapped with the next round): use 'auto'")
+        return "overlap"
     if exchange == "auto":
         doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
         return "doubling" if doubling else "all"
@@ -261,7 +269,9 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         inside the next round's gradient tasks (one scheduler hop per round; "doubling"
         pairs workers over ``log2 p`` hops, see :mod:`ppt_dask.onehop`); "tree" is the
         explicit graph of map, reduce and update tasks (:mod:`ppt_dask.graph`, three hops).
-        "auto" takes "all", and "doubling" from 8 workers on where it applies.
+        "auto" takes "all", and "doubling" from 4 workers on where it applies. The local
+        strategy (:class:`ppt_dask.LocalSGD`) has its own one-hop graph, whose exchange
+        overlaps the next round's local steps (:mod:`ppt_dask.overlap`): "auto" or "all".
 
     Returns
     -------
@@ -275,6 +285,9 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
+    if getattr(strategy, "shard_models", False) and exchange not in ("auto", "all"):
+        raise ValueError(f"exchange={exchange!r} does not apply to the local strategy (it exchanges "
+                         "all to all, overlapped with the next round): use 'auto'")
     check_compatible(net, shards)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if params is not None and np.shape(params) != (net.n_params,):
@@ -366,12 +379,15 @@ def _engine(run: _Run, kept: _Kept):
     """The round graph of a new generation, starting from the kept state."""
     client = run.shards.client
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
-    exchange = choose_exchange(run.exchange, plan)
+    exchange = choose_exchange(run.exchange, plan, run.strategy)
     run.used_exchange = exchange
     run.last_kept = kept
     del run.history[kept.n_history:]
     tag = f"{run.run_id}-g{run.gen}"
-    start = client.scatter(kept.state)
+    start = client.scatter(kept.state, hash=False)
+    if exchange == "overlap":
+        return overlap.OverlapRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                                     kept.round + 1)
     if exchange == "tree":
         return graph.TreeRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
                                 kept.round + 1)
@@ -400,7 +416,7 @@ def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End:
             estimate.add(h["error_rate"] * h["patterns"], h["patterns"])
     batches: deque = deque()  # (first, last, head seconds) submitted, not read
     size, next_first, last_done = 1, kept.round + 1, time.perf_counter()
-    checks = {"verified_epoch": -1}
+    checks = {"next_check": -math.inf}
     while batches or next_first < run.max_rounds:
         # keep `pipeline` batches queued behind the one being read (one-hop rounds need the
         # next round to read a round's stats)
@@ -453,8 +469,8 @@ def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate, chec
             raise WorkersJoined(kept)
     if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
             and estimate.rate <= stop.target_error
-            and (strategy.exact_stats or int(record["epoch"]) > checks["verified_epoch"])):
-        checks["verified_epoch"] = int(record["epoch"])  # verify at most once an epoch
+            and (strategy.exact_stats or record["epoch"] >= checks["next_check"] - 1e-9)):
+        checks["next_check"] = record["epoch"] + stop.check_every  # verify every check_every epochs
         record["verified_error_rate"] = _verify(run, engine.state_before(r), record)
         if record["verified_error_rate"] <= stop.target_error:
             return _End(engine.state_before(r), r - 1, "target_error", learned=True)

@@ -35,6 +35,28 @@ def test_mnist_block_learning_short_run(tmp_path):
     assert summary["rounds"] == 60 and summary["test_accuracy"] > 0.90
 
 
+def test_mnist_preset_is_local_sgd_in_float32_on_the_overlapped_graph(tmp_path):
+    """What `ppt-dask train mnist` gives: the local strategy, one shard per worker, float32,
+    the exchange overlapped; one epoch already learns (a real test-set accuracy)."""
+    out = tmp_path / "out.json"
+    proc = run("train", "mnist", "--workers", "2", "--epochs", "1", "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    assert summary["strategy"] == "local" and summary["exchange"] == "overlap"
+    assert summary["shards"] == 2 and summary["block"] == 100
+    assert summary["rounds"] == 5 and summary["test_accuracy"] > 0.90  # 60 steps of 100 rows a round
+    assert summary["phases"][0]["phase"] == "gradient"  # most of a round computes
+
+
+@pytest.mark.parametrize("exchange", ["all", "tree"])
+def test_exchange_flag_picks_the_round_graph(tmp_path, exchange):
+    out = tmp_path / "out.json"
+    proc = run("train", "parity8", "--workers", "2", "--epochs", "20", "--exchange", exchange,
+               "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["exchange"] == exchange
+
+
 @pytest.mark.parametrize("args, message", [
     (["--lr", "-1"], "lr must be > 0, got -1"),
     (["--fan-in", "1"], "--fan-in: must be >= 2"),

@@ -244,3 +244,20 @@ def test_trace_and_records_of_a_real_run(client4, workers4, tmp_path, exchange, 
     tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert tracks == {"head", *(t.worker for t in records.tasks)}  # the update may run elsewhere
     assert sum(1 for e in events if e.get("name") == "submit round") == 4
+
+
+def test_fused_tasks_time_their_own_parts(client4, workers4):
+    """The one-hop task records its reduce, update and gradient seconds through the one module
+    that touches distributed's worker internals; the breakdown splits the task by them."""
+    from ppt_dask import taskmeta
+
+    assert client4.submit(taskmeta.applies, pure=False).result(timeout=60) is True
+    assert taskmeta.applies() is False  # not inside a task
+    result, rows = _run(client4, workers4, 0.02, rounds=6, exchange="all")
+    fused = [t for t in result.diagnostics.tasks if t.prefix == "ppt-grad" and (t.round or 0) > 0]
+    assert fused and all({"reduce", "update", "gradient"} <= dict(t.phases).keys() for t in fused)
+    for t in fused:
+        phases = dict(t.phases)
+        assert phases["gradient"] >= 0.9 * 0.02  # each worker's gradient work is slowed by 0.02 s
+        assert sum(phases.values()) <= t.compute * 1.05 + 1e-3
+    assert all(r["update"] > 0 and r["reduce"] > 0 for r in rows)

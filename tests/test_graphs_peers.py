@@ -34,6 +34,7 @@ def test_quick_writes_table_csv_json_and_chart(quick):
         assert (out / name).stat().st_size > 0, name
     table = (out / "peers.md").read_text()
     assert "| ppt_dask average, p = 2 |" in table and "| numpy serial, 1 thread |" in table
+    assert "| ppt_dask `ppt-dask train mnist --workers 2` (preset) | its preset |" in table
     assert "Command: `python graphs/peers.py --quick" in table
 
 
@@ -42,13 +43,16 @@ def test_quick_ppt_dask_and_numpy_reach_the_target_with_numbers(quick):
     out, _ = quick
     data = json.loads((out / "peers.json").read_text())
     rows = {r["name"]: r for r in data["summary"]}
-    assert data["reference"] == "ppt_dask-p2-average"
+    assert data["reference"] == "ppt_dask-p2-cli"  # what users get: the command line's preset
+    cli = rows["ppt_dask-p2-cli"]
+    assert cli["reached"] == "1/1" and cli["ratio"] == 1.0 and cli["seconds"] > 0, cli
+    assert data["runs"]["ppt_dask-p2-cli"][0]["command"].startswith("ppt-dask train mnist --workers 2 --quiet")
+    assert data["runs"]["ppt_dask-p2-cli"][0]["phases"]  # the preset's per-round breakdown came back
     for name in ("ppt_dask-p2-average", "numpy-1thread", "numpy-2threads"):
         r = rows[name]
         assert r["reached"] == "1/1", r
         for key in ("seconds", "startup", "epochs", "samples_per_second", "rss_main", "ratio"):
             assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (name, key, r[key])
-    assert rows["ppt_dask-p2-average"]["ratio"] == 1.0
     assert rows["ppt_dask-p2-average"]["rss_worker"] > 0
     race = data["runs"]["ppt_dask-p2-average"][0]
     assert race["phases"] and race["breakdown"]["rounds"] >= 1  # the per-round breakdown came back

@@ -1,0 +1,177 @@
+"""Local SGD whose average arrives one round late, so the exchange hides behind the steps.
+
+Every shard keeps its own model: weights ``x_s`` and a momentum velocity ``v_s``. A round is
+``k`` local momentum-SGD steps on mini-batches of ``block`` rows of the shard, walked in
+order (``k = interval / block``). The shards' weights at the end of round ``r``, ``e_s^r``,
+are averaged, weighted by the patterns each saw, into ``m^r``; that average is applied at
+the start of round ``r + 2``, as the elastic correction
+
+    x_s <- x_s + pull * (m^(r) - e_s^(r))
+
+so while round ``r``'s results travel and are combined, the shards already run round
+``r + 1`` (the exchange overlaps ``k`` local steps; a worker waits for the hop only when
+its ``k`` steps take less time than the hop). This is the anchor pull of Elastic Averaging
+SGD (Zhang, Choromanska & LeCun, "Deep learning with Elastic Averaging SGD", NIPS 2015)
+with the one-round delay of Overlap Local-SGD (Wang, Liang & Joshi, "Overlap Local-SGD: An
+Algorithmic Approach to Hide Communication Delays in Distributed SGD", ICASSP 2020; also
+CoCoD-SGD, Shen et al., IJCAI 2019). The gap ``m^r - e_s^r`` is taken at the same round on
+both sides, so local steps made since are kept; with ``pull = 1`` a shard would jump to
+where the average was two rounds ago, plus its own progress since, which we found unstable
+at small ``k`` and high learning rates; ``pull = 0.5`` was stable and converged per epoch
+like synchronous SGD on MNIST (graphs/README.md). The velocity stays with its shard
+(averaging it, 001's section VII practice for weights only, made no difference once the
+weights are pulled together).
+
+The model a run reports after round ``r`` is ``m^r``. Everything a shard holds is a plain
+value in the state (:class:`ShardModel`), so the head's kept copy has every shard's model
+and a run rolled back after a lost worker replays bitwise; the average is combined along
+the fixed shard tree, so runs are bitwise equal on any number of workers.
+
+Pure numpy: no dask import. The task graph is in :mod:`ppt_dask.overlap`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import tree
+from .strategies import ModelState, _Base, _positive_int, block_rows
+
+
+def momentum_step(params, velocity, grad_sum, count, lr: float, momentum: float, l2: float, mask) -> None:
+    """:func:`ppt_dask.optimizers.sgd_step` in place (the same operations in the same order,
+    so the same bits), for the local loop's many small steps: ``grad_sum`` is used up."""
+    if l2:
+        grad_sum += l2 * (mask * params)
+    grad_sum /= count
+    velocity *= momentum
+    velocity -= lr * grad_sum
+    params += velocity
+
+
+@dataclass
+class ShardModel:
+    """One shard's own model between rounds.
+
+    ``sent`` holds the shard's weights at the end of the last two rounds ``(e^(r-1), e^r)``
+    (None before there were any): the correction of round ``r + 1`` needs ``e^(r-1)``.
+    """
+
+    params: np.ndarray
+    velocity: np.ndarray
+    sent: tuple = (None, None)
+
+
+@dataclass(frozen=True)
+class LocalSGD(_Base):
+    """Local SGD with momentum, the average applied one round late (see the module docstring).
+
+    Parameters
+    ----------
+    lr, momentum, l2 : float
+        The local steps' SGD (:class:`ppt_dask.optimizers.SGD`).
+    block : int
+        Rows per local step (the local mini-batch).
+    interval : int or None
+        Patterns per shard between averages (001's ``a``); ``k = interval / block`` local
+        steps per round. Default: 30 steps.
+    pull : float
+        The share of the gap to the average a shard closes, in (0, 1].
+    """
+
+    block: int = 100
+    interval: int | None = None
+    pull: float = 0.5
+
+    name = "local"
+    shard_models = True  # every shard keeps a model of its own (the round graph: ppt_dask.overlap)
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive_int("block", self.block)
+        _positive_int("interval", self.interval, allow_none=True)
+        if not (isinstance(self.pull, (int, float)) and 0 < self.pull <= 1):
+            raise ValueError(f"pull must be in (0, 1], got {self.pull!r}")
+
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "LocalSGD":
+        if replicated:
+            raise ValueError("the local strategy needs disjoint shards (replicate=False)")
+        if self.block > min(shard_rows):
+            raise ValueError(f"block ({self.block}) is larger than the smallest shard ({min(shard_rows)} rows)")
+        return super().check(shard_rows, seed, replicated)
+
+    def steps(self) -> int:
+        """Local steps per round."""
+        return 30 if self.interval is None else max(1, -(-self.interval // self.block))
+
+    def rounds_per_epoch(self, n_rows: int) -> float:
+        return n_rows / (self.steps() * self.block * self.n_shards)
+
+    def init(self, params: np.ndarray) -> ModelState:
+        """The state before round 0: every shard starts from ``params``, no averages yet."""
+        return ModelState(params, {"models": {}, "averages": {}}, round=-1)
+
+    def model_of(self, state: ModelState, s: int) -> ShardModel:
+        """Shard ``s``'s model in ``state`` (a fresh one before its first round)."""
+        model = state.opt_state["models"].get(s)
+        if model is None:
+            return ShardModel(state.params.copy(), np.zeros_like(state.params))
+        return model
+
+    def local_round(self, net, model: ShardModel, average, shard, s: int, r: int) -> tuple:
+        """Round ``r`` on shard ``s``: the late correction, then ``k`` local steps.
+
+        ``average`` is ``m^(r-2)`` (None while there is none). Returns the new
+        :class:`ShardModel` and the partial ``(n * weights, [loss_sum, n_wrong, n])``.
+        """
+        X, y = shard
+        params = model.params
+        if average is not None and model.sent[0] is not None:
+            params = params + params.dtype.type(self.pull) * (average - model.sent[0])
+        else:
+            params = params.copy()
+        velocity = model.velocity.copy()  # the model passed in stays as it was (a replay reads it)
+        mask = net.weight_mask() if self.l2 else None
+        stats = np.zeros(3)
+        steps = self.steps()
+        for i in range(steps):
+            rows = block_rows(len(X), self.block, r * steps + i)
+            grad_sum, step_stats = net.loss_grad_stats(params, X[rows], y[rows])
+            stats += step_stats
+            momentum_step(params, velocity, grad_sum, step_stats[2], self.lr, self.momentum, self.l2, mask)
+        done = ShardModel(params, velocity, (model.sent[1], params))
+        return done, (params * params.dtype.type(stats[2]), stats)
+
+    @staticmethod
+    def average_of(total: tuple) -> np.ndarray:
+        """``m``: the patterns-weighted mean of the shards' weights, from the tree total."""
+        weighted, stats = total
+        return weighted / weighted.dtype.type(stats[2])
+
+    def after(self, models: dict, averages: dict, stats, r: int) -> ModelState:
+        """The state after round ``r``: every shard's model and the averages still to apply."""
+        return ModelState(averages[r], {"models": dict(sorted(models.items())),
+                                        "averages": {k: averages[k] for k in (r - 1, r) if k in averages}},
+                          stats, r)
+
+
+def train_serial(net, shards: list, strategy: LocalSGD, state: ModelState, rounds: int,
+                 fan_in: int = 2) -> tuple:
+    """The serial reference of :class:`LocalSGD`: ``rounds`` rounds from ``state``.
+
+    Returns the state after the last round and the per-round total stats."""
+    models = {s: strategy.model_of(state, s) for s in range(len(shards))}
+    averages = dict(state.opt_state["averages"])
+    history = []
+    for r in range(state.round + 1, state.round + 1 + rounds):
+        parts = []
+        for s, shard in enumerate(shards):
+            models[s], part = strategy.local_round(net, models[s], averages.get(r - 2), shard, s, r)
+            parts.append(part)
+        total = tree.reduce_serial(parts, fan_in)
+        averages[r] = strategy.average_of(total)
+        state = strategy.after(models, averages, total[-1], r)
+        history.append(total[-1])
+    return state, history

@@ -1,0 +1,211 @@
+"""Rounds of the local strategy: the shards run on while the last average travels.
+
+The task graph of :class:`ppt_dask.localsgd.LocalSGD`. Each worker's task of round ``r``
+takes its own task of round ``r - 1`` (its shards' models) and the other workers' tasks of
+round ``r - 2``: it combines round ``r - 2``'s partial sums along the fixed shard tree
+(every worker adds in the same order, so all get bitwise the same average), pulls its
+shards toward that average, and runs round ``r``'s local steps. A task depends on another
+worker's result one round after that result was made, so the exchange overlaps the ``k``
+local steps in between: a worker waits only for the scheduler to hand it its own next task.
+
+A task's output is a :class:`LocalCarry`. The head reads, per batch of rounds, one small
+task that adds the workers' logged stats in tree order (so a round's stats are known as
+soon as its tasks end), and gathers the whole state (every shard's model and the averages
+still to apply) only when it keeps a copy, checks the target or ends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dask._task_spec import DataNode, Task, TaskRef, parse_input
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+from . import taskmeta, tree
+from .graph import Plan
+from .onehop import LOG_ROUNDS, PICK_PRIORITY
+
+
+@dataclass
+class LocalCarry:
+    """What a worker's task of round ``r`` leaves: its shards' models after ``r``, its partial
+    sums of ``r`` and ``r - 1`` (tree node -> partial), ``m^(r-1)`` when a generation's
+    start state supplied it, and the stats of its subtrees for the last rounds."""
+
+    models: dict
+    partial: dict
+    previous: dict
+    pending: Any = None
+    log: tuple = ()
+
+
+@dataclass(frozen=True)
+class LocalStep:
+    """The fixed arguments of a worker's task (one per worker slot)."""
+
+    strategy: Any
+    net: Any
+    shard_ids: tuple
+    nodes: tuple
+    fan_in: int
+    n_shards: int
+
+
+def _merged(parts) -> dict:
+    values: dict = {}
+    for part in parts:
+        values.update(part)
+    return values
+
+
+def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *others) -> LocalCarry:
+    """One worker's round ``r``: the average of round ``r - 2``, then its shards' local steps.
+
+    ``own`` is this worker's carry of round ``r - 1``, or the state a generation starts
+    from. With ``combine``, ``others`` are the other workers' carries of round ``r - 2``;
+    without, the average comes from the start state (or there is none yet)."""
+    t0 = time.perf_counter()
+    strategy = step.strategy
+    if isinstance(own, LocalCarry):
+        models, pending_next, previous = own.models, None, own.partial
+        if combine:
+            values = _merged([own.previous, *(c.partial for c in others)])
+            average = strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
+        else:
+            average = own.pending
+    else:  # the start state: the shards' models and the last two averages
+        models = {s: strategy.model_of(own, s) for s in step.shard_ids}
+        average = own.opt_state["averages"].get(r - 2)
+        pending_next, previous = own.opt_state["averages"].get(r - 1), {}
+    t1 = time.perf_counter()
+    position = {s: i for i, s in enumerate(step.shard_ids)}
+    done, leaves = {}, {}
+
+    def leaf(s: int) -> tuple:
+        if s not in leaves:
+            done[s], leaves[s] = strategy.local_round(step.net, models[s], average, shards[position[s]], s, r)
+        return leaves[s]
+
+    partial = {node: tree.evaluate(node, leaf, step.fan_in, step.n_shards) for node in step.nodes}
+    t2 = time.perf_counter()
+    log = ((own.log[-(LOG_ROUNDS - 1):] if isinstance(own, LocalCarry) else ())
+           + ((r, {node: (value[-1],) for node, value in partial.items()}),))
+    taskmeta.record({"reduce": t1 - t0, "gradient": t2 - t1})
+    return LocalCarry(done, partial, previous, pending_next, log)
+
+
+def local_stats_task(first: int, last: int, fan_in: int, n_shards: int, *carries) -> list:
+    """The stats ``[loss_sum, n_wrong, n]`` of rounds ``first..last``, added in tree order
+    from every worker's log (``carries``: all workers' carries of round ``last``)."""
+    logs = [dict(c.log) for c in carries]
+    return [tree.evaluate_owned(_merged(log[r] for log in logs), fan_in, n_shards)[0]
+            for r in range(first, last + 1)]
+
+
+def local_state_task(strategy, r: int, fan_in: int, n_shards: int, *carries):
+    """The whole state after round ``r`` from every worker's carry of round ``r``."""
+    averages = {r: strategy.average_of(tree.evaluate_owned(_merged(c.partial for c in carries), fan_in, n_shards))}
+    if carries[0].previous:
+        total = tree.evaluate_owned(_merged(c.previous for c in carries), fan_in, n_shards)
+        averages[r - 1] = strategy.average_of(total)
+    elif carries[0].pending is not None:
+        averages[r - 1] = carries[0].pending
+    stats = tree.evaluate_owned(_merged(c.partial for c in carries), fan_in, n_shards)[-1]
+    return strategy.after(_merged(c.models for c in carries), averages, stats, r)
+
+
+class OverlapRounds:
+    """The head's side of the local strategy's rounds for one generation of a run.
+
+    Same interface as :class:`ppt_dask.onehop.OneHopRounds` (``submit``, ``read_stats``,
+    ``state_after``, ``state_before``, ``release``, ``cancel``)."""
+
+    lag = 0  # a round's stats are read from its own tasks
+    max_batch = LOG_ROUNDS
+
+    def __init__(self, client, plan: Plan, shard_futures, strategy, net, tag: str, start_state, first: int):
+        self.client, self.plan, self.tag, self.first = client, plan, tag, first
+        self.strategy = strategy
+        self.shard_futures = list(shard_futures)
+        self.steps = [LocalStep(strategy, net, tuple(range(a, b)), tuple(nodes), plan.fan_in, plan.n_shards)
+                      for _label, a, b, nodes in plan.blocks]
+        self.start_state = start_state
+        self.tasks: dict[int, list] = {}  # round -> futures of every worker's task
+        self.picks: dict = {}
+        self.submitted = first - 1
+
+    def _key(self, prefix: str, r: int):
+        return f"{prefix}-{self.tag}-r{r}"
+
+    def _layer(self, key, task: Task, slot: int, priority: int = 0) -> MaterializedLayer:
+        annotations = {"resources": {self.plan.blocks[slot][0]: 1}}
+        if priority:
+            annotations["priority"] = priority
+        return MaterializedLayer({key: task}, annotations=annotations)
+
+    def _round_keys(self, r: int) -> list:
+        return [(self._key("ppt-grad", r), slot) for slot in range(len(self.plan.blocks))]
+
+    def _send(self, layers: dict, keys: list) -> list:
+        graph = HighLevelGraph(layers, {name: set() for name in layers})
+        return list(self.client.get(graph, keys, sync=False))
+
+    def submit(self, first: int, last: int) -> float:
+        """Send rounds ``first..last`` and the task that adds their stats; the head's seconds."""
+        t0 = time.perf_counter()
+        assert first == self.submitted + 1 and last >= first, "rounds are submitted in order"
+        layers: dict = {}
+        for r in range(first, last + 1):
+            combine = r - 2 >= self.first
+            keys = self._round_keys(r)
+            for slot, (_label, a, b, _nodes) in enumerate(self.plan.blocks):
+                own = TaskRef(self.start_state.key) if r == self.first else TaskRef(self._round_keys(r - 1)[slot])
+                others = [TaskRef(k) for w, k in enumerate(self._round_keys(r - 2)) if w != slot] if combine else []
+                shards = parse_input([TaskRef(f.key) for f in self.shard_futures[a:b]])
+                task = Task(keys[slot], local_step_task, DataNode(None, self.steps[slot]), r, combine, own,
+                            shards, *others)
+                layers[f"{keys[slot][0]}-{slot}"] = self._layer(keys[slot], task, slot)
+        stats_key = self._key("ppt-stats", last)
+        layers[stats_key] = self._layer(stats_key, Task(
+            stats_key, local_stats_task, first, last, self.plan.fan_in, self.plan.n_shards,
+            *(TaskRef(k) for k in self._round_keys(last))), 0, PICK_PRIORITY)
+        wanted = [k for r in range(first, last + 1) for k in self._round_keys(r)] + [stats_key]
+        futures = self._send(layers, wanted)
+        p = len(self.plan.blocks)
+        for i, r in enumerate(range(first, last + 1)):
+            self.tasks[r] = futures[i * p:(i + 1) * p]
+        self.picks[("stats", first, last)] = futures[-1]
+        self.submitted = last
+        return time.perf_counter() - t0
+
+    def read_stats(self, first: int, last: int, wait) -> list:
+        return list(wait(self.picks.pop(("stats", first, last))))
+
+    def state_after(self, r: int):
+        """Future of the whole state after round ``r`` (``first - 1``: the start state)."""
+        if r == self.first - 1:
+            return self.start_state
+        if ("state", r) not in self.picks:
+            key = self._key("ppt-update", r)
+            task = Task(key, local_state_task, DataNode(None, self.strategy), r, self.plan.fan_in,
+                        self.plan.n_shards, *(TaskRef(f.key) for f in self.tasks[r]))
+            self.picks[("state", r)] = self._send({key: self._layer(key, task, 0, PICK_PRIORITY)}, [key])[0]
+        return self.picks[("state", r)]
+
+    def state_before(self, r: int):
+        return self.state_after(r - 1)
+
+    def release(self, last: int) -> None:
+        """The head no longer needs rounds before ``last - 1`` (see ``OneHopRounds.release``)."""
+        if last >= self.first:
+            self.start_state = None
+        for key in [k for k in self.picks if k[0] == "state" and k[1] < last - 1]:
+            del self.picks[key]
+        for r in [r for r in self.tasks if r < last - 1]:
+            del self.tasks[r]
+
+    def cancel(self) -> None:
+        self.tasks.clear()
+        self.picks.clear()

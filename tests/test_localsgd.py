@@ -1,0 +1,171 @@
+"""The local strategy: its math against a hand-written oracle, its graph against the serial path."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+from ppt_dask import checkpoint, localsgd, serial
+
+from conftest import scheduler_keys
+
+
+def _data(n=192, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 5))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64) + (X[:, 3] > 1)
+    return X, y
+
+
+NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
+STRATEGY = ppt.LocalSGD(lr=0.2, momentum=0.9, block=6, interval=12, pull=0.5)
+
+
+def _oracle(net, X, y, n_shards, block, steps, lr, momentum, pull, rounds, params):
+    """The algorithm written out from its description, with the network's own gradient."""
+    rows = np.array_split(np.arange(len(X)), n_shards)
+    x = [params.copy() for _ in rows]
+    v = [np.zeros_like(params) for _ in rows]
+    ends, averages = {}, {}
+    for r in range(rounds):
+        for s, idx in enumerate(rows):
+            if r >= 2:
+                x[s] = x[s] + pull * (averages[r - 2] - ends[r - 2, s])
+            for i in range(steps):
+                start = ((r * steps + i) * block) % len(idx)
+                batch = idx[start:start + block]
+                _, grad, _ = net.loss_and_grad(x[s], X[batch], y[batch])
+                v[s] = momentum * v[s] - lr * grad / len(batch)
+                x[s] = x[s] + v[s]
+            ends[r, s] = x[s]
+        weights = [steps * block for _ in rows]  # every shard sees k blocks a round
+        averages[r] = sum(w * ends[r, s] for s, w in enumerate(weights)) / sum(weights)
+    return averages[rounds - 1]
+
+
+def test_serial_matches_the_algorithm_written_out():
+    X, y = _data()
+    start = NET.init_params(1)
+    got, history = serial.train_serial(NET, X, y, STRATEGY, rounds=7, n_shards=4, params=start)
+    want = _oracle(NET, X, y, 4, 6, 2, 0.2, 0.9, 0.5, 7, start)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert len(history) == 7 and history[-1]["loss"] < history[0]["loss"]
+
+
+def test_one_shard_is_plain_momentum_sgd():
+    """With one shard the average is the shard itself: the pull changes nothing."""
+    X, y = _data()
+    start = NET.init_params(2)
+    a, _ = serial.train_serial(NET, X, y, ppt.LocalSGD(lr=0.1, momentum=0.9, block=8, interval=16, pull=1.0),
+                               rounds=6, params=start)
+    b, _ = serial.train_serial(NET, X, y, ppt.Sync(lr=0.1, momentum=0.9, block=8), rounds=12, params=start)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(pull=0), "pull must be in"), (dict(pull=1.5), "pull must be in"),
+    (dict(block=0), "block"), (dict(interval=-3), "interval"),
+])
+def test_bad_parameters_are_refused(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ppt.LocalSGD(**bad)
+
+
+def test_on_1_2_4_worker_processes_bitwise_as_serial(client4, workers4):
+    X, y = _data()
+    rounds = 9
+    expected, history = serial.train_serial(NET, X, y, STRATEGY, rounds=rounds, n_shards=8, seed=3)
+    epochs = rounds / STRATEGY.check([24] * 8).rounds_per_epoch(len(X))
+    for p in (1, 2, 4):
+        shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
+        result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=epochs), seed=3)
+        ppt.exit_data(shards)
+        assert result.rounds == rounds and result.settings["exchange"] == "overlap"
+        assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
+        assert [h["loss"] for h in result.history] == [h["loss"] for h in history]
+    assert scheduler_keys(client4) == []  # nothing left behind on the scheduler
+
+
+def test_on_threads_bitwise_as_serial(threads_client):
+    X, y = _data()
+    expected, _ = serial.train_serial(NET, X, y, STRATEGY, rounds=5, n_shards=4)
+    shards = ppt.enter_data(threads_client, X, y, n_shards=4)
+    epochs = 5 / STRATEGY.check([48] * 4).rounds_per_epoch(len(X))
+    result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=epochs))
+    ppt.exit_data(shards)
+    assert result.params.tobytes() == expected.tobytes()
+
+
+def test_other_exchanges_are_refused_before_any_work(client4, workers4):
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        with pytest.raises(ValueError, match="exchange='tree' does not apply to the local strategy"):
+            ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=1), exchange="tree")
+    finally:
+        ppt.exit_data(shards)
+
+
+def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
+    X, y = _data(400)
+    strategy = ppt.Slowed(ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01)
+    rounds = 40
+    expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
+    client = ppt.connect(n_workers=2, dashboard_address=None)
+    try:
+        client.wait_for_workers(2, timeout=60)
+        address = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+        pid = client.run(os.getpid, workers=[address])[address]
+        killed = {}
+
+        def progress(record):
+            if record["round"] == 17 and not killed:
+                os.kill(pid, signal.SIGKILL)
+                killed["at"] = time.perf_counter()
+
+        shards = ppt.enter_data(client, X, y, n_shards=4)
+        epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
+                           checkpoint_every=5, progress=progress)
+        ppt.exit_data(shards)
+    finally:
+        ppt.cluster.close(client)
+    assert killed and result.settings["recoveries"] >= 1
+    assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
+    assert result.params.tobytes() == expected.tobytes()
+
+
+def test_checkpoint_and_resume_end_bitwise_as_one_run(client4, workers4, tmp_path):
+    X, y = _data()
+    per_epoch = STRATEGY.check([48] * 4).rounds_per_epoch(len(X))
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        whole = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=12 / per_epoch))
+        ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=6 / per_epoch), checkpoint_dir=tmp_path,
+                  checkpoint_every=3)
+        saved = np.load(tmp_path / checkpoint.FILE)
+        assert any(name.startswith("local.") for name in saved.files)  # every shard's own model
+        resumed = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=12 / per_epoch),
+                            checkpoint_dir=tmp_path, resume=True)
+    finally:
+        ppt.exit_data(shards)
+    assert resumed.history[0]["round"] == 0 and resumed.rounds == 12
+    assert resumed.params.tobytes() == whole.params.tobytes()
+
+
+def test_shard_models_round_trip_through_a_checkpoint(tmp_path):
+    X, y = _data()
+    state, _ = localsgd.train_serial(NET, [(X[:96], y[:96]), (X[96:], y[96:])], STRATEGY.check([96, 96]),
+                                     STRATEGY.init(NET.init_params(0)), 3)
+    checkpoint.save(tmp_path, state, round_index=2, attempt=0, history=[], meta={"m": 1})
+    back = checkpoint.load(tmp_path, {"m": 1})["state"]
+    assert back.params.tobytes() == state.params.tobytes()
+    for s, model in state.opt_state["models"].items():
+        other = back.opt_state["models"][s]
+        assert other.params.tobytes() == model.params.tobytes()
+        assert other.velocity.tobytes() == model.velocity.tobytes()
+        assert [a.tobytes() for a in other.sent] == [a.tobytes() for a in model.sent]
+    assert sorted(back.opt_state["averages"]) == [1, 2]
