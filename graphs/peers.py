@@ -82,7 +82,7 @@ TUNE_SECONDS = 45.0  # per tuning try: a setting that needs longer is out of the
 STARTUP_TIMEOUT = 300.0  # seconds a contender may take to start, on top of the race
 REPEATS = 3  # races of each contender's best setting
 SEED = 0
-STRATEGIES = ("sync", "ppt", "average", "async")
+STRATEGIES = ("sync", "ppt", "average", "async", "local")
 P_VALUES = (2, 1)
 QUICK = dict(N_TRAIN=6000, N_TEST=2000, TARGET=0.88, GRID=((0.1, 100),), MAX_EPOCHS=10,
              MAX_SECONDS=60.0, TUNE_SECONDS=60.0, STARTUP_TIMEOUT=120.0, REPEATS=1,
@@ -381,7 +381,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK['N_TRAIN']} rows to {QUICK['TARGET']:.0%}, one setting, one race each")
+                        help=f"{QUICK['N_TRAIN']} rows to {QUICK['TARGET']:.0%}, one setting, one race each".replace("%", "%%"))
     parser.add_argument("--only", default=None, help="comma-separated substrings of contender names")
     parser.add_argument("--repeats", type=int, default=None, help=f"races per contender (default {REPEATS})")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")

@@ -62,6 +62,15 @@ def test_usage_is_documented(script):
     assert run.returncode == 0 and "--quick" in run.stdout
 
 
+@pytest.mark.parametrize("script", sorted(p.name for p in GRAPHS.glob("*.py") if "__main__" in p.read_text()))
+def test_every_script_answers_help(script):
+    """Every benchmark script prints its usage (argparse formats help strings with %, so a
+    help text with a bare percent sign fails only when someone asks for --help)."""
+    run = subprocess.run([sys.executable, str(GRAPHS / script), "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=GRAPHS.parent)
+    assert run.returncode == 0 and run.stdout.startswith("usage:"), run.stderr[-2000:]
+
+
 @pytest.mark.timeout(400)
 def test_model_under_slower_links_quick(tmp_path):
     """validate_links.py: workers in network namespaces behind rate-limited veth pairs.

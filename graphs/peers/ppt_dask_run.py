@@ -14,7 +14,9 @@ The strategies, with the grid's ``lr`` and ``batch`` (patterns per update):
 * ``ppt``: ``PPT(local_epoch=batch / p)``, 000's random local epochs;
 * ``average``: ``Average(block=batch, local_epochs=1)``, local mini-batches of ``batch``
   rows and one average per epoch (001 section VII, 004);
-* ``async``: ``Async(block=batch, staleness=4)``, bounded staleness (003).
+* ``async``: ``Async(block=batch, staleness=4)``, bounded staleness (003);
+* ``local``: ``LocalSGD(block=batch)``, local SGD with the average applied one round late
+  (its defaults: 30 local steps a round, pull 0.5).
 
     python graphs/peers/ppt_dask_run.py SPEC.json RESULT.json
 """
@@ -49,6 +51,8 @@ def strategy_of(spec, ppt):
         return ppt.Average(block=spec["batch"], local_epochs=1.0, **common)
     if name == "async":
         return ppt.Async(block=spec["batch"], staleness=4, **common)
+    if name == "local":
+        return ppt.LocalSGD(block=spec["batch"], **common)
     raise ValueError(f"unknown strategy {name!r}")
 
 
