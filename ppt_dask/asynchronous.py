@@ -90,7 +90,9 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
     history, dropped = [], [0] * len(blocks)
     previous_state = state
     estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
-    verified_epoch = -1  # verify at most once an epoch, as the synchronous loop does
+    # verify every check_every epochs, as the synchronous loop does (screened: from the first
+    # round whose estimate passes; unscreened: from check_every epochs in)
+    next_check = -math.inf if stop.screen else stop.check_every
     per_task = [sum(shard_share(strategy.block, shards.n_shards, s) if strategy.block else
                     shards.info[s].stop - shards.info[s].start for s in range(a, b)) for _, a, b in blocks]
 
@@ -152,9 +154,9 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
                 if not math.isfinite(record["loss"]):
                     final, stopped_because = previous_state, f"diverged at update {v}"
                     history.pop()
-                elif (stop.target_error is not None and estimate.full
-                      and estimate.rate <= stop.target_error and int(record["epoch"]) > verified_epoch):
-                    verified_epoch = int(record["epoch"])
+                elif (stop.target_error is not None and record["epoch"] >= next_check - 1e-9
+                      and (not stop.screen or (estimate.full and estimate.rate <= stop.target_error))):
+                    next_check = record["epoch"] + stop.check_every
                     p = state_v.result(timeout=ROUND_TIMEOUT).params
                     error = (_test_error(net, p, stop.test) if stop.test is not None else
                              float(np.divide(*evaluate(net, shards, p, fan_in)[1:])))

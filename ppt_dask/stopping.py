@@ -44,6 +44,13 @@ class Stop:
     check_every : float
         Epochs between two verifications (each costs a pass over ``test`` on the head);
         the first comes at the first round whose estimate is at or below the target.
+    screen : bool
+        True (000's rule): verify only once the windowed training-error estimate is at or
+        below the target. False: verify every ``check_every`` epochs whatever the estimate,
+        as a program that tests after each epoch does. The estimate lags the weights (it
+        covers the last window of patterns; for local SGD it comes from the workers' own
+        models, while the test is of their average), so screening saves tests but can stop
+        a run later than testing on a schedule would.
     """
 
     max_epochs: float = 100
@@ -52,6 +59,7 @@ class Stop:
     test: tuple | None = field(default=None, repr=False)
     restarts: int = 0
     check_every: float = 1.0
+    screen: bool = True
 
     def __post_init__(self):
         if not (isinstance(self.max_epochs, (int, float)) and math.isfinite(self.max_epochs)
@@ -65,6 +73,8 @@ class Stop:
         if not (isinstance(self.check_every, (int, float)) and math.isfinite(self.check_every)
                 and self.check_every > 0):
             raise ValueError(f"check_every must be a positive number of epochs, got {self.check_every!r}")
+        if not isinstance(self.screen, bool):
+            raise ValueError(f"screen must be True or False, got {self.screen!r}")
 
 
 class ErrorEstimate:

@@ -416,7 +416,8 @@ def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End:
             estimate.add(h["error_rate"] * h["patterns"], h["patterns"])
     batches: deque = deque()  # (first, last, head seconds) submitted, not read
     size, next_first, last_done = 1, kept.round + 1, time.perf_counter()
-    checks = {"next_check": -math.inf}
+    checks = {"next_check": -math.inf if stop.screen else run.history[-1]["epoch"] + stop.check_every
+              if run.history and run.history[-1]["try"] == attempt else stop.check_every}
     while batches or next_first < run.max_rounds:
         # keep `pipeline` batches queued behind the one being read (one-hop rounds need the
         # next round to read a round's stats)
@@ -467,9 +468,9 @@ def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate, chec
         kept = _keep(run, attempt, r, _result(engine.state_after(r), shards))
         if shards.can_grow and shards.joined_workers():  # use new workers from here on
             raise WorkersJoined(kept)
-    if (stop.target_error is not None and (estimate.full or strategy.exact_stats)
-            and estimate.rate <= stop.target_error
-            and (strategy.exact_stats or record["epoch"] >= checks["next_check"] - 1e-9)):
+    screened = (estimate.full or strategy.exact_stats) and estimate.rate <= (stop.target_error or 0)
+    due = record["epoch"] >= checks["next_check"] - 1e-9 or (stop.screen and strategy.exact_stats)
+    if stop.target_error is not None and (screened or not stop.screen) and due:
         checks["next_check"] = record["epoch"] + stop.check_every  # verify every check_every epochs
         record["verified_error_rate"] = _verify(run, engine.state_before(r), record)
         if record["verified_error_rate"] <= stop.target_error:

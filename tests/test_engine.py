@@ -152,3 +152,33 @@ def test_scattered_shards_are_aligned_on_the_workers(client4, workers4):
     assert client4.gather(checks) == [True] * 4
     del checks
     ppt.exit_data(shards)
+
+
+@pytest.mark.parametrize("strategy", [ppt.Sync(lr=0.1, block=16), ppt.Async(lr=0.1, block=16, staleness=2)],
+                         ids=["sync", "async"])
+def test_unscreened_checks_come_every_check_every_epochs(client4, workers4, strategy):
+    """Stop(screen=False) tests the weights every check_every epochs whatever the training
+    estimate says; screened (000's rule), a target the estimate never reaches is never tested."""
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        runs = {screen: ppt.train(ppt.MLP((5, 4, 3)), shards, strategy,
+                                  ppt.Stop(max_epochs=3, target_error=0.0, test=(X, y), check_every=0.5,
+                                           screen=screen), seed=2)
+                for screen in (False, True)}
+    finally:
+        ppt.exit_data(shards)
+    checked = [r for r in runs[False].history if "verified_error_rate" in r]
+    assert all(r["error_estimate"] > 0 for r in runs[True].history)  # so screening never lets one through
+    assert not any("verified_error_rate" in r for r in runs[True].history)
+    epochs = [r["epoch"] for r in checked]
+    assert len(checked) >= 5 and epochs[0] >= 0.5 - 1e-9
+    # each check is the first record at least check_every epochs after the one before
+    all_epochs = [r["epoch"] for r in runs[False].history]
+    expected, due = [], 0.5
+    for e in all_epochs:
+        if e >= due - 1e-9 and len(expected) < len(epochs):
+            expected.append(e)
+            due = e + 0.5
+    assert epochs == expected
+    assert all(0 < r["verified_error_rate"] <= 1 for r in checked)  # target 0 is never met here
