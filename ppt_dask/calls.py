@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import strategies
+from .cluster import worker_addresses
 
 
 @contextlib.contextmanager
@@ -211,7 +212,7 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
 
 def cluster_workers(client, workers=None) -> list[str]:
     """The addresses ``workers`` (checked against the cluster), or all of the cluster's."""
-    known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    known = worker_addresses(client)
     workers = known if workers is None else list(workers)
     if not workers or any(w not in known for w in workers):
         raise ValueError(f"workers must be addresses of this cluster {known}, got {workers!r}")

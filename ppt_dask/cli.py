@@ -266,7 +266,7 @@ def train_command(args) -> int:
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
     try:
-        known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        known = ppt.cluster.worker_addresses(client)
         # all workers (None: the shards may spread to workers that join), or the first N
         addresses = known[:workers] if workers and workers < len(known) else None
         if args.splits:

@@ -122,7 +122,7 @@ def _calibrate(args) -> int:
     block = min(args.block or sync_block or 1000, len(data.X))
     client = ppt.connect(args.scheduler, n_workers=args.workers)
     try:
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[: args.workers or None]
+        workers = ppt.cluster.worker_addresses(client)[: args.workers or None]
         shards = args.shards if args.shards is not None else max(8, len(workers))
         n_test = 0 if data.X_test is None else len(data.X_test)
         result = calibrate.calibrate(client, net, data.X, data.y, block=block, workers=workers,

@@ -328,7 +328,7 @@ def test_sshcluster_tls_trains_parity8_and_refuses_strangers(certs, sshd):
     try:
         started = time.monotonic() - t0
         address = cluster.scheduler_address
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        workers = ppt.cluster.worker_addresses(client)
         _say(f"SSHCluster over sshd 127.0.0.1:{server.port} up in {started:.1f} s: {address}, workers {workers}")
         assert address.startswith("tls://127.0.0.1:")
         assert len(workers) == 2 and all(w.startswith("tls://127.0.0.1:") for w in workers)
@@ -443,7 +443,7 @@ def test_dask_ssh_command_line_with_host_config(certs, sshd, tmp_path):
         client = _connect_when_up(address, good, proc, log_path)
         try:
             client.wait_for_workers(2, timeout=60)
-            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            workers = ppt.cluster.worker_addresses(client)
             _say(f"dask ssh over sshd 127.0.0.1:{server.port} up in {time.monotonic() - t0:.1f} s: {address}, workers {workers}")
             assert len(workers) == 2 and all(w.startswith("tls://") for w in workers)
             state = _scheduler_state(client)
