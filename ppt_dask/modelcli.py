@@ -195,7 +195,7 @@ def _predict(args, s: dict) -> int:
 def _recommend(args, s: dict) -> int:
     n, w, c = s["n"], s["w"], s["c"]
     kw = dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"])
-    blocks = np.array(args.blocks) if args.blocks else perfmodel._default_blocks(n)
+    blocks = np.array(args.blocks) if args.blocks else planning.default_blocks(n)
     if blocks.max() > n:
         raise ValueError(f"--blocks must be <= n_patterns = {n}, got {int(blocks.max())}")
     best = planning.recommend(n, w, c, args.p_max, blocks, **kw)
