@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import strategies
-from .cluster import worker_addresses
 
 
 @contextlib.contextmanager
@@ -212,6 +211,8 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
 
 def cluster_workers(client, workers=None) -> list[str]:
     """The addresses ``workers`` (checked against the cluster), or all of the cluster's."""
+    from .cluster import worker_addresses  # asks the scheduler; imports distributed
+
     known = worker_addresses(client)
     workers = known if workers is None else list(workers)
     if not workers or any(w not in known for w in workers):

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import clierrors, datasets
 from .breakdown import phase_table
+from .cliapply import check_flags_apply
 
 # Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
 # Encoder, Function and Digits). Command-line flags override them.
@@ -235,6 +236,7 @@ def train_command(args) -> int:
     s = _settings(args)
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
+    check_flags_apply(args, s["strategy"])
     # the local strategy has its own overlapped graph, async none: checked before any work
     if (s["strategy"] == "local" and args.exchange not in ("auto", "all")) or \
             (s["strategy"] == "async" and args.exchange != "auto"):

@@ -45,6 +45,16 @@ def _positive(text: str) -> int:
     return value[0]
 
 
+def _probe_rounds(text: str) -> int:
+    from .calibrate import WARMUP_ROUNDS  # imports distributed: only when --rounds is given
+
+    value = _positive(text)
+    if value <= WARMUP_ROUNDS:  # else no round is timed and every fit is NaN
+        raise argparse.ArgumentTypeError(f"must be > {WARMUP_ROUNDS} (the first "
+                                         f"{WARMUP_ROUNDS} are not timed), got {value}")
+    return value
+
+
 def _shards(text: str):
     return None if text.lower() in ("none", "p") else _positive(text)
 
@@ -63,7 +73,7 @@ def add_model_parser(subparsers) -> None:
     c.add_argument("--shards", type=_shards, default=None, help="shards of the layout to model (default: 8, or the workers if more)")
     c.add_argument("--hidden", type=_hidden, default=None, help="hidden widths (default: the data set's preset)")
     c.add_argument("--fan-in", type=_positive, default=2)
-    c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point")
+    c.add_argument("--rounds", type=_probe_rounds, default=25, help="probe rounds per point (> 5)")
     c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
     c.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     c.add_argument("--data-dir", default=None)
