@@ -237,10 +237,6 @@ def train_command(args) -> int:
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
     check_flags_apply(args, s["strategy"])
-    # the local strategy has its own overlapped graph, async none: checked before any work
-    if (s["strategy"] == "local" and args.exchange not in ("auto", "all")) or \
-            (s["strategy"] == "async" and args.exchange != "auto"):
-        raise ValueError(f"--exchange {args.exchange} does not apply to --strategy {s['strategy']}")
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
     security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work

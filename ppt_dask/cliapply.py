@@ -2,7 +2,8 @@
 
 A strategy's own flags (``--pull`` of local SGD, ``--staleness`` of Async ...) used to be
 dropped without a word under another strategy; so was ``--data-dir`` for the generated
-data sets. Each is now refused in one line naming the flag, before any work.
+data sets; ``--exchange`` was refused only once the cluster had started. Each is now
+refused in one line naming the flag, before any work.
 """
 
 from __future__ import annotations
@@ -27,5 +28,10 @@ def check_flags_apply(args, strategy: str) -> None:
         if getattr(args, name, None) is not None and strategy not in strategies:
             raise ValueError(f"{flag} does not apply to --strategy {strategy} "
                              f"(only to {', '.join(strategies)})")
+    # the local strategy has its own overlapped graph, async none (train refuses them too,
+    # but after the cluster has started)
+    exchange = getattr(args, "exchange", "auto")
+    if (strategy == "local" and exchange not in ("auto", "all")) or (strategy == "async" and exchange != "auto"):
+        raise ValueError(f"--exchange {exchange} does not apply to --strategy {strategy}")
     if getattr(args, "data_dir", None) is not None and args.dataset in GENERATED:
         raise ValueError(f"--data-dir does not apply to {args.dataset}: it is generated, not read")
