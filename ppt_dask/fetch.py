@@ -147,6 +147,7 @@ def _download(url: str, target: Path, sha256: str, progress, timeout: float) -> 
                                  f"{sha256}: refused and deleted")
             out.flush()
             os.fsync(out.fileno())
+        os.chmod(part, 0o644)  # mkstemp makes it private; a data file is for every reader
         os.replace(part, target)  # atomic: the name appears only with the whole, checked file
         if progress:
             progress.finish(done)
@@ -182,7 +183,8 @@ class Progress:
     def finish(self, done: int) -> None:
         seconds = time.monotonic() - self.t0
         end = "\r" + " " * 60 + "\r" if self.bar else ""
-        print(f"{end}fetched mnist/{self.name} ({done / 1e6:.1f} MB in {seconds:.1f} s, SHA-256 ok) "
+        size = f"{done / 1e6:.1f} MB" if done >= 1e5 else f"{done / 1e3:.1f} kB"
+        print(f"{end}fetched mnist/{self.name} ({size} in {seconds:.1f} s, SHA-256 ok) "
               f"from {self.url}", file=self.stream, flush=True)
 
     def abandon(self) -> None:

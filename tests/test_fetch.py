@@ -242,3 +242,10 @@ def test_command_line_fetches_verifies_and_trains(serve, mnist_dir, tmp_path):
     accuracy = float(run.stdout.split("test_accuracy=")[1].split()[0])
     assert accuracy > 0.85  # one epoch of the preset learns; random weights give about 0.1
     assert _left(target) == sorted(NAMES)
+
+
+def test_fetched_files_are_readable_by_everyone(serve, mnist_dir, tmp_path):
+    """The temporary file is private (mkstemp); the data file it becomes is not."""
+    url, _ = serve(mnist_dir)
+    path = fetch.fetch_file(SMALL, tmp_path, [url])
+    assert path.stat().st_mode & 0o777 == 0o644
