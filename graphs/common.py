@@ -190,7 +190,7 @@ def start(workers: int):
 
 
 def addresses(client, p: int) -> list[str]:
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])[:p]
+    return ppt.cluster.worker_addresses(client)[:p]
 
 
 def cluster_terms(client, quick: bool = False) -> dict:
@@ -206,7 +206,7 @@ def cluster_terms(client, quick: bool = False) -> dict:
     head = calibrate.measure_head(client, p_values=(1, 2, 4) if quick else (1, 2, 4, 8, 16),
                                   rounds=rounds, warmup=warmup, spin_seconds=0.0)
     tw, ti = 0.0, 0.0
-    if len(client.scheduler_info(n_workers=-1)["workers"]) >= 2:
+    if len(ppt.cluster.worker_addresses(client)) >= 2:
         tw, ti = calibrate.measure_reduce(client, (1000, 100_000), head=head, rounds=rounds, warmup=warmup,
                                           spin_seconds=0.0)
     return dict(th0_seconds=head.th0_seconds, th1_seconds=head.th1_seconds, tq_seconds=0.0,

@@ -89,7 +89,7 @@ def main():
     t_start = time.perf_counter()
     client = ppt.connect(n_workers=max(cfg["WORKERS"]), dashboard_address=None)
     try:
-        addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        addresses = ppt.cluster.worker_addresses(client)
         for trial in range(cfg["TRIALS"]):
             for p in cfg["WORKERS"]:
                 shards = ppt.enter_data(client, data.X, data.y, SHARDS, workers=addresses[:p], dtype="float32")

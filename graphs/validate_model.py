@@ -187,7 +187,7 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
     c = cal.constants
     client = ppt.connect(n_workers=max(p_values), dashboard_address=None)
     try:
-        addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        addresses = ppt.cluster.worker_addresses(client)
         pids = list(client.run(os.getpid).values())
         placed = {p: ppt.enter_data(client, X, y, N_SHARDS, workers=addresses[:p]) for p in p_values}
         times = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}

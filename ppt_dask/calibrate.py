@@ -41,6 +41,7 @@ from . import modelfit, perfmodel, strategies
 from .calls import cluster_workers, measure_calls, one_blas_thread
 
 PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
+WARMUP_ROUNDS = 5  # probe rounds not timed (the first ones pay for imports and caches)
 
 
 # ---- one process: the network's own functions ------------------------------------------
@@ -160,7 +161,7 @@ def _probe_apply(state, total):
 
 
 def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: float, *,
-                 rounds: int = 25, warmup: int = 5, fan_in: int = 2, pipeline: int = 1
+                 rounds: int = 25, warmup: int = WARMUP_ROUNDS, fan_in: int = 2, pipeline: int = 1
                  ) -> np.ndarray:
     """Seconds per round (after ``warmup``) of the real round graph with probe tasks.
 
@@ -172,6 +173,9 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
     from . import graph
     from .shards import enter_data, exit_data
 
+    if rounds <= warmup:
+        raise ValueError(f"rounds must be > warmup = {warmup} (the first {warmup} rounds are "
+                         f"not timed), got {rounds}")
     n_real = len(workers)
     X, y = np.zeros((n_virtual, 1)), np.zeros(n_virtual)
     shards = enter_data(client, X, y, n_virtual, workers=list(workers), keep_copy=False)
@@ -215,7 +219,7 @@ class HeadFit:
 
 
 def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
-                 spin_seconds: float = 0.01, rounds: int = 25, warmup: int = 5,
+                 spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP_ROUNDS,
                  fan_in: int = 2) -> HeadFit:
     """Th(p) against tasks per round, from probe rounds over virtual cluster sizes.
 
@@ -256,7 +260,7 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
 
 
 def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
-                   spin_seconds: float = 0.01, rounds: int = 25, warmup: int = 5,
+                   spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP_ROUNDS,
                    samples: list | None = None) -> tuple[float, float]:
     """Fit 001's eq. (4) on the live cluster: ``Tr(p) = Tw w ceil(log_k p) + Ti``.
 

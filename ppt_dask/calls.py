@@ -211,7 +211,9 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
 
 def cluster_workers(client, workers=None) -> list[str]:
     """The addresses ``workers`` (checked against the cluster), or all of the cluster's."""
-    known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    from .cluster import worker_addresses  # asks the scheduler; imports distributed
+
+    known = worker_addresses(client)
     workers = known if workers is None else list(workers)
     if not workers or any(w not in known for w in workers):
         raise ValueError(f"workers must be addresses of this cluster {known}, got {workers!r}")

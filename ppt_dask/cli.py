@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
-from . import datasets
+from . import clierrors, datasets
 from .breakdown import phase_table
+from .cliapply import check_flags_apply
 
 # Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
 # Encoder, Function and Digits). Command-line flags override them.
@@ -189,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tree (the papers' reduce tasks, three hops)")
     t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=_int_at_least(0), default=0)
     t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     t.add_argument("--security", default=None, metavar="DIR",  # deploy
                    help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
@@ -240,6 +241,7 @@ def train_command(args) -> int:
     s = _settings(args)
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
+    check_flags_apply(args, s["strategy"])
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
     security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
@@ -264,14 +266,17 @@ def train_command(args) -> int:
     per_worker = s["strategy"] in ("ppt", "average", "local")
     n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
     checkpoints = _checkpoints(args.split_epochs) if args.splits else None
-    ppt.validation.check_n_shards(n_shards, len(data.X))
+    try:
+        ppt.validation.check_n_shards(n_shards, len(data.X))
+    except ValueError as exc:  # name the flag when the count is the user's
+        raise ValueError(f"--shards: {exc}" if args.shards else str(exc)) from None
     client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker,
                          security=security)  # deploy
     url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
     try:
-        known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        known = ppt.cluster.worker_addresses(client)
         # all workers (None: the shards may spread to workers that join), or the first N
         addresses = known[:workers] if workers and workers < len(known) else None
         if args.splits:
@@ -309,22 +314,23 @@ def train_command(args) -> int:
     return 0
 
 
+def _command(args) -> int:
+    if args.command == "train":
+        return train_command(args)
+    if args.command == "cluster":  # deploy
+        from .sshcluster import cluster_command
+        return cluster_command(args)
+    if args.command == "model":  # model
+        from .modelcli import model_command
+        return model_command(args)
+    return 1
+
+
 def main(argv=None) -> int:
     parser = build_parser()
+    clierrors.add_debug_flag(parser)
     args = parser.parse_args(argv)
-    try:
-        if args.command == "train":
-            return train_command(args)
-        if args.command == "cluster":  # deploy
-            from .sshcluster import cluster_command
-            return cluster_command(args)
-        if args.command == "model":  # model
-            from .modelcli import model_command
-            return model_command(args)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        print(f"ppt-dask: error: {exc}", file=sys.stderr)
-        return 2
-    return 1
+    return clierrors.run(_command, args, parser)
 
 
 if __name__ == "__main__":

@@ -194,13 +194,37 @@ def connect(
     return client
 
 
+def scheduler_identity(client: Client) -> dict:
+    """The scheduler's identity with every worker's entry, asked of the scheduler now.
+
+    ``Client.scheduler_info()`` returns the client's cached identity: it refreshes the
+    cache with every worker and then reads it, but the client's periodic refresh
+    (``distributed.client.scheduler-info-interval``) stores identities *without*
+    per-worker entries, and when it lands between that refresh and the read the caller
+    sees ``"workers": {}`` while every worker is alive. This call returns the
+    scheduler's answer itself and never touches the cache.
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1)
+
+
+def workers(client: Client) -> dict[str, dict]:
+    """Per worker address, the scheduler's record of it (name, resources, status ...)."""
+    return dict(scheduler_identity(client)["workers"])
+
+
+def worker_addresses(client: Client) -> list[str]:
+    """The addresses of the workers the scheduler knows now, sorted."""
+    return sorted(workers(client))
+
+
 def page_url(client: Client) -> str | None:
     """Where the ppt_dask page of the client's dashboard is (None without a dashboard).
 
     Schedulers that ppt_dask starts have it; start others with
     ``dask scheduler --preload ppt_dask.dashboard`` (diagnostics).
     """
-    link = client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
+    services = scheduler_identity(client).get("services", {})
+    link = client.dashboard_link if services.get("dashboard") else None
     return link.rsplit("/", 1)[0] + "/ppt" if link else None
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ppt_dask import fetch
 from ppt_dask.validation import TASKS, check_int_at_least, check_nonneg
 
 DATA_ENV = "PPT_DASK_DATA"
@@ -173,8 +174,9 @@ def data_dir_candidates(data_dir=None) -> list[Path]:
 
     An explicit `data_dir` is the only candidate; else the folder named by the
     environment variable PPT_DASK_DATA is; else ``../shared/data`` relative to the
-    current directory, then ``shared/data`` beside the repository root.  A folder the
-    user named is never silently replaced by another one.
+    current directory, then ``shared/data`` beside the repository root, then the
+    per-user cache folder that MNIST is fetched into (`fetch.user_cache_dir`).  A folder
+    the user named is never silently replaced by another one.
     """
     if data_dir is not None:
         return [Path(data_dir).expanduser()]
@@ -182,7 +184,8 @@ def data_dir_candidates(data_dir=None) -> list[Path]:
         return [Path(os.environ[DATA_ENV]).expanduser()]
     found = []
     for path in (Path.cwd().parent / "shared" / "data",
-                 Path(__file__).resolve().parents[2] / "shared" / "data"):
+                 Path(__file__).resolve().parents[2] / "shared" / "data",
+                 fetch.user_cache_dir()):
         if path.resolve() not in {p.resolve() for p in found}:
             found.append(path)
     return found
@@ -381,15 +384,32 @@ def mnist_rows(data_dir=None, split: str = "train", start: int = 0,
     return X, labels.astype(np.int64)
 
 
+def mnist_dir(data_dir=None, offline: bool | None = None) -> Path:
+    """The data folder holding the four MNIST files, fetched there if missing (`fetch`).
+
+    They are fetched into `data_dir` (or PPT_DASK_DATA) when the user named a folder,
+    else into the per-user cache folder; ``offline=True`` (or PPT_DASK_OFFLINE=1) only
+    looks.
+    """
+    named = data_dir is not None or bool(os.environ.get(DATA_ENV))
+    candidates = data_dir_candidates(data_dir)
+    target = candidates[0] if named else fetch.user_cache_dir()
+    return fetch.ensure_mnist(candidates, target, offline=offline).resolve()
+
+
 def mnist(data_dir=None, dtype=np.float64, n_train: int | None = None,
-          n_test: int | None = None, grow: int | None = None) -> Dataset:
+          n_test: int | None = None, grow: int | None = None,
+          offline: bool | None = None) -> Dataset:
     """MNIST, 60000 training and 10000 test images (001's Digits, 002).
+
+    The four files are fetched from the mirrors when missing (`mnist_dir`).
 
     Parameters
     ----------
     n_train, n_test : take only the first rows of each split (quick runs).
     grow : number of inputs to grow the 28x28 images to, by nearest-neighbour
         upscaling (`mnist_grow_factor`): 3136 or 3248 -> 56x56, 12544 -> 112x112.
+    offline : only look for the files, never fetch (default: PPT_DASK_OFFLINE).
 
     Returns
     -------
@@ -398,6 +418,7 @@ def mnist(data_dir=None, dtype=np.float64, n_train: int | None = None,
         X_test, y_test likewise.
     """
     side = MNIST_SIDE * mnist_grow_factor(grow)
+    data_dir = mnist_dir(data_dir, offline)
     X, y = mnist_rows(data_dir, "train", 0, n_train, dtype, grow)
     X_test, y_test = mnist_rows(data_dir, "test", 0, n_test, dtype, grow)
     name = "mnist" if side == MNIST_SIDE else f"mnist{side}x{side}"

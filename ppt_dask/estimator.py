@@ -250,7 +250,7 @@ class _PPTBase(ContractMixin):
         with self._client() as client:
             target, n_outputs, learned = prepared or self._prepare(y, client, *args)
             net = network(n_outputs)
-            n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+            n_workers = len(cluster.worker_addresses(client))
             n_shards = min(self.n_shards or max(1, n_workers), n_rows, batch)
             strategy = self._strategy(settings, batch, n_shards)
             # the data-dependent checks of the strategy, before the data is placed

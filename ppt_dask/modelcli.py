@@ -45,6 +45,16 @@ def _positive(text: str) -> int:
     return value[0]
 
 
+def _probe_rounds(text: str) -> int:
+    from .calibrate import WARMUP_ROUNDS  # imports distributed: only when --rounds is given
+
+    value = _positive(text)
+    if value <= WARMUP_ROUNDS:  # else no round is timed and every fit is NaN
+        raise argparse.ArgumentTypeError(f"must be > {WARMUP_ROUNDS} (the first "
+                                         f"{WARMUP_ROUNDS} are not timed), got {value}")
+    return value
+
+
 def _shards(text: str):
     return None if text.lower() in ("none", "p") else _positive(text)
 
@@ -63,7 +73,7 @@ def add_model_parser(subparsers) -> None:
     c.add_argument("--shards", type=_shards, default=None, help="shards of the layout to model (default: 8, or the workers if more)")
     c.add_argument("--hidden", type=_hidden, default=None, help="hidden widths (default: the data set's preset)")
     c.add_argument("--fan-in", type=_positive, default=2)
-    c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point")
+    c.add_argument("--rounds", type=_probe_rounds, default=25, help="probe rounds per point (> 5)")
     c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
     c.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     c.add_argument("--data-dir", default=None)
@@ -122,7 +132,7 @@ def _calibrate(args) -> int:
     block = min(args.block or sync_block or 1000, len(data.X))
     client = ppt.connect(args.scheduler, n_workers=args.workers)
     try:
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])[: args.workers or None]
+        workers = ppt.cluster.worker_addresses(client)[: args.workers or None]
         shards = args.shards if args.shards is not None else max(8, len(workers))
         n_test = 0 if data.X_test is None else len(data.X_test)
         result = calibrate.calibrate(client, net, data.X, data.y, block=block, workers=workers,
@@ -195,7 +205,7 @@ def _predict(args, s: dict) -> int:
 def _recommend(args, s: dict) -> int:
     n, w, c = s["n"], s["w"], s["c"]
     kw = dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"])
-    blocks = np.array(args.blocks) if args.blocks else perfmodel._default_blocks(n)
+    blocks = np.array(args.blocks) if args.blocks else planning.default_blocks(n)
     if blocks.max() > n:
         raise ValueError(f"--blocks must be <= n_patterns = {n}, got {int(blocks.max())}")
     best = planning.recommend(n, w, c, args.p_max, blocks, **kw)

@@ -32,7 +32,8 @@ class Recommendation:
     efficiency: float
 
 
-def _default_blocks(n: int) -> np.ndarray:
+def default_blocks(n: int) -> np.ndarray:
+    """Powers of two up to ``n``, and ``n``: the blocks tried when none are given."""
     return np.array(sorted({2**j for j in range(n.bit_length()) if 2**j <= n} | {n}))
 
 
@@ -46,7 +47,7 @@ def recommend(n_patterns, n_weights, c: Constants, p_max: int, blocks=None, *,
     """
     n = int(_ints("n_patterns", n_patterns, 1))
     p_max = int(_ints("p_max", p_max, 1))
-    blocks = _default_blocks(n) if blocks is None else np.unique(_ints("blocks", blocks, 1).ravel())
+    blocks = default_blocks(n) if blocks is None else np.unique(_ints("blocks", blocks, 1).ravel())
     ps = np.arange(1, p_max + 1)
     t = epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test,
                       fan_in=fan_in, n_shards=n_shards)

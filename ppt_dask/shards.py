@@ -32,6 +32,7 @@ import numpy as np
 from distributed import Client, Future, wait
 
 from . import validation
+from .cluster import worker_addresses
 from .tree import split_rows, split_shards
 
 SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
@@ -93,7 +94,7 @@ class ShardSet:
 
     def lost_workers(self) -> list[str]:
         """Addresses of this set's workers that the scheduler no longer knows."""
-        alive = self.client.scheduler_info(n_workers=-1)["workers"]
+        alive = worker_addresses(self.client)
         return [w for w in self.workers if w not in alive]
 
     def repair(self, timeout: float = 60.0) -> list[dict]:
@@ -119,7 +120,7 @@ class ShardSet:
         deadline = time.monotonic() + timeout
         grace = time.monotonic() + REPLACEMENT_GRACE
         while True:
-            alive = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+            alive = worker_addresses(self.client)
             fresh = [w for w in alive if w not in self.workers]
             if (len(fresh) >= len(lost) or time.monotonic() > grace) and alive:
                 break
@@ -157,7 +158,7 @@ class ShardSet:
 
     def joined_workers(self) -> list[str]:
         """Workers of the cluster that hold no slot of this set."""
-        alive = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        alive = worker_addresses(self.client)
         return [w for w in alive if w not in self.workers]
 
     def rebalance(self) -> list[dict]:
@@ -296,7 +297,7 @@ def _scatter(client: Client, shard: tuple, address: str, label: str) -> Future:
 
 
 def _choose_workers(client: Client, workers) -> list[str]:
-    known = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    known = worker_addresses(client)
     if workers is None:
         if not known:
             raise ValueError("the cluster has no workers")

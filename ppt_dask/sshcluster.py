@@ -45,7 +45,7 @@ from pathlib import Path
 
 import dask
 
-from .cluster import NO_WORKERS_TIMEOUT, WORKER_ENV, CERT_FILES, tls_security
+from .cluster import NO_WORKERS_TIMEOUT, WORKER_ENV, CERT_FILES, scheduler_identity, tls_security
 
 logger = logging.getLogger(__name__)
 
@@ -429,7 +429,7 @@ def cluster_command(args) -> int:
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         address = cluster.scheduler_address
-        info = client.scheduler_info(n_workers=-1)
+        info = scheduler_identity(client)
         dashboard = info.get("services", {}).get("dashboard")
         print(f"scheduler  {address}", flush=True)
         if dashboard:

@@ -30,7 +30,7 @@ def client4():
 
 @pytest.fixture(scope="session")
 def workers4(client4):
-    return sorted(client4.scheduler_info(n_workers=-1)["workers"])
+    return ppt.cluster.worker_addresses(client4)
 
 
 @pytest.fixture

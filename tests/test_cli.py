@@ -1,6 +1,7 @@
 """The ppt-dask command line, run as a user runs it (a real subprocess, real clusters)."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -8,9 +9,9 @@ import time
 import pytest
 
 
-def run(*args, timeout=300):
+def run(*args, timeout=300, env=None):
     return subprocess.run([sys.executable, "-m", "ppt_dask.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def test_parity8_learned_with_two_workers(tmp_path):
@@ -74,6 +75,8 @@ def test_bad_arguments_exit_2_with_a_message_within_seconds(args, message):
 
 
 def test_missing_data_dir_names_the_file_and_the_remedy(tmp_path):
-    proc = run("train", "mnist", "--data-dir", str(tmp_path), timeout=60)
+    # offline: only looks (tests/test_fetch.py fetches from a local mirror)
+    proc = run("train", "mnist", "--data-dir", str(tmp_path), timeout=60,
+               env={**os.environ, "PPT_DASK_OFFLINE": "1"})
     assert proc.returncode == 2
     assert "train-images-idx3-ubyte.gz" in proc.stderr and "PPT_DASK_DATA" in proc.stderr

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
+import system
 from ppt_dask.diagnostics import slow_gradients
 
 ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "artifacts"
@@ -46,9 +47,8 @@ def browser(tmp_path):
     except ImportError:
         missing.append("selenium")
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"the browser tests need {missing} (.ci/run installs them)")
-        pytest.skip(f"no {missing}: apt-get install chromium chromium-driver; pip install selenium")
+        system.missing(f"the browser tests need {', '.join(missing)} "
+                       "(apt-get install chromium chromium-driver; pip install selenium)")
     os.environ.setdefault("SE_OFFLINE", "true")  # selenium must not look for drivers online
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM

@@ -137,7 +137,7 @@ def test_missing_data_dir_names_places_and_env(tmp_path):
         find_data_dir(missing)
     assert str(missing) in str(info.value) and "PPT_DASK_DATA" in str(info.value)
     with pytest.raises(FileNotFoundError) as info:
-        mnist(data_dir=missing)
+        mnist(data_dir=missing, offline=True)  # only looks (tests/test_fetch.py fetches)
     message = str(info.value)
     assert "train-images-idx3-ubyte.gz" in message and str(missing) in message
     assert "PPT_DASK_DATA" in message and "--data-dir" in message
@@ -149,11 +149,17 @@ def test_env_var_and_relative_fallback(monkeypatch, tmp_path, data_dir):
         find_data_file("digits5000/digits5000.npz")
     monkeypatch.setenv("PPT_DASK_DATA", str(data_dir))
     assert find_data_dir() == data_dir
-    # Without the variable, from a directory with no ../shared/data, the folder beside
-    # the repository root is found.
+    # Without the variable: ../shared/data from the current folder, wherever the clone sits
     monkeypatch.delenv("PPT_DASK_DATA")
-    monkeypatch.chdir(tmp_path)
-    assert find_data_dir() == (PACKAGE_DIR.parents[1] / "shared" / "data").resolve()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert find_data_dir() == (tmp_path / "shared" / "data").resolve()
+    # then shared/data beside the repository root, then the per-user cache MNIST is fetched
+    # into (named only: whether they exist depends on the machine)
+    assert datasets.data_dir_candidates()[1:] == [PACKAGE_DIR.parents[1] / "shared" / "data",
+                                                  tmp_path / "cache" / "ppt_dask"]
 
 
 # ------------------------------------------------------------------ MNIST

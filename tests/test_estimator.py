@@ -177,7 +177,7 @@ def test_dask_arrays_stay_on_the_workers(client):
     y_d = da.from_array(y, chunks=100)
     est = PPTClassifier(**FAST).fit(X_d, y_d)
     ref = PPTClassifier(**FAST).fit(X, y)
-    assert len(BUILT_ON) >= 4 and set(BUILT_ON) <= set(client.scheduler_info()["workers"])
+    assert len(BUILT_ON) >= 4 and set(BUILT_ON) <= set(ppt.cluster.worker_addresses(client))
     np.testing.assert_allclose(est.params_, ref.params_, rtol=1e-12, atol=1e-12)
     proba = est.predict_proba(X_d)
     assert isinstance(proba, da.Array) and proba.shape == (400, 3)

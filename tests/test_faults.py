@@ -38,7 +38,7 @@ def client2():
 
 def _killer(client, at_round):
     """A progress callback that SIGKILLs the second worker's process at ``at_round``."""
-    address = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+    address = ppt.cluster.worker_addresses(client)[1]
     pid = client.run(os.getpid, workers=[address])[address]
     state = {"killed_at": None}
 
@@ -214,7 +214,7 @@ def test_a_worker_that_joins_gets_shards_from_the_next_kept_round(client2):
 def test_shards_on_named_workers_stay_there(client2):
     """enter_data(workers=[A]) keeps the set on A: the other worker is not a "joined" one."""
     X, y = _data()
-    a, b = sorted(client2.scheduler_info(n_workers=-1)["workers"])
+    a, b = ppt.cluster.worker_addresses(client2)
     shards = ppt.enter_data(client2, X, y, n_shards=4, workers=[a])
     result = ppt.train(NET, shards, ppt.Sync(lr=0.3, block=40), ppt.Stop(max_epochs=2), checkpoint_every=2)
     held = shards.who_has()

@@ -117,7 +117,7 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
     client = ppt.connect(n_workers=2, dashboard_address=None)
     try:
         client.wait_for_workers(2, timeout=60)
-        address = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+        address = ppt.cluster.worker_addresses(client)[1]
         pid = client.run(os.getpid, workers=[address])[address]
         killed = {}
 

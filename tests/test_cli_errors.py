@@ -1,0 +1,100 @@
+"""``ppt-dask`` ends an error in one line naming the flag; ``--debug`` shows the traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ppt_dask import cli, clierrors
+
+
+def _run(*argv, env_extra=None, timeout=120):
+    env = {k: v for k, v in os.environ.items() if k != "PPT_DASK_DEBUG"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "ppt_dask.cli", *argv], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--seed", "-3", "must be >= 0"),
+    ("--lr", "-1", "lr must be > 0"),
+    ("--momentum", "2", "momentum must be in [0, 1)"),
+    ("--target-error", "2", "target_error must be in [0, 1)"),
+    ("--shards", "1000", "more shards (1000) than rows (256)"),
+    ("--l2", "-1", "l2 must be >= 0"),
+])
+def test_a_bad_value_names_its_flag_before_any_cluster_starts(flag, value, words):
+    run = _run("train", "parity8", flag, value, "--epochs", "1")
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert flag in last and words in last, last
+    assert "time breakdown" not in run.stderr  # no cluster was started
+    assert "Traceback" not in run.stderr
+
+
+def test_too_few_probe_rounds_name_the_flag():
+    """Fewer rounds than the warm-up left nothing timed and ended in a NaN error."""
+    run = _run("model", "calibrate", "mnist", "--rounds", "4")
+    assert run.returncode == 2 and "argument --rounds: must be > 5" in run.stderr
+
+
+@pytest.mark.parametrize("args,flag", [(["--pull", "0.5"], "--pull"), (["--block", "8"], "--block"),
+                                       (["--staleness", "2"], "--staleness"), (["--data-dir", "."], "--data-dir")])
+def test_a_flag_that_does_not_apply_is_refused(args, flag):
+    """parity8's preset is full-batch epochs: these flags would be dropped without a word."""
+    run = _run("train", "parity8", *args)
+    assert run.returncode == 2
+    assert run.stderr.strip().startswith(f"ppt-dask: error: {flag} does not apply to ")
+
+
+def test_exchange_that_does_not_apply_is_refused_before_the_cluster():
+    run = _run("train", "parity8", "--strategy", "local", "--exchange", "tree")
+    assert run.returncode == 2
+    assert run.stderr.strip() == "ppt-dask: error: --exchange tree does not apply to --strategy local"
+
+
+def test_debug_shows_the_traceback_anywhere_on_the_line_or_from_the_environment():
+    for argv, env in ((["--debug", "train", "parity8", "--lr", "-1"], None),
+                      (["train", "parity8", "--lr", "-1", "--debug"], None),
+                      (["train", "parity8", "--lr", "-1"], {"PPT_DASK_DEBUG": "1"})):
+        run = _run(*argv, env_extra=env)
+        assert run.returncode == 1 and "Traceback" in run.stderr, (argv, run.stderr)
+        assert run.stderr.strip().endswith("ValueError: lr must be > 0, got -1.0")
+
+
+def test_an_unexpected_exception_is_one_line_and_status_1(capsys):
+    """What is not bad input (a fault in ppt_dask, say) still ends in one line."""
+    def broken(args):
+        return {}.missing  # AttributeError, as the old `perfmodel._default_blocks`
+
+    parser = cli.build_parser()
+    clierrors.add_debug_flag(parser)
+    args = parser.parse_args(["train", "parity8"])
+    assert clierrors.run(broken, args, parser) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ppt-dask: error: AttributeError: ")
+    assert "--debug" in err
+    args = parser.parse_args(["train", "parity8", "--debug"])
+    with pytest.raises(AttributeError):
+        clierrors.run(broken, args, parser)
+
+
+def test_model_recommend_without_blocks_runs(tmp_path):
+    """The README's example, which ended in AttributeError (a module-private name moved)."""
+    from pathlib import Path
+
+    calibration = Path(__file__).resolve().parents[1] / "graphs" / "out" / "calibration.json"
+    run = _run("model", "recommend", "--calibration", str(calibration), "--shards", "none",
+               "--p-max", "64")
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "| 64 |" in run.stdout
+
+
+def test_every_flag_of_every_command_is_known_to_the_error_messages():
+    flags = clierrors.flags_of(cli.build_parser())
+    for dest, flag in (("seed", "--seed"), ("target_error", "--target-error"), ("p_max", "--p-max"),
+                       ("calibration", "--calibration"), ("certs", "--certs")):
+        assert flags[dest] == flag
+    assert clierrors.name_the_flag("n_shards must be >= 1", flags) == "--shards: n_shards must be >= 1"
+    assert clierrors.name_the_flag("more shards than rows", flags) == "more shards than rows"
