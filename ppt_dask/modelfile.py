@@ -97,8 +97,8 @@ class Model:
         The weights.
     classes : ndarray or None
         The label of each softmax output, or the two labels (negative, positive) of a
-        single sigmoid output; None for regression and multilabel models (their
-        predictions are values and 0/1 rows).
+        single sigmoid output (None: 0..k-1, or 0 and 1); None for regression and
+        multilabel models (their predictions are values and 0/1 rows).
     settings, summary : dict
         The run's settings (strategy, workers, seed ...) and its summary (epochs, loss,
         accuracy, wall seconds ...), as saved.
@@ -112,6 +112,8 @@ class Model:
 
     def __post_init__(self):
         object.__setattr__(self, "params", self.net._check_params(self.params))
+        if self.classes is None and self.task in ("classification", "binary"):
+            object.__setattr__(self, "classes", _default_classes(self.net))
         if self.classes is not None:
             classes = np.asarray(self.classes)
             want = {"classification": self.net.n_outputs, "binary": 2}.get(self.task)
@@ -218,8 +220,7 @@ def save_result(result, path, classes=None, summary=None) -> str:
     ``classes`` are the labels of the outputs when they are not the trainer's 0..k-1;
     ``summary`` replaces ``result.summary()`` (the command line adds the data set's name).
     """
-    classes = _default_classes(result.net) if classes is None else np.asarray(classes)
-    model = Model(result.net, np.asarray(result.params), classes if classes.size else None,
+    model = Model(result.net, np.asarray(result.params), classes,
                   dict(result.settings), result.summary() if summary is None else summary)
     return model.save(path)
 
