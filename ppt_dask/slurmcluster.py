@@ -124,8 +124,9 @@ def start(jobs: int, *, cores: int = 1, memory: str = "2GB", processes: int | No
         job_extra_directives=list(job_directives), job_script_prologue=prologue,
         log_directory=None if log_directory is None else str(log_directory),
         security=security, protocol="tls://" if security else None, death_timeout=death_timeout,
-        scheduler_options={"port": scheduler_port, "dashboard_address": dashboard_address,
-                           "preload": preloads(preload)},
+        # without a dashboard the scheduler's HTTP server (health, metrics) takes any free port
+        scheduler_options={"port": scheduler_port, "dashboard_address": dashboard_address or "127.0.0.1:0",
+                           "dashboard": dashboard_address is not None, "preload": preloads(preload)},
         job_name="ppt-dask-worker")
     client = None
     try:
@@ -215,7 +216,7 @@ def slurm_command(args) -> int:
         info = client.scheduler_info(n_workers=-1)
         jobs = sorted({j for j in (getattr(job, "job_id", None) for job in cluster.workers.values()) if j})
         print(f"scheduler  {address}", flush=True)
-        if info.get("services", {}).get("dashboard"):
+        if dashboard is not None:
             print(f"dashboard  {cluster.dashboard_link}")
         print(f"workers    {len(info['workers'])} in {len(jobs)} jobs ({' '.join(jobs)}), "
               f"up in {time.perf_counter() - t0:.1f} s")
