@@ -81,7 +81,7 @@ InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=30
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory} State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+PartitionName=batch Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
 
 

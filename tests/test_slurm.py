@@ -146,13 +146,36 @@ def _lines(proc, into: queue.Queue) -> None:
     into.put(None)
 
 
-def test_cluster_slurm_command_then_train_save_predict(slurm, certs, tmp_path):
-    env = {**os.environ, "SLURM_CONF": str(slurm.conf)}
-    cmd = [sys.executable, "-m", "ppt_dask.cli", "cluster", "slurm", "--jobs", "2", "--cores", "1",
-           "--memory", "1GB", "--certs", str(certs), "--interface", "lo", "--scheduler-port", "0",
-           "--dashboard-address", "none", "--log-directory", str(tmp_path), "--timeout", "120"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=tmp_path)
+def _readme_commands() -> dict[str, str]:
+    """The commands of deploy/README.md's Slurm section, by their first words."""
+    text = (REPO / "deploy" / "README.md").read_text()
+    section = text[text.index("## 9. On a Slurm cluster"):text.index("## When it does not start")]
+    found = {}
+    for line in section.splitlines():
+        for head in ("python deploy/make_certs.py", "ppt-dask cluster slurm", "ppt-dask predict"):
+            if line.startswith(head):
+                found[head] = line.strip()
+    assert len(found) == 3, found
+    return found
+
+
+def test_deploy_readme_slurm_commands_as_printed(slurm, tmp_path):
+    """make_certs, ppt-dask cluster slurm, its printed train line (+ --save), ppt-dask predict."""
+    commands = _readme_commands()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "SLURM_CONF": str(slurm.conf), "HOME": str(home),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def shell(command, **kw):
+        return subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, **kw)
+
+    made = shell(commands["python deploy/make_certs.py"], cwd=REPO, timeout=60)
+    assert made.returncode == 0 and (home / "ppt-certs" / "worker-key.pem").is_file(), made.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen(["bash", "-c", f"exec {commands['ppt-dask cluster slurm']}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=work)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(proc, lines), daemon=True).start()
     out, train_line = [], None
@@ -171,15 +194,13 @@ def test_cluster_slurm_command_then_train_save_predict(slurm, certs, tmp_path):
         assert train_line, "".join(out)
         assert any(line.startswith("workers    2 in 2 jobs") for line in out), "".join(out)
         _say("".join(out).strip())
-        args = train_line.split()[1:] + ["--quiet", "--save", "m.npz"]  # the printed command, as is
-        train = subprocess.run([sys.executable, "-m", "ppt_dask.cli", *args], capture_output=True, text=True,
-                               timeout=300, cwd=tmp_path)
-        assert train.returncode == 0, train.stderr
-        assert "workers=2" in train.stdout and "learned=True" in train.stdout
-        predict = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "predict", "m.npz", "parity8",
-                                  "--split", "train"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-        assert predict.returncode == 0 and "accuracy  1.0000 (256 of 256)" in predict.stdout, predict.stderr
         assert len(slurm.jobs()) == 2
+        train = shell(f"{train_line} --quiet --save model.npz", cwd=work, timeout=300)
+        assert train.returncode == 0, train.stderr
+        assert "workers=2" in train.stdout and "learned=True" in train.stdout, train.stdout
+        predict = shell(commands["ppt-dask predict"], cwd=work, timeout=60)
+        assert predict.returncode == 0, predict.stderr
+        assert "accuracy  1.0000 (256 of 256)" in predict.stdout, predict.stdout
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -191,6 +212,7 @@ def test_cluster_slurm_command_then_train_save_predict(slurm, certs, tmp_path):
     while (line := lines.get(timeout=10)) is not None:
         rest.append(line)
     assert proc.returncode == 0 and rest[-1].strip() == "stopped", "".join(rest)
+    assert sorted(p.name for p in work.glob("slurm-*.out"))  # the jobs wrote where the README says
 
 
 @pytest.mark.parametrize("flag, value, message", [
