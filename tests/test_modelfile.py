@@ -8,10 +8,12 @@ true parity, the network's forward pass on the saved weights, or a file built by
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,35 +22,55 @@ import ppt_dask as ppt
 from ppt_dask import datasets, modelfile
 
 CLI = [sys.executable, "-m", "ppt_dask.cli"]
+REPO = Path(__file__).resolve().parents[1]
+# README.md's commands, run as printed (the test checks that README still prints them)
+README_TRAIN = "ppt-dask train parity8 --save m.npz && ppt-dask predict m.npz parity8 --split train"
+README_INPUT = "ppt-dask predict m.npz --input X.npy --output y.npy"
 
 
 def _cli(*args, cwd, timeout=300):
     return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+def _shell(command, cwd, timeout=300):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def test_readme_prints_the_commands_run_here():
+    text = (REPO / "README.md").read_text()
+    assert README_TRAIN in text and README_INPUT in text
+
+
 @pytest.fixture(scope="module")
 def parity_model(tmp_path_factory):
-    """``ppt-dask train parity8 --save m.npz`` run once: (folder, path)."""
+    """README's ``ppt-dask train parity8 --save m.npz && ppt-dask predict ...``, run once."""
     folder = tmp_path_factory.mktemp("parity")
-    run = _cli("train", "parity8", "--workers", "2", "--quiet", "--save", "m.npz", "--json", "run.json",
-               cwd=folder)
+    run = _shell(README_TRAIN, cwd=folder)
     assert run.returncode == 0, run.stderr
-    assert "saved the model to m.npz" in run.stdout
-    return folder, folder / "m.npz"
+    return folder, folder / "m.npz", run.stdout
 
 
 def test_train_save_then_predict_prints_accuracy_1(parity_model):
-    folder, _ = parity_model
+    _, _, stdout = parity_model
+    assert "saved the model to m.npz" in stdout
+    assert "accuracy  1.0000 (256 of 256)" in stdout
+    # parity8 has 128 even and 128 odd patterns: a perfect model puts them on the diagonal
+    assert "     0   128     0\n     1     0   128" in stdout
+
+
+def test_predict_json_has_the_scores(parity_model):
+    folder, _, _ = parity_model
     run = _cli("predict", "m.npz", "parity8", "--split", "train", "--json", "scores.json", cwd=folder, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert "accuracy  1.0000 (256 of 256)" in run.stdout
     scores = json.loads((folder / "scores.json").read_text())
-    # parity8 has 128 even and 128 odd patterns: a perfect model puts them on the diagonal
     assert scores["confusion"] == [[128, 0], [0, 128]] and scores["classes"] == [0, 1]
+    assert scores["accuracy"] == 1.0 and scores["rows"] == 256 and scores["split"] == "train"
 
 
 def test_load_model_in_a_new_process_without_a_cluster(parity_model):
-    _, path = parity_model
+    _, path, _ = parity_model
     code = f"""
 import sys, numpy as np
 import ppt_dask as ppt
@@ -72,10 +94,12 @@ print(m.task, m.summary["dataset"], m.summary["learned"], m.settings["workers"])
 
 
 def test_saved_weights_and_summary_are_the_run_s(parity_model):
-    folder, path = parity_model
+    _, path, stdout = parity_model
     model = ppt.load_model(path)
-    summary = json.loads((folder / "run.json").read_text())
-    assert model.summary == summary  # the --json summary of the same run, as is
+    printed = dict(item.split("=", 1) for item in stdout.splitlines()[0].split())  # train's summary line
+    for key in ("dataset", "strategy", "workers", "rounds", "train_loss", "learned"):
+        assert str(model.summary[key]) == printed[key], key
+    assert model.summary["network"] == [8, 100, 1] and model.settings["seed"] == 0
     assert model.net == ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
     with np.load(path, allow_pickle=False) as archive:  # the file holds only plain arrays
         assert sorted(archive.files) == ["classes", "meta", "params"]
@@ -86,13 +110,13 @@ def test_saved_weights_and_summary_are_the_run_s(parity_model):
     assert np.array_equal(model.predict_proba(X)[:, 1:], model.net.forward(model.params, X))
 
 
-def test_predict_input_output_arrays(parity_model, tmp_path):
-    _, path = parity_model
+def test_predict_input_output_arrays(parity_model):
+    folder, _, _ = parity_model
     X = datasets.parity(8).X[::5]
-    np.save(tmp_path / "X.npy", X)
-    run = _cli("predict", str(path), "--input", "X.npy", "--output", "y.npy", cwd=tmp_path, timeout=60)
+    np.save(folder / "X.npy", X)
+    run = _shell(README_INPUT, cwd=folder, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert np.array_equal(np.load(tmp_path / "y.npy"), (X > 0).sum(axis=1) % 2)
+    assert np.array_equal(np.load(folder / "y.npy"), (X > 0).sum(axis=1) % 2)
 
 
 def _bad_files(folder, good):
@@ -121,7 +145,7 @@ def _bad_files(folder, good):
     (["M", "--input", "wide.npy", "--output", "y.npy", "--split", "train"], "--split applies to a DATASET"),
 ])
 def test_bad_predict_input_is_one_line_naming_it(parity_model, tmp_path, args, message):
-    _, good = parity_model
+    _, good, _ = parity_model
     _bad_files(tmp_path, good)
     run = _cli("predict", *[str(good) if a == "M" else a for a in args], cwd=tmp_path, timeout=60)
     assert run.returncode == 2
@@ -203,7 +227,7 @@ def test_other_version_and_tampered_weights_are_refused_with_the_reason(tmp_path
 
 
 def test_estimator_from_a_binary_model_gives_the_same_probabilities(parity_model):
-    _, path = parity_model
+    _, path, _ = parity_model
     model = ppt.load_model(path)
     clf = ppt.PPTClassifier.from_model(path)
     X = datasets.parity(8).X
