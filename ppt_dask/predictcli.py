@@ -68,7 +68,9 @@ def _read_input(path: str) -> np.ndarray:
 def _describe(model, path: str) -> str:
     net, s = model.net, model.summary
     trained = f", trained on {s['dataset']}" if s.get("dataset") else ""
-    how = f" ({s['strategy']}, {s.get('epochs', 0):.4g} epochs)" if s.get("strategy") else ""
+    epochs = s.get("epochs")
+    how = (f" ({s['strategy']}, {epochs:.4g} epochs)" if isinstance(epochs, (int, float))
+           else f" ({s['strategy']})") if s.get("strategy") else ""
     return (f"{path}: {'-'.join(map(str, net.sizes))} {net.hidden}/{net.output} {net.dtype}, "
             f"{model.task}{trained}{how}")
 

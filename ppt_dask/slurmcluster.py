@@ -209,6 +209,9 @@ def slurm_command(args) -> int:
     except RuntimeError as exc:
         print(f"ppt-dask: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # start() has cancelled the jobs it submitted
+        print("ppt-dask: interrupted while the workers started; their jobs are cancelled", file=sys.stderr)
+        return 130
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
