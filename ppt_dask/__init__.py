@@ -25,9 +25,10 @@ from .stopping import Stop
 from .strategies import PPT, Average, Slowed, Sync
 from .localsgd import LocalSGD
 from .trainer import Result, evaluate, train
+from .modelfile import Model, load_model
 
 __all__ = [
-    "MLP", "SGD", "Async", "Average", "LocalSGD", "PPT", "PPTClassifier", "PPTRegressor", "Slowed", "Result", "ShardSet", "Stop", "Sync", "cluster", "connect", "datasets",
-    "enter_data", "enter_source", "evaluate", "exit_data", "strategies", "train", "validation",
+    "MLP", "Model", "SGD", "Async", "Average", "LocalSGD", "PPT", "PPTClassifier", "PPTRegressor", "Slowed", "Result", "ShardSet", "Stop", "Sync", "cluster", "connect", "datasets",
+    "enter_data", "enter_source", "evaluate", "exit_data", "load_model", "strategies", "train", "validation",
 ]
 __version__ = "0.1.0"

@@ -201,10 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a standalone HTML report of the run (time breakdown, curves, settings)")
     t.add_argument("--trace", default=None, metavar="PATH",  # diagnostics
                    help="write the run as a Chrome trace (one track per worker plus the head)")
+    t.add_argument("--save", default=None, metavar="PATH",  # model files
+                   help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
     from .sshcluster import add_cluster_parser  # deploy: ppt-dask cluster ssh HOSTFILE --certs DIR
     add_cluster_parser(sub)  # deploy
     from .modelcli import add_model_parser  # model: ppt-dask model calibrate|predict|recommend
     add_model_parser(sub)  # model
+    from .predictcli import add_predict_parser  # model files: ppt-dask predict MODEL DATASET
+    add_predict_parser(sub)
     return parser
 
 
@@ -246,7 +250,9 @@ def train_command(args) -> int:
         ppt.cluster.check_address(args.scheduler)
     security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
         args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
-    for flag, path in (("--report", args.report), ("--trace", args.trace)):  # diagnostics
+    if args.save and args.splits:  # model files: --splits trains one model per split
+        raise ValueError("--save applies to one run, not to --splits")
+    for flag, path in (("--report", args.report), ("--trace", args.trace), ("--save", args.save)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"{flag}: the folder of {path!r} does not exist")
     dtype = s.get("dtype", "float64")
@@ -308,6 +314,9 @@ def train_command(args) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
+    if args.save:  # model files: the dataset's name and the network go into the file's summary
+        from .modelfile import save_result
+        print(f"saved the model to {save_result(result, args.save, summary=summary)}")
     if result.stopped_because.startswith("diverged"):
         print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
         return 3
@@ -323,6 +332,9 @@ def _command(args) -> int:
     if args.command == "model":  # model
         from .modelcli import model_command
         return model_command(args)
+    if args.command == "predict":  # model files
+        from .predictcli import predict_command
+        return predict_command(args)
     return 1
 
 

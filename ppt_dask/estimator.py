@@ -175,6 +175,13 @@ class _PPTBase(ContractMixin):
             raise ValueError(f"bad strategy_params {settings['extra']!r} for strategy "
                              f"{self.strategy!r}: {exc}") from None
 
+    @classmethod
+    def from_model(cls, model, **params):
+        """A fitted estimator holding a saved model's weights (a :class:`ppt_dask.Model` or
+        the path of a model file); ``params`` are constructor parameters for later fits."""
+        from .modelfile import fitted_estimator
+        return fitted_estimator(cls, model, **params)
+
     # -- the cluster --
 
     @contextlib.contextmanager

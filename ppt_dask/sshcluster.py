@@ -364,7 +364,7 @@ async def dask_setup(server) -> None:
 
 def add_cluster_parser(subparsers) -> None:
     """Register ``ppt-dask cluster ssh`` on the ``ppt-dask`` command line."""
-    c = subparsers.add_parser("cluster", help="start a cluster (over ssh, with TLS)")
+    c = subparsers.add_parser("cluster", help="start a cluster (over ssh or on Slurm, with TLS)")
     kinds = c.add_subparsers(dest="cluster_kind", required=True)
     s = kinds.add_parser("ssh", help="scheduler and workers over ssh, TLS on; runs until Ctrl-C",
                          description="Start a scheduler on the first host of HOSTFILE and workers on "
@@ -393,6 +393,8 @@ def add_cluster_parser(subparsers) -> None:
     s.add_argument("--death-timeout", default="60s", help="workers exit when the scheduler is gone this long")
     s.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the workers")
     s.add_argument("--verbose", action="store_true", help="show what the remote processes print while starting")
+    from .slurmcluster import add_slurm_parser  # slurm: ppt-dask cluster slurm --jobs N ...
+    add_slurm_parser(kinds)
 
 
 def _none(text):
@@ -400,6 +402,9 @@ def _none(text):
 
 
 def cluster_command(args) -> int:
+    if args.cluster_kind == "slurm":  # slurm: workers as batch jobs (ppt_dask.slurmcluster)
+        from .slurmcluster import slurm_command
+        return slurm_command(args)
     connect = {}
     if args.ssh_port is not None:
         connect["port"] = args.ssh_port

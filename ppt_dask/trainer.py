@@ -99,6 +99,15 @@ class Result:
                 "wall_seconds": self.wall_seconds, "head_seconds": self.head_seconds,
                 "learned": self.learned, "stopped_because": self.stopped_because}
 
+    def save(self, path, classes=None) -> str:
+        """Write the trained model to a ``.npz`` file (:mod:`ppt_dask.modelfile`); returns the path.
+
+        ``classes``: the labels of the outputs when they are not 0..k-1 (softmax) or 0/1
+        (one sigmoid output). Read it back with :func:`ppt_dask.load_model`.
+        """
+        from .modelfile import save_result
+        return save_result(self, path, classes)
+
     # diagnostics: where the time went (ppt_dask.breakdown, ppt_dask.dashboard)
     def breakdown(self) -> list[dict]:
         """Per-round time breakdown rows (see :mod:`ppt_dask.breakdown`); [] without records."""
