@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from . import datasets
+from . import cliflags, datasets
 from .breakdown import phase_table
 
 # Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
@@ -55,6 +55,7 @@ STRATEGY_PRESETS = {
     ("digits5000", "average"): dict(lr=2.0, momentum=0.0, sample_fraction=0.9, local_epochs=5,
                                     epochs=500),
 }
+SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull")
 
@@ -131,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a network on a data set")
     t.add_argument("dataset", choices=sorted(PRESETS))
     t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
-    t.add_argument("--threads-per-worker", type=_int_at_least(1), default=1)
+    t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
+                   help="threads of each worker process ppt-dask starts (default: 1)")
     t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
     t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "local", "async"], default=None,
                    help="epoch: full batch; block: --block patterns per update (001); ppt: random "
@@ -157,17 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="async: the largest staleness (updates) a gradient may have")
     t.add_argument("--restarts", type=_int_at_least(0), default=0,
                    help="tries from new random weights when one ends without learning (000)")
-    t.add_argument("--window-epochs", type=_positive_float, default=1.0,
-                   help="the error estimate covers the last k*n patterns (000's k)")
+    t.add_argument("--window-epochs", type=_positive_float, default=None,
+                   help="with a target error: the error estimate covers the last k*n patterns (000's k; default 1)")
     t.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="write a checkpoint (atomically) every --checkpoint-every rounds and at the end")
-    t.add_argument("--checkpoint-every", type=_int_at_least(1), default=25,
-                   help="rounds between checkpoints (also what a run rolls back to when a worker dies)")
+    t.add_argument("--checkpoint-every", type=_int_at_least(1), default=None,
+                   help="rounds between checkpoints (also what a run rolls back to when a worker dies; default 25)")
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     t.add_argument("--splits", type=_int_at_least(1), default=None,
                    help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")
-    t.add_argument("--split-epochs", default="100,200,250,500",
-                   help="with --splits: epochs at which to measure test accuracy")
+    t.add_argument("--split-epochs", default=None,
+                   help="with --splits: epochs at which to measure test accuracy (default 100,200,250,500)")
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--momentum", type=float, default=None)
     t.add_argument("--l2", type=float, default=None)
@@ -233,8 +235,7 @@ def train_command(args) -> int:
     import ppt_dask as ppt  # the dask-using layers, loaded once the arguments are good
 
     s = _settings(args)
-    if args.resume and not args.checkpoint:
-        raise ValueError("--resume needs --checkpoint DIR")
+    cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
     security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
@@ -251,16 +252,16 @@ def train_command(args) -> int:
     strategy = ppt.strategies.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
     test = (data.X_test, data.y_test) if data.X_test is not None else None
     stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
-                    window_epochs=args.window_epochs, restarts=args.restarts,
+                    window_epochs=args.window_epochs or 1.0, restarts=args.restarts,
                     check_every=s.get("check_every", 1.0))
     workers = args.workers
     # ppt and average: one shard per worker, as in 000 (local epoch per node) and 001/004
     # (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8 workers)
     per_worker = s["strategy"] in ("ppt", "average", "local")
     n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
-    checkpoints = _checkpoints(args.split_epochs) if args.splits else None
+    checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
     ppt.validation.check_n_shards(n_shards, len(data.X))
-    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker,
+    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker or 1,
                          security=security)  # deploy
     url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
     if url:
@@ -274,7 +275,7 @@ def train_command(args) -> int:
         shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=dtype, workers=addresses,
                                 replicate=bool(s.get("replicate")))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
-                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
                            resume=args.resume, exchange=args.exchange,
                            pipeline=args.pipeline, progress=None if args.quiet else Progress())
         ppt.exit_data(shards)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import cluster, strategies, validation
+from . import applicability, cluster, strategies, validation
 from .epochs import EpochCurve, ToleranceRule
 from .estimator_contract import (ContractMixin, ConvergenceWarning, NotFittedError, check_X,
                                  check_y_labels, check_y_targets, distinct_labels, is_dask,
@@ -161,10 +161,29 @@ class _PPTBase(ContractMixin):
         if not isinstance(extra, dict) or not isinstance(self.strategy, str):
             raise ValueError(f"strategy must be a name and strategy_params a dict or None, got "
                              f"{self.strategy!r} and {self.strategy_params!r}")
+        self._refuse_inapplicable(extra)
         settings = {"hidden": hidden, "extra": extra, "seed": seed_of(self.random_state),
                     "optimizer": {"lr": lr, "momentum": self.momentum, "l2": self.alpha}}
         self._strategy(settings, batch=1, n_shards=1)  # the strategy checks its own parameters
         return settings
+
+    def _refuse_inapplicable(self, extra: dict) -> None:
+        """What does not apply to the strategy is refused (:mod:`ppt_dask.applicability`)."""
+        if self.strategy not in applicability.STRATEGIES:
+            return  # strategies.make names the choices
+        size = PER_SHARD.get(self.strategy, "block")
+        for key in extra:
+            if key not in applicability.STRATEGY_OWN:
+                raise ValueError(f"strategy_params[{key!r}] is not a parameter of a strategy; "
+                                 f"they are {', '.join(applicability.STRATEGY_OWN)}")
+            if key == size and self.batch_size != "auto":
+                raise ValueError(f"strategy_params[{key!r}] and batch_size={self.batch_size!r} both set "
+                                 "the size of a block: give one")
+        applicability.refuse(self.strategy, {k: v for k, v in extra.items() if k != size},
+                             spell=lambda k: f"strategy_params[{k!r}]")
+        if self.strategy == "epoch" and self.batch_size != "auto":
+            raise ValueError(f"batch_size={self.batch_size!r} applies to strategy block, ppt, average, "
+                             "local, async, not to strategy epoch (each update sees the whole set)")
 
     def _strategy(self, settings: dict, batch: int, n_shards: int):
         """The strategy for ``batch`` patterns per update over all shards."""
@@ -358,7 +377,8 @@ _DOC = """
         Patterns per weight update over all shards (seed 001's block; for "ppt" and
         "average" each shard takes ``batch_size // n_shards``). "auto" is
         ``min(1000, n_samples)``: a round costs 10-20 ms of scheduling besides compute,
-        which 1000 patterns keep small on MNIST-sized networks. Ignored by "epoch".
+        which 1000 patterns keep small on MNIST-sized networks. An integer is refused with
+        "epoch" (each update sees the whole set).
     learning_rate_init : float or None, default=None
         Constant step size; None means {lr}. Scale the inputs (and, for regression, the
         targets): gradient descent with momentum diverges on unscaled data.
@@ -378,7 +398,8 @@ _DOC = """
     strategy : str, default="block"
         A name for :func:`ppt_dask.strategies.make`: "block", "epoch", "ppt", "average", "async".
     strategy_params : dict or None, default=None
-        More arguments of the strategy, for example ``{"local_epochs": 2}`` for "average".
+        More arguments of the strategy, for example ``{"local_epochs": 2}`` for "average";
+        one that does not apply to the strategy is refused (:mod:`ppt_dask.applicability`).
     n_shards : int or None, default=None
         Logical shards of the training set; None: one per worker.
     n_workers : int or None, default=None
