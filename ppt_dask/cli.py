@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
+    t.add_argument("--connect-timeout", type=_positive_float, default=None, metavar="SECONDS",
+                   help="with --scheduler: seconds to wait for it to answer (default 10)")
     t.add_argument("--security", default=None, metavar="DIR",  # deploy
                    help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
     t.add_argument("--data-dir", default=None, help="folder holding mnist/ and digits5000/")
@@ -262,7 +264,7 @@ def train_command(args) -> int:
     checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
     ppt.validation.check_n_shards(n_shards, len(data.X))
     client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker or 1,
-                         security=security)  # deploy
+                         security=security, timeout=args.connect_timeout or 10.0)  # deploy
     url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)

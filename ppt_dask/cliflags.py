@@ -50,6 +50,8 @@ def refuse_flags(args, strategy: str, target_error) -> None:
     if args.scheduler and args.threads_per_worker is not None:
         raise ValueError("--threads-per-worker applies to the local cluster ppt-dask starts, "
                          "not with --scheduler")
+    if args.connect_timeout is not None and not args.scheduler:
+        raise ValueError("--connect-timeout applies with --scheduler ADDRESS")
     if target_error is None:
         for name in ("check_every", "window_epochs"):
             if getattr(args, name) is not None:
