@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from . import cliflags, datasets
+from . import cliflags, datasets, interrupt
 from .breakdown import phase_table
 
 # Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
@@ -268,6 +268,7 @@ def train_command(args) -> int:
     url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
+    watch = interrupt.Watch(None if args.quiet else Progress())  # Ctrl-C says where the run was
     try:
         known = sorted(client.scheduler_info(n_workers=-1)["workers"])
         # all workers (None: the shards may spread to workers that join), or the first N
@@ -279,10 +280,15 @@ def train_command(args) -> int:
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
                            resume=args.resume, exchange=args.exchange,
-                           pipeline=args.pipeline, progress=None if args.quiet else Progress())
+                           pipeline=args.pipeline, progress=watch)
         ppt.exit_data(shards)
+    except KeyboardInterrupt:
+        interrupt.close_quietly(ppt.cluster.close, client)
+        client = None
+        raise interrupt.Interrupted(watch.line(args.checkpoint)) from None
     finally:
-        ppt.cluster.close(client)
+        if client is not None:
+            ppt.cluster.close(client)
     summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
@@ -322,6 +328,12 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"ppt-dask: error: {exc}", file=sys.stderr)
         return 2
+    except interrupt.Interrupted as exc:
+        print(f"ppt-dask: {exc}", file=sys.stderr)
+        return interrupt.EXIT_STATUS
+    except KeyboardInterrupt:  # before or after the run: nothing to resume from
+        print("ppt-dask: interrupted", file=sys.stderr)
+        return interrupt.EXIT_STATUS
     return 1
 
 

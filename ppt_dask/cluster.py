@@ -17,7 +17,7 @@ from pathlib import Path  # deploy
 import dask
 from distributed import Client, LocalCluster, Security  # deploy: Security
 
-from . import messages, probe
+from . import interrupt, messages, probe
 
 # Environment of the worker processes ppt_dask starts (set before the process spawns).
 WORKER_ENV = {
@@ -177,7 +177,8 @@ def connect(
     # diagnostics: the scheduler preloads the /ppt page and its collector
     scheduler_kwargs = dict(cluster_kwargs.pop("scheduler_kwargs", None) or {})
     scheduler_kwargs["preload"] = [*scheduler_kwargs.get("preload", ()), "ppt_dask.dashboard"]
-    with dask.config.set(config):
+    # the workers ignore Ctrl-C: it stops the head, which closes them (ppt_dask.interrupt)
+    with dask.config.set(config), interrupt.sigint_ignored():
         cluster = LocalCluster(
             n_workers=int(n_workers),
             threads_per_worker=int(threads_per_worker),
