@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from . import cliflags, datasets, interrupt
+from . import __version__, cliflags, datasets, interrupt, textout
 from .breakdown import phase_table
 
 # Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
@@ -128,6 +128,7 @@ def _positive_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ppt-dask", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"ppt-dask {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a network on a data set")
     t.add_argument("dataset", choices=sorted(PRESETS))
@@ -219,18 +220,17 @@ def _settings(args) -> dict:
 
 
 class Progress:
-    """One line every half second or so: epoch, loss, error, seconds per round."""
+    """Epochs of the total, rate and time left: a bar on a terminal, plain lines otherwise."""
 
-    def __init__(self, every: float = 0.5, stream=sys.stderr):
-        self.every, self.stream, self.last = every, stream, 0.0
+    def __init__(self, total_epochs: float, stream=None):
+        self.bar = textout.Bar(total_epochs, "epoch", stream=stream or sys.stderr)
 
     def __call__(self, record: dict) -> None:
-        now = time.perf_counter()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        print(f"epoch {record['epoch']:8.2f}  round {record['round']:6d}  loss {record['loss']:.5f}  "
-              f"error {record['error_rate']:.4f}  {record['wall_seconds']:.4f} s/round", file=self.stream)
+        self.bar.update(record["epoch"], f"loss {record['loss']:.4g}  error {100 * record['error_rate']:.2f} %  "
+                        f"{1e3 * record['wall_seconds']:.2f} ms/round")
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def train_command(args) -> int:
@@ -268,7 +268,8 @@ def train_command(args) -> int:
     url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
-    watch = interrupt.Watch(None if args.quiet else Progress())  # Ctrl-C says where the run was
+    progress = None if args.quiet else Progress(s["epochs"])
+    watch = interrupt.Watch(progress)  # Ctrl-C says where the run was
     try:
         known = sorted(client.scheduler_info(n_workers=-1)["workers"])
         # all workers (None: the shards may spread to workers that join), or the first N
@@ -283,10 +284,14 @@ def train_command(args) -> int:
                            pipeline=args.pipeline, progress=watch)
         ppt.exit_data(shards)
     except KeyboardInterrupt:
+        if progress is not None:
+            progress.close()
         interrupt.close_quietly(ppt.cluster.close, client)
         client = None
         raise interrupt.Interrupted(watch.line(args.checkpoint)) from None
     finally:
+        if progress is not None:
+            progress.close()
         if client is not None:
             ppt.cluster.close(client)
     summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
@@ -297,10 +302,9 @@ def train_command(args) -> int:
     rows = result.breakdown()  # diagnostics: where a round's time goes, per phase
     summary["phases"] = phase_table(rows) if rows else None
     summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
-    print(" ".join(f"{k}={v}" for k, v in summary.items() if k in (
-        "dataset", "strategy", "workers", "epochs", "rounds", "train_loss", "train_error_rate",
-        "test_accuracy", "wall_seconds", "learned", "percent_not_gradient")))
-    if args.report:  # diagnostics
+    print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
+    if args.report:  # diagnostics: the report names the data set too
+        result.settings["dataset"] = args.dataset
         result.report(args.report)
     if args.trace:
         result.trace(args.trace)
