@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,27 @@ def test_the_bar_on_a_terminal_and_plain_lines_elsewhere():
     assert tty.getvalue().startswith("\repoch 4.00/10 [##########..............]  40%  2 epochs/s, 3.00 s left  loss 0.5")
     assert tty.getvalue().endswith("\n")
     assert plain.getvalue() == "epoch 4.00/10 (40 %)  2 epochs/s, 3.00 s left  loss 0.5\n"
+
+
+def _train_flags():
+    from ppt_dask import cli
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return [o for a in sub.choices["train"]._actions for o in a.option_strings if o not in ("-h", "--help")]
+
+
+def test_the_readme_documents_every_train_flag():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme[readme.index("The flags of `ppt-dask train`:"):readme.index("## On several machines")]
+    missing = [flag for flag in _train_flags() if f"`{flag}" not in table and f", `{flag}" not in table
+               and f"{flag}`" not in table]
+    assert missing == [], missing
+
+
+@pytest.mark.parametrize("command", [["train"], ["model", "calibrate"], ["model", "predict"],
+                                     ["model", "recommend"], ["cluster", "ssh"]])
+def test_help_is_the_reference_and_prints(command):
+    proc = run(*command, "--help", timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: ppt-dask " + " ".join(command))
+    if command == ["train"]:
+        assert all(flag in proc.stdout for flag in _train_flags())
