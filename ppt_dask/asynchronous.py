@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import wait
 
-from . import graph
+from . import graph, waits
 from .stopping import ErrorEstimate, Stop
 from .validation import check_int_at_least
 from .strategies import Sync, block_rows, shard_share
@@ -137,7 +137,8 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
             # read the stats that are ready, in order, without waiting on the workers
             while stats_queue and (stats_queue[0][4].done() or not inflight) and final is None:
                 v, w, lag_v, state_v, stats_f = stats_queue.pop(0)
-                loss_sum, n_wrong, n = (float(x) for x in stats_f.result(timeout=ROUND_TIMEOUT))
+                stats = waits.result(stats_f, ROUND_TIMEOUT, "an asynchronous update's stats")
+                loss_sum, n_wrong, n = (float(x) for x in stats)
                 estimate.add(n_wrong, n)
                 seen += n
                 now = time.perf_counter()
@@ -155,7 +156,7 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
                 elif (stop.target_error is not None and estimate.full
                       and estimate.rate <= stop.target_error and int(record["epoch"]) > verified_epoch):
                     verified_epoch = int(record["epoch"])
-                    p = state_v.result(timeout=ROUND_TIMEOUT).params
+                    p = waits.result(state_v, ROUND_TIMEOUT, "the weights of an asynchronous update").params
                     error = (_test_error(net, p, stop.test) if stop.test is not None else
                              float(np.divide(*evaluate(net, shards, p, fan_in)[1:])))
                     record["verified_error_rate"] = error
@@ -166,7 +167,7 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
         client.cancel(list(inflight.values()))
         inflight.clear()
     final = final if final is not None else state
-    params_out = final.result(timeout=ROUND_TIMEOUT).params
+    params_out = waits.result(final, ROUND_TIMEOUT, "the final weights").params
     wall = time.perf_counter() - t_start
     train_stats = evaluate(net, shards, params_out, fan_in)
     test_accuracy = None if stop.test is None else 1.0 - _test_error(net, params_out, stop.test)

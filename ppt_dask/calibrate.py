@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import modelfit, perfmodel, strategies
+from . import modelfit, perfmodel, strategies, waits
 from .calls import cluster_workers, measure_calls, one_blas_thread
 
 PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
@@ -206,7 +206,7 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
                     tag=f"{run}-r{submitted}", prefix="ppt-probe")
                 inflight.append(stats)
                 submitted += 1
-            inflight.pop(0).result(timeout=120)
+            waits.result(inflight.pop(0), 120, "a probe round")
             now = time.perf_counter()
             periods.append(now - last)
             last = now
@@ -384,7 +384,7 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1], hash=False)
     on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,
                               workers=workers[:1], pure=False)
-    local = on_worker.result(timeout=600)
+    local = waits.result(on_worker, 600, "the per-pattern constants timed on one worker")
     del on_worker, data
     if curve:
         say(f"step 2/4: the call curve over {len(workers)} worker(s)")

@@ -84,3 +84,16 @@ def test_a_real_scheduler_passes_the_probe(client4):
 def test_connect_timeout_is_refused_without_a_scheduler():
     out, _ = _cli("train", "parity8", "--connect-timeout", "3")
     assert out.returncode == 2 and "--connect-timeout applies with --scheduler" in out.stderr
+
+
+def test_a_wait_that_times_out_says_what_it_waited_for(threads_client):
+    import time as _time
+
+    from ppt_dask import waits
+
+    slow = threads_client.submit(_time.sleep, 3, pure=False)
+    t0 = _time.monotonic()
+    with pytest.raises(TimeoutError, match=r"^waited 0.5 s for the test's slow task; it did not come"):
+        waits.result(slow, 0.5, "the test's slow task")
+    assert _time.monotonic() - t0 < 2.5
+    assert waits.result(slow, 10, "the test's slow task") is None  # it does come in the end
