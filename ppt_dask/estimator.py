@@ -432,7 +432,8 @@ _DOC = """
     Notes
     -----
     scikit-learn's ``parametrize_with_checks`` passes with no check skipped or expected to
-    fail by this estimator (two checks skip themselves when pandas is not installed or
+    fail by this estimator (scikit-learn itself skips ``check_estimators_data_not_an_array``
+    with pandas objects when pandas is not installed, and ``check_array_api_input`` when
     ``SCIPY_ARRAY_API`` is not set). Where it differs from ``{sklearn}``: one solver,
     gradient descent with momentum and a constant step, one distributed round per block;
     ``partial_fit`` starts the momentum again from zero; ``loss_curve_`` leaves out the L2
