@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import psutil
+import pytest
 
 from ppt_dask import checkpoint
 
@@ -75,3 +76,17 @@ def test_resume_without_a_checkpoint_is_an_error_that_says_how_to_start_fresh(tm
     assert out.stderr.strip().splitlines() == [
         f"ppt-dask: error: --resume: there is no checkpoint in {str(tmp_path / 'none')!r} "
         f"(no {checkpoint.FILE}); to start fresh, leave out --resume"]
+
+
+@pytest.mark.slow
+def test_the_readme_checkpoint_commands_as_printed(tmp_path):
+    """README, "The command line": a run that keeps a checkpoint, then one that goes on from it."""
+    first = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=1200)
+    assert first.returncode == 0, first.stderr[-2000:]
+    saved = json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"]
+    again = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/", "--resume"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"] >= saved
+    assert "test accuracy" in again.stdout
