@@ -50,7 +50,9 @@ def result_lines(summary: dict) -> str:
     rows.append(("epochs", f"{summary['epochs']:.4g} ({summary['rounds']} rounds)"))
     rows.append(("wall time", duration(summary["wall_seconds"])))
     if summary.get("median_round_seconds") is not None:
-        rows.append(("round time", f"{1e3 * summary['median_round_seconds']:.2f} ms (median)"))
+        seconds = summary["median_round_seconds"]
+        shown = duration(seconds) if seconds >= 1 else f"{1e3 * seconds:.3g} ms"
+        rows.append(("round time", f"{shown} (median)"))
     if summary.get("percent_not_gradient") is not None:
         rows.append(("not gradient", f"{summary['percent_not_gradient']:.1f} % of the workers' time"))
     head = (f"{summary['dataset']}: strategy {summary['strategy']}, {summary['workers']} "
@@ -82,12 +84,14 @@ class Bar:
         self.every = 0.2 if self.tty else every
         self.t0, self.last, self.drawn = time.perf_counter(), -math.inf, False
 
-    def update(self, done: float, extra: str = "", force: bool = False) -> None:
+    def update(self, done: float, extra: str = "", force: bool = False, elapsed: float | None = None) -> None:
+        """Show ``done`` of the total; ``elapsed``: the seconds the work itself has taken so far
+        (default: since the bar was made), for the rate and the time left."""
         now = time.perf_counter()
         if not force and now - self.last < self.every:
             return
         self.last = now
-        elapsed = now - self.t0
+        elapsed = now - self.t0 if elapsed is None else elapsed
         share = min(1.0, done / self.total) if self.total > 0 else 1.0
         rate = done / elapsed if elapsed > 0 else 0.0
         left = (self.total - done) / rate if rate > 0 else math.inf
