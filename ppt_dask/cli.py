@@ -227,7 +227,7 @@ class Progress:
 
     def __call__(self, record: dict) -> None:
         self.bar.update(record["epoch"], f"loss {record['loss']:.4g}  error {100 * record['error_rate']:.2f} %  "
-                        f"{1e3 * record['wall_seconds']:.3g} ms/round", elapsed=record.get("elapsed_seconds"))
+                        f"{1e3 * record['wall_seconds']:.4g} ms/round", elapsed=record.get("elapsed_seconds"))
 
     def close(self) -> None:
         self.bar.close()

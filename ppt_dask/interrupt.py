@@ -73,14 +73,40 @@ def saved_round(directory) -> int | None:
         return None
 
 
-def close_quietly(close, client) -> None:
-    """``close(client)`` with distributed's shutdown log silenced and Ctrl-C held off."""
-    loggers = [logging.getLogger(name) for name in ("distributed", "tornado", "asyncio")]
+QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+QUIET_SECONDS = 5.0  # how long the workers may take to quiet their logs before the close goes on
+
+
+def _quiet_logs() -> None:
+    """On a worker: no warnings about the tasks the close cancels."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _quiet_workers(client) -> None:
+    """:func:`_quiet_logs` on every worker of ``client``, waiting at most ``QUIET_SECONDS``
+    (a stuck worker must not hold up the close: it is closed with the rest)."""
+    def run():
+        try:
+            client.run(_quiet_logs)
+        except Exception:  # a worker already gone: nothing to quiet there
+            pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(QUIET_SECONDS)
+
+
+def close_quietly(close, client, workers_too: bool = True) -> None:
+    """``close(client)`` with distributed's shutdown log silenced (here and, when
+    ``workers_too``, on the workers) and Ctrl-C held off."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL + 1)
     try:
         with sigint_ignored():
+            if workers_too and getattr(client, "_ppt_owns_cluster", False):
+                _quiet_workers(client)  # only the workers of a cluster this run started
             close(client)
     except Exception:  # the cluster may already be half gone; its processes end with us
         pass
