@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import wait
 
-from . import graph
+from . import graph, waits
 from .stopping import ErrorEstimate, Stop
 from .validation import check_int_at_least
 from .strategies import Sync, block_rows, shard_share
@@ -139,7 +139,8 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
             # read the stats that are ready, in order, without waiting on the workers
             while stats_queue and (stats_queue[0][4].done() or not inflight) and final is None:
                 v, w, lag_v, state_v, stats_f = stats_queue.pop(0)
-                loss_sum, n_wrong, n = (float(x) for x in stats_f.result(timeout=ROUND_TIMEOUT))
+                stats = waits.result(stats_f, ROUND_TIMEOUT, "an asynchronous update's stats")
+                loss_sum, n_wrong, n = (float(x) for x in stats)
                 estimate.add(n_wrong, n)
                 seen += n
                 now = time.perf_counter()
@@ -157,7 +158,7 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
                 elif (stop.target_error is not None and record["epoch"] >= next_check - 1e-9
                       and (not stop.screen or (estimate.full and estimate.rate <= stop.target_error))):
                     next_check = record["epoch"] + stop.check_every
-                    p = state_v.result(timeout=ROUND_TIMEOUT).params
+                    p = waits.result(state_v, ROUND_TIMEOUT, "the weights of an asynchronous update").params
                     error = (_test_error(net, p, stop.test) if stop.test is not None else
                              float(np.divide(*evaluate(net, shards, p, fan_in)[1:])))
                     record["verified_error_rate"] = error
@@ -168,7 +169,7 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
         client.cancel(list(inflight.values()))
         inflight.clear()
     final = final if final is not None else state
-    params_out = final.result(timeout=ROUND_TIMEOUT).params
+    params_out = waits.result(final, ROUND_TIMEOUT, "the final weights").params
     wall = time.perf_counter() - t_start
     train_stats = evaluate(net, shards, params_out, fan_in)
     test_accuracy = None if stop.test is None else 1.0 - _test_error(net, params_out, stop.test)

@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import modelfit, perfmodel, strategies
+from . import modelfit, perfmodel, strategies, waits
 from .calls import cluster_workers, measure_calls, one_blas_thread
 
 PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
-WARMUP_ROUNDS = 5  # probe rounds not timed (the first ones pay for imports and caches)
 
 
 # ---- one process: the network's own functions ------------------------------------------
@@ -139,6 +138,18 @@ def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constan
     return dataclasses.replace(parts, to_seconds=max(float(to), 0.0))
 
 
+WARMUP = 5  # probe rounds left out of every median (the graph and the caches warm up)
+MIN_MEASURED = 3  # rounds a median needs at the least
+
+
+def check_rounds(rounds: int, warmup: int = WARMUP, flag: str = "rounds") -> int:
+    """Probe rounds must leave ``MIN_MEASURED`` after the warm-up: raised before any work."""
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < warmup + MIN_MEASURED:
+        raise ValueError(f"{flag} must be at least {warmup + MIN_MEASURED} ({warmup} warm-up rounds and "
+                         f"{MIN_MEASURED} measured), got {rounds!r}")
+    return int(rounds)
+
+
 # ---- the live cluster: probe rounds of the real graph ----------------------------------
 
 
@@ -161,7 +172,7 @@ def _probe_apply(state, total):
 
 
 def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: float, *,
-                 rounds: int = 25, warmup: int = WARMUP_ROUNDS, fan_in: int = 2, pipeline: int = 1
+                 rounds: int = 25, warmup: int = WARMUP, fan_in: int = 2, pipeline: int = 1
                  ) -> np.ndarray:
     """Seconds per round (after ``warmup``) of the real round graph with probe tasks.
 
@@ -198,7 +209,7 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
                     tag=f"{run}-r{submitted}", prefix="ppt-probe")
                 inflight.append(stats)
                 submitted += 1
-            inflight.pop(0).result(timeout=120)
+            waits.result(inflight.pop(0), 120, "a probe round")
             now = time.perf_counter()
             periods.append(now - last)
             last = now
@@ -219,7 +230,7 @@ class HeadFit:
 
 
 def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
-                 spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP_ROUNDS,
+                 spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP,
                  fan_in: int = 2) -> HeadFit:
     """Th(p) against tasks per round, from probe rounds over virtual cluster sizes.
 
@@ -260,7 +271,7 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
 
 
 def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
-                   spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP_ROUNDS,
+                   spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP,
                    samples: list | None = None) -> tuple[float, float]:
     """Fit 001's eq. (4) on the live cluster: ``Tr(p) = Tw w ceil(log_k p) + Ti``.
 
@@ -354,7 +365,7 @@ class Calibration:
 def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | None = None,
               fan_in: int = 2, n_test: int = 0, repeats: int = 7, rounds: int = 25,
               p_values=(1, 2, 4, 8, 16, 32, 64), sizes=None, spin_seconds: float = 0.01,
-              curve: bool = True) -> Calibration:
+              curve: bool = True, progress=None) -> Calibration:
     """All of 001's constants for ``net`` on this cluster, in one :class:`Calibration`.
 
     The per-pattern constants are timed on the first worker (single-threaded, with the
@@ -365,16 +376,23 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     curve's real rounds, ``th0`` is levelled so that ``Tu + Tr(p) + Th(p)`` matches what
     those rounds cost beyond their gradient phase at p = 1 and p = all (the probes keep
     the growth ``th1``), and ``tq`` is what their shortest calls' rounds cost beyond it.
-    ``n_patterns`` is ``len(X)``.
+    ``n_patterns`` is ``len(X)``. ``progress``, when given, is called with a line at the
+    start of each of the four steps (``step 2/4: ...``).
     """
+    check_rounds(rounds)
+    say = progress or (lambda line: None)
     workers = cluster_workers(client, workers)
+    say(f"step 1/4: per-pattern constants on one worker ({repeats} repeats)")
     n_rows = min(len(X), max(8 * int(block), 16384))
     data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1], hash=False)
     on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,
                               workers=workers[:1], pure=False)
-    local = on_worker.result(timeout=600)
+    local = waits.result(on_worker, 600, "the per-pattern constants timed on one worker")
     del on_worker, data
+    if curve:
+        say(f"step 2/4: the call curve over {len(workers)} worker(s)")
     calls = measure_calls(client, net, X[:n_rows], y[:n_rows], workers) if curve else None
+    say(f"step 3/4: head and scheduler cost, {rounds} probe rounds at p = {', '.join(map(str, p_values))}")
     head = measure_head(client, workers, p_values=p_values, spin_seconds=spin_seconds,
                         rounds=rounds, fan_in=fan_in)
     w = net.n_params
@@ -382,6 +400,7 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     reduce_samples: list = []
     tw, ti = (0.0, 0.0)
     if len(workers) >= 2:
+        say(f"step 4/4: the reduce over 2..{len(workers)} workers, vectors of {', '.join(map(str, sizes))} weights")
         tw, ti = measure_reduce(client, sizes, workers, fan_in, rounds=rounds,
                                 spin_seconds=spin_seconds, samples=reduce_samples)
     th0, tq = head.th0_seconds, head.tq_seconds

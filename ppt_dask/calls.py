@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import strategies
+from . import strategies, waits
 
 
 @contextlib.contextmanager
@@ -183,7 +183,8 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
     # the bare calls reach the whole of X (the serial program calls a whole block at once)
     bare_rows = rows + [r for r in curve_rows(len(X)) if r > rows[-1]]
     data = client.scatter([np.asarray(X), np.asarray(y)], workers=workers[:1], hash=False)
-    bare = client.submit(time_calls, net, *data, bare_rows, workers=workers[:1], pure=False).result(timeout=600)
+    bare = client.submit(time_calls, net, *data, bare_rows, workers=workers[:1], pure=False)
+    bare = waits.result(bare, 600, "the bare call timings on one worker")
     del data
     first, periods_alone = _round_tasks(client, net, X, y, workers[:1], 1, bare_rows, rounds, warmup)
     if first is None:

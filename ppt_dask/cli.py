@@ -19,9 +19,8 @@ import time
 
 import numpy as np
 
-from . import clierrors, datasets
+from . import __version__, clierrors, cliflags, datasets, interrupt, textout
 from .breakdown import phase_table
-from .cliapply import check_flags_apply
 
 # Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
 # Encoder, Function and Digits). Command-line flags override them.
@@ -58,6 +57,7 @@ STRATEGY_PRESETS = {
     ("digits5000", "average"): dict(lr=2.0, momentum=0.0, sample_fraction=0.9, local_epochs=5,
                                     epochs=500),
 }
+SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull")
 
@@ -130,11 +130,13 @@ def _positive_float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ppt-dask", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"ppt-dask {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a network on a data set")
     t.add_argument("dataset", choices=sorted(PRESETS))
     t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
-    t.add_argument("--threads-per-worker", type=_int_at_least(1), default=1)
+    t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
+                   help="threads of each worker process ppt-dask starts (default: 1)")
     t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
     t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "local", "async"], default=None,
                    help="epoch: full batch; block: --block patterns per update (001); ppt: random "
@@ -160,17 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="async: the largest staleness (updates) a gradient may have")
     t.add_argument("--restarts", type=_int_at_least(0), default=0,
                    help="tries from new random weights when one ends without learning (000)")
-    t.add_argument("--window-epochs", type=_positive_float, default=1.0,
-                   help="the error estimate covers the last k*n patterns (000's k)")
+    t.add_argument("--window-epochs", type=_positive_float, default=None,
+                   help="with a target error: the error estimate covers the last k*n patterns (000's k; default 1)")
     t.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="write a checkpoint (atomically) every --checkpoint-every rounds and at the end")
-    t.add_argument("--checkpoint-every", type=_int_at_least(1), default=25,
-                   help="rounds between checkpoints (also what a run rolls back to when a worker dies)")
+    t.add_argument("--checkpoint-every", type=_int_at_least(1), default=None,
+                   help="rounds between checkpoints (also what a run rolls back to when a worker dies; default 25)")
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     t.add_argument("--splits", type=_int_at_least(1), default=None,
                    help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")
-    t.add_argument("--split-epochs", default="100,200,250,500",
-                   help="with --splits: epochs at which to measure test accuracy")
+    t.add_argument("--split-epochs", default=None,
+                   help="with --splits: epochs at which to measure test accuracy (default 100,200,250,500)")
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--momentum", type=float, default=None)
     t.add_argument("--l2", type=float, default=None)
@@ -192,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=_int_at_least(0), default=0)
     t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
+    t.add_argument("--connect-timeout", type=_positive_float, default=None, metavar="SECONDS",
+                   help="with --scheduler: seconds to wait for it to answer (default 10)")
     t.add_argument("--security", default=None, metavar="DIR",  # deploy
                    help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
     t.add_argument("--data-dir", default=None, help="folder holding mnist/ and digits5000/")
@@ -225,27 +229,24 @@ def _settings(args) -> dict:
 
 
 class Progress:
-    """One line every half second or so: epoch, loss, error, seconds per round."""
+    """Epochs of the total, rate and time left: a bar on a terminal, plain lines otherwise."""
 
-    def __init__(self, every: float = 0.5, stream=sys.stderr):
-        self.every, self.stream, self.last = every, stream, 0.0
+    def __init__(self, total_epochs: float, stream=None):
+        self.bar = textout.Bar(total_epochs, "epoch", stream=stream or sys.stderr)
 
     def __call__(self, record: dict) -> None:
-        now = time.perf_counter()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        print(f"epoch {record['epoch']:8.2f}  round {record['round']:6d}  loss {record['loss']:.5f}  "
-              f"error {record['error_rate']:.4f}  {record['wall_seconds']:.4f} s/round", file=self.stream)
+        self.bar.update(record["epoch"], f"loss {record['loss']:.4g}  error {100 * record['error_rate']:.2f} %  "
+                        f"{1e3 * record['wall_seconds']:.4g} ms/round", elapsed=record.get("elapsed_seconds"))
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def train_command(args) -> int:
     import ppt_dask as ppt  # the dask-using layers, loaded once the arguments are good
 
     s = _settings(args)
-    if args.resume and not args.checkpoint:
-        raise ValueError("--resume needs --checkpoint DIR")
-    check_flags_apply(args, s["strategy"])
+    cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
     security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
@@ -264,23 +265,25 @@ def train_command(args) -> int:
     strategy = ppt.strategies.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
     test = (data.X_test, data.y_test) if data.X_test is not None else None
     stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
-                    window_epochs=args.window_epochs, restarts=args.restarts,
+                    window_epochs=args.window_epochs or 1.0, restarts=args.restarts,
                     check_every=s.get("check_every", 1.0), screen=s.get("screen", "on") == "on")
     workers = args.workers
     # ppt and average: one shard per worker, as in 000 (local epoch per node) and 001/004
     # (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8 workers)
     per_worker = s["strategy"] in ("ppt", "average", "local")
     n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
-    checkpoints = _checkpoints(args.split_epochs) if args.splits else None
+    checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
     try:
         ppt.validation.check_n_shards(n_shards, len(data.X))
     except ValueError as exc:  # name the flag when the count is the user's
         raise ValueError(f"--shards: {exc}" if args.shards else str(exc)) from None
-    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker,
-                         security=security)  # deploy
+    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker or 1,
+                         security=security, timeout=args.connect_timeout or 10.0)  # deploy
     url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
+    progress = None if args.quiet else Progress(s["epochs"])
+    watch = interrupt.Watch(progress)  # Ctrl-C says where the run was
     try:
         known = ppt.cluster.worker_addresses(client)
         # all workers (None: the shards may spread to workers that join), or the first N
@@ -290,12 +293,21 @@ def train_command(args) -> int:
         shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=dtype, workers=addresses,
                                 replicate=bool(s.get("replicate")))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
-                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
                            resume=args.resume, exchange=args.exchange,
-                           pipeline=args.pipeline, progress=None if args.quiet else Progress())
+                           pipeline=args.pipeline, progress=watch)
         ppt.exit_data(shards)
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.close()
+        interrupt.close_quietly(ppt.cluster.close, client)
+        client = None
+        raise interrupt.Interrupted(watch.line(args.checkpoint)) from None
     finally:
-        ppt.cluster.close(client)
+        if progress is not None:
+            progress.close()
+        if client is not None:
+            ppt.cluster.close(client)
     summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
@@ -304,10 +316,9 @@ def train_command(args) -> int:
     rows = result.breakdown()  # diagnostics: where a round's time goes, per phase
     summary["phases"] = phase_table(rows) if rows else None
     summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
-    print(" ".join(f"{k}={v}" for k, v in summary.items() if k in (
-        "dataset", "strategy", "workers", "epochs", "rounds", "train_loss", "train_error_rate",
-        "test_accuracy", "wall_seconds", "learned", "percent_not_gradient")))
-    if args.report:  # diagnostics
+    print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
+    if args.report:  # diagnostics: the report names the data set too
+        result.settings["dataset"] = args.dataset
         result.report(args.report)
     if args.trace:
         result.trace(args.trace)

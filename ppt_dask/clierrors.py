@@ -17,6 +17,8 @@ import os
 import re
 import sys
 
+from .interrupt import EXIT_STATUS, Interrupted
+
 DEBUG_ENV = "PPT_DASK_DEBUG"
 
 # Library parameter names whose flag has another name.
@@ -78,11 +80,16 @@ def run(command, args, parser: argparse.ArgumentParser) -> int:
     """``command(args)``, its errors turned into one line and an exit status."""
     try:
         return command(args)
-    except KeyboardInterrupt:
+    except Interrupted as exc:  # Ctrl-C during a run: where it was and how to go on
+        if debugging(args):
+            raise
+        print(f"ppt-dask: {exc}", file=sys.stderr)
+        return EXIT_STATUS
+    except KeyboardInterrupt:  # before or after the run: nothing to resume from
         if debugging(args):
             raise
         print("ppt-dask: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_STATUS
     except (ValueError, FileNotFoundError, OSError) as exc:
         if debugging(args):
             raise

@@ -17,7 +17,7 @@ from pathlib import Path  # deploy
 import dask
 from distributed import Client, LocalCluster, Security  # deploy: Security
 
-from . import messages
+from . import interrupt, messages, probe
 
 # Environment of the worker processes ppt_dask starts (set before the process spawns).
 WORKER_ENV = {
@@ -133,7 +133,8 @@ def connect(
         TLS settings: a ``Security``, or a directory made by ``deploy/make_certs.py`` (its CA
         and client certificate); None uses the dask configuration (``distributed.comm.tls``).
     timeout : float
-        Seconds to wait for the scheduler before raising ``OSError``.
+        Seconds to wait for the scheduler before raising ``OSError`` (a ``tcp://`` address
+        that does not answer like a Dask scheduler, an HTTP port for one, is named as such).
     batch_interval : float or None
         Seconds between the batches of small messages of scheduler, workers and this
         client (:func:`ppt_dask.messages.fast_messages`; default 0, send at once: a round
@@ -144,6 +145,7 @@ def connect(
     if address is not None:
         address = check_address(address)
         security = resolve_security(security, address)  # deploy
+        probe.check_scheduler(address, timeout)  # an HTTP port would keep the Client waiting in silence
         try:
             client = Client(address, timeout=f"{timeout}s", security=security)
         except (OSError, TimeoutError) as exc:
@@ -175,7 +177,8 @@ def connect(
     # diagnostics: the scheduler preloads the /ppt page and its collector
     scheduler_kwargs = dict(cluster_kwargs.pop("scheduler_kwargs", None) or {})
     scheduler_kwargs["preload"] = [*scheduler_kwargs.get("preload", ()), "ppt_dask.dashboard"]
-    with dask.config.set(config):
+    # the workers ignore Ctrl-C: it stops the head, which closes them (ppt_dask.interrupt)
+    with dask.config.set(config), interrupt.sigint_ignored():
         cluster = LocalCluster(
             n_workers=int(n_workers),
             threads_per_worker=int(threads_per_worker),

@@ -22,6 +22,7 @@ import itertools
 import math
 from typing import Callable, NamedTuple
 
+from bokeh import __version__ as bokeh_version
 from bokeh.embed import file_html
 from bokeh.layouts import column, row
 from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, HoverTool, LinearAxis,
@@ -309,11 +310,27 @@ def report_html(result) -> str:
     settings["diagnostics head cost per round"] = f"{1e6 * records.head_cost_seconds:.1f} us"
     if records.dropped:
         settings["task records dropped (bounded memory)"] = records.dropped
-    title = Div(text=f"<h2>ppt_dask run {html.escape(records.run)}</h2>")
+    settings["versions"] = versions()
+    # the data set (named by the command line), strategy and workers head the report
+    named = ", ".join(f"{k} {settings[k]}" for k in ("dataset", "strategy", "workers") if k in settings)
+    title = Div(text=f"<h2>ppt_dask run {html.escape(records.run)}{': ' + html.escape(named) if named else ''}</h2>")
     table = Div(text="<h3>Settings and results</h3>" + settings_html(settings))
     profile = Div(text="<h3>Flat profile</h3><pre>" + html.escape(bd.format_table(view.table)) + "</pre>")
     layout = column(title, _layout(parts), table, profile, sizing_mode="stretch_width")
     return file_html(layout, INLINE, title=f"ppt_dask run {records.run}")
+
+
+def versions() -> str:
+    """The versions a run's numbers depend on, in one line."""
+    import platform
+
+    import dask
+    import distributed
+    import numpy
+
+    from . import __version__
+    return (f"ppt_dask {__version__}, dask {dask.__version__}, distributed {distributed.__version__}, "
+            f"numpy {numpy.__version__}, bokeh {bokeh_version}, Python {platform.python_version()}")
 
 
 def write_report(result, path) -> None:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import cluster, strategies, validation
+from . import applicability, cluster, strategies, validation
+from .epochs import EpochCurve, ToleranceRule
 from .estimator_contract import (ContractMixin, ConvergenceWarning, NotFittedError, check_X,
                                  check_y_labels, check_y_targets, distinct_labels, is_dask,
                                  n_features_message, r2_score, seed_of, sklearn_class)
@@ -160,10 +161,29 @@ class _PPTBase(ContractMixin):
         if not isinstance(extra, dict) or not isinstance(self.strategy, str):
             raise ValueError(f"strategy must be a name and strategy_params a dict or None, got "
                              f"{self.strategy!r} and {self.strategy_params!r}")
+        self._refuse_inapplicable(extra)
         settings = {"hidden": hidden, "extra": extra, "seed": seed_of(self.random_state),
                     "optimizer": {"lr": lr, "momentum": self.momentum, "l2": self.alpha}}
         self._strategy(settings, batch=1, n_shards=1)  # the strategy checks its own parameters
         return settings
+
+    def _refuse_inapplicable(self, extra: dict) -> None:
+        """What does not apply to the strategy is refused (:mod:`ppt_dask.applicability`)."""
+        if self.strategy not in applicability.STRATEGIES:
+            return  # strategies.make names the choices
+        size = PER_SHARD.get(self.strategy, "block")
+        for key in extra:
+            if key not in applicability.STRATEGY_OWN:
+                raise ValueError(f"strategy_params[{key!r}] is not a parameter of a strategy; "
+                                 f"they are {', '.join(applicability.STRATEGY_OWN)}")
+            if key == size and self.batch_size != "auto":
+                raise ValueError(f"strategy_params[{key!r}] and batch_size={self.batch_size!r} both set "
+                                 "the size of a block: give one")
+        applicability.refuse(self.strategy, {k: v for k, v in extra.items() if k != size},
+                             spell=lambda k: f"strategy_params[{k!r}]")
+        if self.strategy == "epoch" and self.batch_size != "auto":
+            raise ValueError(f"batch_size={self.batch_size!r} applies to strategy block, ppt, average, "
+                             "local, async, not to strategy epoch (each update sees the whole set)")
 
     def _strategy(self, settings: dict, batch: int, n_shards: int):
         """The strategy for ``batch`` patterns per update over all shards."""
@@ -283,53 +303,54 @@ class _PPTBase(ContractMixin):
         return self
 
     def _train_loop(self, run: _Run, net, shards, strategy, epochs: int, seed: int, *, tol_rule: bool):
-        """Train up to ``epochs`` epochs into ``run``, stopping by scikit-learn's tol rule.
+        """Train up to ``epochs`` epochs into ``run`` in one :func:`ppt_dask.train` call.
 
-        The rule is MLPClassifier's (``early_stopping=False``): an epoch whose mean loss is
-        not below the best loss so far minus ``tol`` counts as no improvement, and training
-        stops once more than ``n_iter_no_change`` epochs in a row count. The trainer has no
-        head-side stop hook, so the epochs run in chunks that end at the earliest epoch the
-        rule could fire: training stops at the rule's own epoch. Each chunk is one
-        :func:`ppt_dask.train` call; each chunk continues the previous one's state (weights,
-        momentum, round count), so the chunks train as one run would.
+        The rule is MLPClassifier's (``early_stopping=False``, :class:`ppt_dask.epochs.ToleranceRule`):
+        an epoch whose mean loss is not below the best loss so far minus ``tol`` counts as no
+        improvement, and training stops once more than ``n_iter_no_change`` epochs in a row
+        count. The trainer calls back after every round (``on_round``); the round that
+        completes the rule's epoch stops the run there. The asynchronous strategy has no
+        such call-back: its ``epochs`` all run and the rule only decides the warning.
         """
-        done = 0
-        while done < epochs:
-            chunk = epochs - done
-            if tol_rule:  # the first epoch only sets the best loss
-                chunk = min(chunk, self.n_iter_no_change + 1 - run.no_improvement + (run.best == math.inf))
-            result = train(net, shards, strategy, Stop(max_epochs=chunk), seed=seed, params=run.params,
-                           initial_state=run.state, fan_in=self.fan_in,
-                           progress=self._progress if self.verbose else None)
-            run.params, run.state = result.params, result.state
-            run.history += [{**r, "epoch": r.get("epoch", 0) + run.epochs} for r in result.history]
-            run.patterns += int(sum(r.get("patterns", 0) for r in result.history))
-            diverged = result.stopped_because.startswith("diverged")
-            for loss in _epoch_losses(result.history, chunk, complete=not diverged):
-                run.epochs += 1
-                run.losses.append(loss)
-                run.no_improvement = run.no_improvement + 1 if loss > run.best - self.tol else 0
-                run.best = min(run.best, loss)
-                if self.verbose:
-                    print(f"Iteration {run.epochs}, loss = {loss:.8f}")
-            done += chunk
-            if diverged:
-                warnings.warn(f"training {result.stopped_because} (loss not finite); kept the last good "
-                              "weights; scale the inputs and targets or lower learning_rate_init",
-                              sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
-                return
-            if tol_rule and run.no_improvement > self.n_iter_no_change:
-                if self.verbose:
-                    print(f"Training loss did not improve more than tol={self.tol} for "
-                          f"{self.n_iter_no_change} consecutive epochs. Stopping.")
-                return
-        if tol_rule:
+        rule = ToleranceRule(self.tol, self.n_iter_no_change, run.best, run.no_improvement)
+        curve = EpochCurve(rule if tol_rule else None,
+                           on_epoch=self._print_epoch(run.epochs) if self.verbose else None)
+        asynchronous = getattr(strategy, "asynchronous", False)
+        result = train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=run.params,
+                       fan_in=self.fan_in, progress=None,
+                       on_round=None if asynchronous else curve.add)
+        diverged = result.stopped_because.startswith("diverged")
+        if asynchronous:  # its records carry the epochs of the gradients it applied
+            curve = EpochCurve(rule if tol_rule else None, on_epoch=curve.on_epoch)
+            for loss in _epoch_losses(result.history, epochs, complete=not diverged):
+                curve.add({"epoch": len(curve.losses) + 1, "loss": loss})
+        elif diverged:
+            curve.close_partial()
+        run.params, run.state = result.params, result.state
+        run.history += [{**r, "epoch": r.get("epoch", 0) + run.epochs} for r in result.history]
+        run.patterns += int(sum(r.get("patterns", 0) for r in result.history))
+        run.losses += curve.losses
+        run.epochs += len(curve.losses)
+        run.best, run.no_improvement = rule.best, rule.no_improvement
+        if diverged:
+            warnings.warn(f"training {result.stopped_because} (loss not finite); kept the last good "
+                          "weights; scale the inputs and targets or lower learning_rate_init",
+                          sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
+            return
+        if curve.stopped_by_rule and not asynchronous:
+            if self.verbose:
+                print(f"Training loss did not improve more than tol={self.tol} for "
+                      f"{self.n_iter_no_change} consecutive epochs. Stopping.")
+            return
+        if tol_rule and len(curve.losses) >= epochs and not curve.stopped_by_rule:
             warnings.warn(f"Maximum iterations ({epochs}) reached and the optimization hasn't converged yet.",
                           sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
 
-    def _progress(self, r: dict) -> None:
-        if r["round"] % 50 == 0:
-            print(f"  round {r['round']}: loss {r['loss']:.5f}, {r['wall_seconds'] * 1e3:.1f} ms")
+    @staticmethod
+    def _print_epoch(before: int):
+        def show(epoch: int, loss: float) -> None:
+            print(f"Iteration {before + epoch}, loss = {loss:.8f}")
+        return show
 
     # -- prediction --
 
@@ -363,7 +384,8 @@ _DOC = """
         Patterns per weight update over all shards (seed 001's block; for "ppt" and
         "average" each shard takes ``batch_size // n_shards``). "auto" is
         ``min(1000, n_samples)``: a round costs 10-20 ms of scheduling besides compute,
-        which 1000 patterns keep small on MNIST-sized networks. Ignored by "epoch".
+        which 1000 patterns keep small on MNIST-sized networks. An integer is refused with
+        "epoch" (each update sees the whole set).
     learning_rate_init : float or None, default=None
         Constant step size; None means {lr}. Scale the inputs (and, for regression, the
         targets): gradient descent with momentum diverges on unscaled data.
@@ -379,11 +401,12 @@ _DOC = """
         Seeds the initial weights and the strategies' draws. With an int, a fit gives the
         same weights on any number of workers for a given ``n_shards``.
     warm_start, verbose : bool, default=False
-        ``fit`` continues from the learned weights; print the loss of every epoch (and round 50k).
+        ``fit`` continues from the learned weights; print the loss of every epoch.
     strategy : str, default="block"
         A name for :func:`ppt_dask.strategies.make`: "block", "epoch", "ppt", "average", "async".
     strategy_params : dict or None, default=None
-        More arguments of the strategy, for example ``{"local_epochs": 2}`` for "average".
+        More arguments of the strategy, for example ``{"local_epochs": 2}`` for "average";
+        one that does not apply to the strategy is refused (:mod:`ppt_dask.applicability`).
     n_shards : int or None, default=None
         Logical shards of the training set; None: one per worker.
     n_workers : int or None, default=None
@@ -416,11 +439,13 @@ _DOC = """
     Notes
     -----
     scikit-learn's ``parametrize_with_checks`` passes with no check skipped or expected to
-    fail by this estimator (two checks skip themselves when pandas is not installed or
+    fail by this estimator (scikit-learn itself skips ``check_estimators_data_not_an_array``
+    with pandas objects when pandas is not installed, and ``check_array_api_input`` when
     ``SCIPY_ARRAY_API`` is not set). Where it differs from ``{sklearn}``: one solver,
     gradient descent with momentum and a constant step, one distributed round per block;
-    ``partial_fit``, and each chunk of epochs between two checks of the ``tol`` rule,
-    start the momentum again from zero; ``loss_curve_`` leaves out the L2 term.
+    ``partial_fit`` starts the momentum again from zero; ``loss_curve_`` leaves out the L2
+    term. ``fit`` is one run of the trainer, stopped from inside at the epoch where the
+    ``tol`` rule fires (the asynchronous strategy runs all ``max_iter`` epochs).
 """
 
 

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from . import perfmodel, planning
+from . import perfmodel, planning, textout
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 _CALIBRATED = -1  # --shards not given: the calibration's layout
@@ -45,16 +45,6 @@ def _positive(text: str) -> int:
     return value[0]
 
 
-def _probe_rounds(text: str) -> int:
-    from .calibrate import WARMUP_ROUNDS  # imports distributed: only when --rounds is given
-
-    value = _positive(text)
-    if value <= WARMUP_ROUNDS:  # else no round is timed and every fit is NaN
-        raise argparse.ArgumentTypeError(f"must be > {WARMUP_ROUNDS} (the first "
-                                         f"{WARMUP_ROUNDS} are not timed), got {value}")
-    return value
-
-
 def _shards(text: str):
     return None if text.lower() in ("none", "p") else _positive(text)
 
@@ -73,7 +63,7 @@ def add_model_parser(subparsers) -> None:
     c.add_argument("--shards", type=_shards, default=None, help="shards of the layout to model (default: 8, or the workers if more)")
     c.add_argument("--hidden", type=_hidden, default=None, help="hidden widths (default: the data set's preset)")
     c.add_argument("--fan-in", type=_positive, default=2)
-    c.add_argument("--rounds", type=_probe_rounds, default=25, help="probe rounds per point (> 5)")
+    c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point (at least 8: 5 warm up)")
     c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
     c.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     c.add_argument("--data-dir", default=None)
@@ -115,6 +105,16 @@ def model_command(args) -> int:
     return _recommend(args, setting)
 
 
+def _step_printer():
+    """Each step of the calibration on standard error, with the time so far."""
+    import time
+    t0 = time.perf_counter()
+
+    def say(line: str) -> None:
+        print(f"[{textout.duration(time.perf_counter() - t0)}] {line}", file=sys.stderr, flush=True)
+    return say
+
+
 def _calibrate(args) -> int:
     import ppt_dask as ppt
     from . import calibrate, cli, datasets
@@ -130,6 +130,7 @@ def _calibrate(args) -> int:
     # the model is of synchronous block rounds: the data set's block preset
     sync_block = cli.STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
     block = min(args.block or sync_block or 1000, len(data.X))
+    calibrate.check_rounds(args.rounds, flag="--rounds")  # before the cluster: a median needs rounds
     client = ppt.connect(args.scheduler, n_workers=args.workers)
     try:
         workers = ppt.cluster.worker_addresses(client)[: args.workers or None]
@@ -137,7 +138,8 @@ def _calibrate(args) -> int:
         n_test = 0 if data.X_test is None else len(data.X_test)
         result = calibrate.calibrate(client, net, data.X, data.y, block=block, workers=workers,
                                      n_shards=shards, fan_in=args.fan_in, n_test=n_test,
-                                     rounds=args.rounds, p_values=args.p_values)
+                                     rounds=args.rounds, p_values=args.p_values,
+                                     progress=_step_printer())
     finally:
         ppt.cluster.close(client)
     result.save(args.out)

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 from distributed import KilledWorker
 
-from . import checkpoint, diagnostics, graph, onehop, overlap, strategies
+from . import applicability, checkpoint, diagnostics, graph, onehop, overlap, strategies
 from .stopping import ErrorEstimate, Stop
 from .validation import check_int_at_least
 from .network import MLP
@@ -287,6 +287,10 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     Result
     """
     # -- check everything before any cluster work --
+    applicability.refuse(applicability.strategy_name(strategy), {  # refused, never ignored
+        "exchange": exchange, "pipeline": pipeline, "checkpoint": checkpoint_dir, "resume": resume,
+        "restarts": stop.restarts, "on_round": on_round, "snapshot_epochs": tuple(snapshot_epochs),
+        "initial_state": initial_state})
     fan_in = check_int_at_least("fan_in", fan_in, 2)
     pipeline = check_int_at_least("pipeline", pipeline, 0)
     checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)

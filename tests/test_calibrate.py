@@ -202,11 +202,22 @@ def test_cli_bad_input_exits_2(tmp_path, calibration_file, args, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
+def test_cli_calibrate_with_too_few_rounds_names_the_minimum():
+    """760b1fe: numpy's RuntimeWarning and `seconds must be finite ... got [nan, nan, ...]`."""
+    proc = run_cli("model", "calibrate", "parity8", "--rounds", "3", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "ppt-dask: error: --rounds must be at least 8 (5 warm-up rounds and 3 measured), got 3"]
+    assert "nan" not in proc.stderr.lower()
+
+
 def test_cli_calibrate_writes_a_usable_file(tmp_path):
     out = tmp_path / "calib.json"
     proc = run_cli("model", "calibrate", "encoder", "--workers", "2", "--block", "64",
-                   "--rounds", "6", "--p-values", "1,2", "--out", str(out))
+                   "--rounds", "8", "--p-values", "1,2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
+    steps = [line for line in proc.stderr.splitlines() if "] step " in line]
+    assert [line.split("] ")[1][:9] for line in steps] == ["step 1/4:", "step 2/4:", "step 3/4:", "step 4/4:"]
     cal = calibrate.Calibration.load(out)
     assert cal.network == (256, 8, 256) and cal.n_patterns == 256 and cal.workers == 2
     assert cal.constants.tf_seconds > 0 and cal.constants.th0_seconds + cal.constants.th1_seconds > 0
@@ -225,5 +236,14 @@ def test_validation_script_quick(tmp_path):
     assert {r["program"] for r in rows} == {"serial", "dask"}
     assert {int(r["p"]) for r in rows if r["program"] == "dask"} == {1, 2}
     assert all(float(r["measured"]) > 0 and float(r["predicted"]) > 0 for r in rows)
+    # a loose bound on a fresh calibration on this machine: the quick run is short and the
+    # machine is shared (others used 70-85 % of the CPU in the runs that set it, and the quick
+    # error was 30 %), so a slip of timing passes, while a broken model (a term lost, a
+    # constant in the wrong unit, predictions off by 3x) fails; the 3 % goal is the full script's
+    dask = [r for r in rows if r["program"] == "dask"]
+    ratios = [float(r["predicted"]) / float(r["measured"]) for r in dask]
+    error = float(np.mean([abs(x - 1) for x in ratios]))
+    print(f"quick validation: mean absolute prediction error {error:.1%} over {len(dask)} settings")
+    assert error < 0.6 and all(1 / 3 < x < 3 for x in ratios), ratios
     assert (tmp_path / "speedup_model.html").stat().st_size > 1000
     assert calibrate.Calibration.load(tmp_path / "calibration.json").n_weights == 55050

@@ -123,7 +123,12 @@ with warnings.catch_warnings():  # by design they do not inherit from sklearn.ba
 
 @SKLEARN_CHECKS
 def test_sklearn_contract(estimator, check, client):
-    """Every check of scikit-learn's, none skipped and none expected to fail."""
+    """Every check of scikit-learn's, none marked to skip or expected to fail by this estimator.
+
+    scikit-learn skips four by itself here (two per estimator), each naming its reason:
+    ``check_estimators_data_not_an_array`` with pandas objects ("pandas is not installed")
+    and ``check_array_api_input`` ("SCIPY_ARRAY_API is not set"); pandas and the array API
+    are not dependencies of this project."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Maximum iterations")
         check(estimator)
@@ -210,10 +215,35 @@ def test_tol_rule_stops_at_the_same_epoch_as_scikit_learn(client):
     X, y = blobs(200)
     est = PPTClassifier(**{**FAST, "max_iter": 50, "tol": 10.0, "n_iter_no_change": 3}).fit(X, y)
     assert est.n_iter_ == 5 and len(est.loss_curve_) == 5
-    # one train call: the first chunk already reaches the earliest stopping epoch
+    # one train call, stopped from inside at the round that completes epoch 5
     assert [r["round"] for r in est.history_] == list(range(5))
     with pytest.warns(UserWarning, match="Maximum iterations \\(3\\)"):
         PPTClassifier(**{**FAST, "max_iter": 3}).fit(X, y)
+
+
+def test_digits_epochs_count_once_and_the_warning_only_after_max_iter(client):
+    """scikit-learn's digits, MLPClassifier's call: n_iter_ counts each epoch once (one entry of
+    loss_curve_ each, the rounds cover exactly those epochs), the tol rule fires at the epoch
+    its own replay over loss_curve_ names, and no ConvergenceWarning when it stopped early."""
+    from sklearn.datasets import load_digits
+
+    from ppt_dask.epochs import ToleranceRule
+
+    X, y = load_digits(return_X_y=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = PPTClassifier(max_iter=300, random_state=0).fit(X / 16, y)
+    converge = [w for w in caught if "Maximum iterations" in str(w.message)]
+    assert clf.n_iter_ == len(clf.loss_curve_)
+    rounds_per_epoch = (clf.history_[0]["round"] + 1) / clf.history_[0]["epoch"]
+    assert clf.n_iter_ <= clf.history_[-1]["epoch"] < clf.n_iter_ + 1 / rounds_per_epoch + 1e-9
+    rule = ToleranceRule(clf.tol, clf.n_iter_no_change)
+    fired = [rule.add(loss) for loss in clf.loss_curve_]
+    if clf.n_iter_ < clf.max_iter:  # stopped by the rule: at its first firing, no warning
+        assert fired.index(True) == clf.n_iter_ - 1 and not converge
+    else:
+        assert True not in fired and len(converge) == 1
+    assert clf.score(X / 16, y) > 0.95
 
 
 def test_regressor_multi_output_and_strategies(client):

@@ -21,6 +21,7 @@ SCRIPTS = {  # script -> (tables, figures) it writes
     "paper001_convergence.py": (("paper001_convergence",), ("paper001_convergence",)),
     "paper002_softmax.py": (("paper002_softmax",), ("paper002_softmax",)),
     "paper004_digits.py": (("paper004_table1", "paper004_table2"), ("paper004_digits",)),
+    "estimator_race.py": (("estimator_race",), ()),
 }
 TIMEOUT = 240  # seconds; a --quick run takes well under a minute on an idle 2-core machine
 
@@ -52,6 +53,13 @@ def test_quick_run_writes_tables_and_figures(script, tmp_path):
     for name in figures:
         html = (tmp_path / f"{name}.html").read_text()
         assert "Bokeh" in html and len(html) > 1000
+    if script == "estimator_race.py":  # both estimators on both data sets, side by side
+        with open(tmp_path / "estimator_race.csv") as fh:
+            rows = list(csv.DictReader(fh))
+        assert [(r["data"].split()[0], r["estimator"]) for r in rows] == [
+            ("MNIST", "PPTClassifier()"), ("MNIST", "MLPClassifier()"),
+            ("digits", "PPTClassifier()"), ("digits", "MLPClassifier()")]
+        assert all(float(r["test accuracy %"]) > 85 and int(r["epochs"]) >= 1 for r in rows)
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

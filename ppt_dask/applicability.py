@@ -1,0 +1,107 @@
+"""Which parameter applies to which strategy: one table for the CLI, ``train`` and the estimators.
+
+A parameter given for a strategy it does not apply to is refused before any cluster work,
+with one line that names it and says where it applies (``--block applies to --strategy
+block, average, local, async``), never dropped. The CLI spells a parameter as its flag
+(``--local-epoch``), ``train`` as its keyword, the estimators as a key of
+``strategy_params`` (``batch_size`` for the size of a block).
+"""
+
+from __future__ import annotations
+
+STRATEGIES = ("epoch", "block", "ppt", "average", "local", "async")
+_SYNCHRONOUS = ("epoch", "block", "ppt", "average", "local")  # the trainer's round loop
+
+# parameter -> the strategies it applies to
+TABLE: dict[str, tuple[str, ...]] = {
+    # the optimizer: every strategy
+    "lr": STRATEGIES,
+    "momentum": STRATEGIES,
+    "l2": STRATEGIES,
+    # the strategies' own sizes and rules
+    "block": ("block", "average", "local", "async"),  # patterns per update, or the local mini-batch
+    "local_epoch": ("ppt",),
+    "replicate": ("ppt",),
+    "interval": ("average", "local"),
+    "pull": ("local",),
+    "local_epochs": ("average",),
+    "sample_fraction": ("average",),
+    "momentum_policy": ("average",),
+    "staleness": ("async",),
+    # the round loop (train); the asynchronous loop has none of these
+    "exchange": ("epoch", "block", "ppt", "average"),  # tree, doubling (and all, see below)
+    "pipeline": _SYNCHRONOUS,
+    "checkpoint": _SYNCHRONOUS,
+    "resume": _SYNCHRONOUS,
+    "restarts": _SYNCHRONOUS,
+    "on_round": _SYNCHRONOUS,
+    "snapshot_epochs": _SYNCHRONOUS,
+    "initial_state": _SYNCHRONOUS,
+}
+
+# the rows that are arguments of a strategy object (strategies.make), not of train
+STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "local_epochs", "sample_fraction",
+                "momentum_policy", "staleness")
+
+# values that say "not given" for every strategy (the defaults of train and the CLI)
+NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,),
+           "snapshot_epochs": ((),)}
+# values that apply beyond the table's row: the local strategy's graph is all to all
+ALSO = {("exchange", "all"): ("local",)}
+
+
+def strategy_name(strategy) -> str:
+    """The name users type for a strategy object (``Sync`` without a block is "epoch")."""
+    name = getattr(strategy, "name", None)
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    return name
+
+
+def where(parameter: str, spell=str) -> str:
+    """Where ``parameter`` applies, in words."""
+    names = TABLE[parameter]
+    if names == STRATEGIES:
+        return "every strategy"
+    return ("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(names)
+
+
+def applies(parameter: str, strategy: str, value=None) -> bool:
+    """Whether ``parameter`` (with ``value``) applies to ``strategy``; KeyError if unknown."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+    also = ALSO.get((parameter, value), ()) if isinstance(value, str) else ()
+    return strategy in TABLE[parameter] or strategy in also
+
+
+def is_given(parameter: str, value) -> bool:
+    """A value other than "not given" (None, or the neutral default)."""
+    if value is None:
+        return False
+    return not any(value is n or (type(value) is type(n) and value == n) for n in NEUTRAL.get(parameter, ()))
+
+
+def cli_spelling(parameter: str) -> str:
+    return "--" + parameter.replace("_", "-")
+
+
+def refuse(strategy: str, given: dict, spell=str) -> None:
+    """Raise ValueError for the first parameter in ``given`` that does not apply to ``strategy``.
+
+    Parameters
+    ----------
+    strategy : str
+        One of :data:`STRATEGIES`.
+    given : dict
+        Parameter name -> value; None and the neutral defaults count as not given.
+    spell : callable
+        How the message spells a parameter (:func:`cli_spelling` for flags).
+    """
+    for parameter, value in given.items():
+        if parameter not in TABLE:
+            raise ValueError(f"unknown parameter {spell(parameter)} (known: {', '.join(sorted(TABLE))})")
+        if is_given(parameter, value) and not applies(parameter, strategy, value):
+            shown = f"{spell(parameter)} {value!r}" if parameter == "exchange" else spell(parameter)
+            extra = (" (and 'all' to local)" if parameter == "exchange" else "")
+            raise ValueError(f"{shown} applies to {where(parameter, spell)}{extra}, "
+                             f"not to {'--strategy ' if spell is cli_spelling else 'strategy '}{strategy}")

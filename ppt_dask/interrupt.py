@@ -1,0 +1,115 @@
+"""Ctrl-C: stop in one line that says where the run was and how to go on.
+
+The worker processes that ppt_dask starts ignore SIGINT (they inherit it ignored while the
+LocalCluster spawns them), so a Ctrl-C at the terminal, which reaches the whole process
+group, interrupts the head alone; the head then closes the cluster with its log quiet and
+further Ctrl-C held off, and names the round its checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+
+import numpy as np
+
+EXIT_STATUS = 130  # 128 + SIGINT, what shells report for a run stopped by Ctrl-C
+
+
+class Interrupted(Exception):
+    """The run was stopped by Ctrl-C; the message is the line to print."""
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """SIGINT ignored in this block (only the main thread can change signal handlers).
+
+    Processes spawned inside inherit the ignored signal: Python installs its
+    KeyboardInterrupt handler only where SIGINT starts at its default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class Watch:
+    """A progress callback that remembers the last round it saw (and passes records on)."""
+
+    def __init__(self, inner=None):
+        self.inner, self.last = inner, None
+
+    def __call__(self, record: dict) -> None:
+        self.last = record
+        if self.inner is not None:
+            self.inner(record)
+
+    def line(self, checkpoint_dir) -> str:
+        where = ("before the first round" if self.last is None else
+                 f"at epoch {self.last['epoch']:.2f}, round {self.last['round']}")
+        if not checkpoint_dir:
+            return f"interrupted {where} (no checkpoint; --checkpoint DIR keeps one to resume from)"
+        saved = saved_round(checkpoint_dir)
+        if saved is None:
+            return f"interrupted {where}; checkpoint {checkpoint_dir} holds none yet (start again without --resume)"
+        return f"interrupted {where}; checkpoint {checkpoint_dir} holds round {saved} (go on with --resume)"
+
+
+def saved_round(directory) -> int | None:
+    """The round of the checkpoint in ``directory`` (None when there is no readable one)."""
+    from .checkpoint import FILE
+
+    try:
+        with np.load(Path(directory) / FILE, allow_pickle=False) as archive:
+            return int(json.loads(archive["header"].tobytes().decode())["round"])
+    except Exception:  # missing or unreadable: the line says there is none
+        return None
+
+
+QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+QUIET_SECONDS = 5.0  # how long the workers may take to quiet their logs before the close goes on
+
+
+def _quiet_logs() -> None:
+    """On a worker: no warnings about the tasks the close cancels."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _quiet_workers(client) -> None:
+    """:func:`_quiet_logs` on every worker of ``client``, waiting at most ``QUIET_SECONDS``
+    (a stuck worker must not hold up the close: it is closed with the rest)."""
+    def run():
+        try:
+            client.run(_quiet_logs)
+        except Exception:  # a worker already gone: nothing to quiet there
+            pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(QUIET_SECONDS)
+
+
+def close_quietly(close, client, workers_too: bool = True) -> None:
+    """``close(client)`` with distributed's shutdown log silenced (here and, when
+    ``workers_too``, on the workers) and Ctrl-C held off."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with sigint_ignored():
+            if workers_too and getattr(client, "_ppt_owns_cluster", False):
+                _quiet_workers(client)  # only the workers of a cluster this run started
+            close(client)
+    except Exception:  # the cluster may already be half gone; its processes end with us
+        pass
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

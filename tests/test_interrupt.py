@@ -1,0 +1,92 @@
+"""Ctrl-C on a real run: one line, status 130, the cluster closed, a checkpoint that resumes bitwise."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from ppt_dask import checkpoint
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--seed", "3",
+            "--checkpoint-every", "20", *args]
+
+
+def _session(sid):
+    """Processes of the session (the head started its own, and the workers are in it)."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid:
+                found.append(p.pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return found
+
+
+def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path):
+    """760b1fe: 111 lines with 5 tracebacks, not a word about the checkpoint. The signal goes
+    to the whole process group, as a terminal's Ctrl-C does."""
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    subprocess.run(_cli("--quiet", "--checkpoint", str(whole)), check=True, timeout=300, capture_output=True)
+    head = subprocess.Popen(_cli("--checkpoint", str(cut)), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (cut / checkpoint.FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert len(_session(head.pid)) >= 3  # the head and its two workers (and more) are running
+    os.killpg(head.pid, signal.SIGINT)
+    out, err = head.communicate(timeout=60)
+    assert head.returncode == 130
+    assert "Traceback" not in err and "Error" not in err
+    last = err.strip().splitlines()[-1]
+    progress = [line for line in err.strip().splitlines()[:-1] if not line.startswith("epoch ")]
+    assert progress == [] or all(line.startswith("time breakdown, live:") for line in progress), progress
+    with np.load(cut / checkpoint.FILE) as ck:
+        cut_round = json.loads(ck["header"].tobytes())["round"]
+    assert last.startswith("ppt-dask: interrupted at epoch ")
+    assert last.endswith(f"; checkpoint {cut} holds round {cut_round} (go on with --resume)")
+    at_round = int(last.split(", round ")[1].split(";")[0])
+    assert at_round >= cut_round >= 19 and out == ""
+    deadline = time.monotonic() + 10
+    while _session(head.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session(head.pid) == []  # no worker, nanny or helper process left
+    resumed = subprocess.run(_cli("--quiet", "--checkpoint", str(cut), "--resume"), timeout=300,
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    a = np.load(whole / checkpoint.FILE)["params"]
+    b = np.load(cut / checkpoint.FILE)["params"]
+    assert a.tobytes() == b.tobytes()  # bitwise as the run that was never interrupted
+
+
+def test_resume_without_a_checkpoint_is_an_error_that_says_how_to_start_fresh(tmp_path):
+    """760b1fe: trained from scratch, exit 0, no word."""
+    out = subprocess.run(_cli("--checkpoint", str(tmp_path / "none"), "--resume"), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"ppt-dask: error: --resume: there is no checkpoint in {str(tmp_path / 'none')!r} "
+        f"(no {checkpoint.FILE}); to start fresh, leave out --resume"]
+
+
+@pytest.mark.slow
+def test_the_readme_checkpoint_commands_as_printed(tmp_path):
+    """README, "The command line": a run that keeps a checkpoint, then one that goes on from it."""
+    first = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=1200)
+    assert first.returncode == 0, first.stderr[-2000:]
+    saved = json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"]
+    again = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/", "--resume"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"] >= saved
+    assert "test accuracy" in again.stdout
