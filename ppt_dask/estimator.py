@@ -310,18 +310,20 @@ class _PPTBase(ContractMixin):
         improvement, and training stops once more than ``n_iter_no_change`` epochs in a row
         count. The trainer calls back after every round (``on_round``); the round that
         completes the rule's epoch stops the run there. The asynchronous strategy has no
-        such call-back: its ``epochs`` all run and the rule only decides the warning.
+        such call-back: its ``epochs`` all run and the rule only decides the warning. Without
+        ``tol_rule`` (``partial_fit``) the rule's bookkeeping (``best_loss_``) goes on, as
+        scikit-learn's, but does not stop the run.
         """
         rule = ToleranceRule(self.tol, self.n_iter_no_change, run.best, run.no_improvement)
-        curve = EpochCurve(rule if tol_rule else None,
-                           on_epoch=self._print_epoch(run.epochs) if self.verbose else None)
+        curve = EpochCurve(rule, on_epoch=self._print_epoch(run.epochs) if self.verbose else None)
         asynchronous = getattr(strategy, "asynchronous", False)
         result = train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=run.params,
                        fan_in=self.fan_in, progress=None,
-                       on_round=None if asynchronous else curve.add)
+                       on_round=None if asynchronous else curve.add if tol_rule else
+                       lambda record: curve.add(record) and False)
         diverged = result.stopped_because.startswith("diverged")
         if asynchronous:  # its records carry the epochs of the gradients it applied
-            curve = EpochCurve(rule if tol_rule else None, on_epoch=curve.on_epoch)
+            curve = EpochCurve(rule, on_epoch=curve.on_epoch)
             for loss in _epoch_losses(result.history, epochs, complete=not diverged):
                 curve.add({"epoch": len(curve.losses) + 1, "loss": loss})
         elif diverged:
@@ -337,7 +339,7 @@ class _PPTBase(ContractMixin):
                           "weights; scale the inputs and targets or lower learning_rate_init",
                           sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
             return
-        if curve.stopped_by_rule and not asynchronous:
+        if tol_rule and curve.stopped_by_rule and not asynchronous:
             if self.verbose:
                 print(f"Training loss did not improve more than tol={self.tol} for "
                       f"{self.n_iter_no_change} consecutive epochs. Stopping.")

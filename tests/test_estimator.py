@@ -255,7 +255,8 @@ def test_regressor_multi_output_and_strategies(client):
     for strategy, extra, momentum, r2 in [("block", None, 0.9, 0.95), ("epoch", None, 0.9, 0.5),
                                           ("ppt", None, 0.9, 0.95), ("average", {"local_epochs": 1}, 0.9, 0.9),
                                           ("async", None, 0.5, 0.9)]:
-        est = PPTRegressor(hidden_layer_sizes=(16,), activation="tanh", max_iter=15, batch_size=100,
+        est = PPTRegressor(hidden_layer_sizes=(16,), activation="tanh", max_iter=15,
+                           batch_size="auto" if strategy == "epoch" else 100,  # epoch: the whole set
                            momentum=momentum, strategy=strategy, strategy_params=extra, random_state=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
