@@ -190,6 +190,7 @@ def start(workers: int):
 
 
 def addresses(client, p: int) -> list[str]:
+    import ppt_dask as ppt
     return ppt.cluster.worker_addresses(client)[:p]
 
 
@@ -201,6 +202,7 @@ def cluster_terms(client, quick: bool = False) -> dict:
     The probes do not spin: on a machine shared with other work a probe that spins for a
     fixed CPU time takes several times longer in wall time, and the fit would charge that
     to the head. So the shortest gradient phase ``tq`` is folded into ``th0`` here."""
+    import ppt_dask as ppt
     from ppt_dask import calibrate
     rounds, warmup = (8, 2) if quick else (20, 5)
     head = calibrate.measure_head(client, p_values=(1, 2, 4) if quick else (1, 2, 4, 8, 16),

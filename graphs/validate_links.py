@@ -40,7 +40,7 @@ import common  # noqa: E402
 
 DEFAULTS = dict(LINKS=("none", "1gbit", "100mbit"), DELAY="0.2ms", BLOCKS=(1000, 4000, 8000),
                 N_TRAIN=8192, ROUNDS=14, WARMUP=4, CAL_ROUNDS=12)
-QUICK = dict(LINKS=("100mbit",), BLOCKS=(1000, 8000), ROUNDS=8, WARMUP=3, CAL_ROUNDS=6)
+QUICK = dict(LINKS=("100mbit",), BLOCKS=(1000, 8000), ROUNDS=8, WARMUP=3, CAL_ROUNDS=8)
 N_WORKERS, N_SHARDS = 2, 8
 SUBNET = "10.213.{}.{}"  # worker i: host side .1, namespace side .2
 START_TIMEOUT = 60

@@ -40,8 +40,12 @@ def check_scheduler(address: str, timeout: float = 10.0) -> None:
             if reply and reply.startswith(b"HTTP/"):
                 raise OSError(f"{address!r} is an HTTP server, not a Dask scheduler: a dashboard port "
                               "(8787 by default) instead of the scheduler's (8786 by default)?")
+            tls = "tls://" + address[len("tcp://"):]
+            if reply and reply[:1] == b"\x15":  # a TLS alert record: the server speaks TLS
+                raise OSError(f"{address!r} speaks TLS: connect to {tls!r} with the cluster's certificates")
             raise OSError(f"{address!r} accepts connections but does not answer like a Dask scheduler "
-                          f"(no handshake within {QUIET_SECONDS:g} s): is it the scheduler's port?")
+                          f"(no handshake within {QUIET_SECONDS:g} s): is it the scheduler's port, "
+                          f"or a TLS scheduler ({tls!r} with its certificates)?")
         if first.startswith(b"SSH-"):
             raise OSError(f"{address!r} is an SSH server, not a Dask scheduler: is it the scheduler's port?")
         if first.startswith(b"HTTP/") or not _looks_like_frames(first):

@@ -8,6 +8,7 @@ the data folder's own copy: what was fetched must hold the same idx bytes.
 import functools
 import gzip
 import hashlib
+import json
 import http.server
 import os
 import signal
@@ -233,13 +234,16 @@ def test_command_line_fetches_verifies_and_trains(serve, mnist_dir, tmp_path):
     url, _ = serve(mnist_dir)
     target = tmp_path / "data"
     env = {**os.environ, "PPT_DASK_MIRRORS": url, "PPT_DASK_DATA": str(target)}
+    out = tmp_path / "summary.json"
     run = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--epochs", "1",
-                          "--workers", "2", "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+                          "--workers", "2", "--quiet", "--json", str(out)], env=env, capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     fetched = [line for line in run.stderr.splitlines() if line.startswith("fetched mnist/")]
     assert len(fetched) == 4, run.stderr
-    assert "dataset=mnist" in run.stdout and "test_accuracy=" in run.stdout
-    accuracy = float(run.stdout.split("test_accuracy=")[1].split()[0])
+    summary = json.loads(out.read_text())
+    accuracy = summary["test_accuracy"]
+    assert summary["dataset"] == "mnist" and run.stdout.startswith("mnist: ") and "test accuracy" in run.stdout
     assert accuracy > 0.85  # one epoch of the preset learns; random weights give about 0.1
     assert _left(target) == sorted(NAMES)
 

@@ -39,7 +39,7 @@ def printed_commands(path: Path) -> list[str]:
 
 
 def needs_several_hosts(words: list[str]) -> bool:
-    if words[1:3] == ["cluster", "ssh"]:
+    if words[1:3] in (["cluster", "ssh"], ["cluster", "slurm"]):  # run for real in test_deploy, test_slurm
         return True
     if "--scheduler" in words:
         address = words[words.index("--scheduler") + 1]
@@ -80,6 +80,22 @@ def test_the_documents_print_the_commands_we_expect():
     assert sum(doc == "deploy/README.md" for doc, _ in COMMANDS) >= 3
 
 
+def _inputs_of_predict(argv: list[str], workdir: Path, script: str, env: dict) -> None:
+    """What a printed ``predict`` reads and the documents make elsewhere (a model trained on
+    another machine, the user's own rows): a parity8 model and rows of its width."""
+    import numpy as np
+
+    model = workdir / argv[2]
+    if not model.exists():
+        subprocess.run([script, "train", "parity8", "--epochs", "1", "--quiet", "--save", str(model)],
+                       cwd=workdir, env=env, check=True, capture_output=True, timeout=600)
+    if "--input" in argv and not (workdir / argv[argv.index("--input") + 1]).exists():
+        from ppt_dask import load_model
+
+        width = load_model(model).net.sizes[0]
+        np.save(workdir / argv[argv.index("--input") + 1], np.random.default_rng(0).random((5, width)))
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("readme")
@@ -94,6 +110,8 @@ def test_printed_command_runs(doc, line, workdir):
     # the console script of this environment, so the test does not depend on PATH
     script = Path(sys.executable).with_name("ppt-dask")
     cmd = [str(script) if script.exists() else argv[0], *argv[1:]]
+    if argv[1] == "predict":
+        _inputs_of_predict(argv, workdir, cmd[0], env)
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{doc}: {line!r} exited {done.returncode}:\n{output[-3000:]}"
@@ -101,4 +119,5 @@ def test_printed_command_runs(doc, line, workdir):
     if help_only:
         assert done.stdout.startswith("usage: ppt-dask"), output
     elif argv[1] == "train":
-        assert f"dataset={argv[2]}" in done.stdout or "test accuracy over" in done.stdout, output
+        # the summary starts with the data set (a single run), or gives the splits' accuracy
+        assert done.stdout.startswith(f"{argv[2]}: ") or "test accuracy over" in done.stdout, output
