@@ -47,7 +47,8 @@ def momentum_step(params, velocity, grad_sum, count, lr: float, momentum: float,
         grad_sum += l2 * (mask * params)
     grad_sum /= count
     velocity *= momentum
-    velocity -= lr * grad_sum
+    grad_sum *= lr  # in place: the same products as ``lr * grad_sum``, without a temporary
+    velocity -= grad_sum
     params += velocity
 
 
@@ -136,9 +137,9 @@ class LocalSGD(_Base):
         mask = net.weight_mask() if self.l2 else None
         stats = np.zeros(3)
         steps = self.steps()
+        grad_stats = net.passes(params, X, y)  # checks and views once a round, not once a step
         for i in range(steps):
-            rows = block_rows(len(X), self.block, r * steps + i)
-            grad_sum, step_stats = net.loss_grad_stats(params, X[rows], y[rows])
+            grad_sum, step_stats = grad_stats(block_rows(len(X), self.block, r * steps + i))
             stats += step_stats
             momentum_step(params, velocity, grad_sum, step_stats[2], self.lr, self.momentum, self.l2, mask)
         done = ShardModel(params, velocity, (model.sent[1], params))

@@ -217,6 +217,39 @@ class MLP:
         """
         return self._evaluate(params, X, Y, backward=True)
 
+    def passes(self, params: np.ndarray, X: np.ndarray, Y):
+        """A function ``rows -> (grad_sum, stats)`` for many passes over rows of ``X``.
+
+        For a loop of small steps that updates ``params`` in place between passes (local
+        SGD): the checks, the layer views of ``params`` and the gradient buffer are made
+        once, not at every step. Each pass is :meth:`loss_grad_stats` of the weights as they
+        are at the call, bit for bit, but writes its gradient into the same buffer: use it
+        before the next pass.
+
+        ``params`` is read at each pass where it lies when it is an aligned vector of
+        ``self.dtype``; otherwise (float64 weights of a float32 network, say) it is cast into
+        one working copy at each pass, as :meth:`loss_grad_stats` would cast it.
+        """
+        if not isinstance(params, np.ndarray):
+            raise ValueError(f"passes() reads params at each pass: it needs an ndarray, got {type(params).__name__}")
+        checked = self._check_params(params)  # a copy when params needs a cast or an alignment
+        in_place = checked is params
+        direct = isinstance(X, np.ndarray) and self._check_X(X) is X  # rows need no cast
+        target = self._check_Y(Y, len(X))
+        layers = self.unflatten(checked)
+        grad = np.empty(self.n_params, dtype=self.dtype)
+        grad_layers = self.unflatten(grad)
+
+        def one(rows) -> tuple[np.ndarray, np.ndarray]:
+            if not in_place:
+                np.copyto(checked, params, casting="same_kind")
+            block = X[rows] if direct else self._check_X(X[rows])
+            if len(block) == 0:
+                raise ValueError("a pass needs at least one row")
+            return grad, self._pass(layers, block, target[rows], grad_layers)
+
+        return one
+
     def stats(self, params: np.ndarray, X: np.ndarray, Y) -> np.ndarray:
         """``[loss_sum, n_wrong, n]`` (float64, shape (3,)) from a forward pass only.
 
@@ -265,26 +298,29 @@ class MLP:
         grad = np.zeros(self.n_params, dtype=self.dtype) if backward else None
         if len(X) == 0:
             return grad, np.zeros(3)
-        layers = self.unflatten(params)
+        return grad, self._pass(self.unflatten(params), X, target, self.unflatten(grad) if backward else None)
+
+    def _pass(self, layers, X: np.ndarray, target: np.ndarray, grad_layers) -> np.ndarray:
+        """Forward (and, given ``grad_layers``, backward into them) over checked rows:
+        ``[loss_sum, n_wrong, n]``. Every entry of ``grad_layers`` is written."""
         activations = self._forward(layers, X)
         out = activations[-1]
         stats = np.array([LOSSES[self.loss].value(out, target, self.output),
                           self._n_wrong(out, target), len(X)], dtype=np.float64)
-        if not backward:
-            return None, stats
+        if grad_layers is None:
+            return stats
 
         # Backpropagation (Rumelhart, Hinton & Williams 1986): delta = dL/dz of a
         # layer; the layer's gradient is a_in^T delta and the column sums of delta.
         delta = output_delta(self.loss, self.output, out, target)
         d_hidden = HIDDEN[self.hidden].backward
-        grad_layers = self.unflatten(grad)
         for l in range(len(layers) - 1, -1, -1):
             gW, gb = grad_layers[l]
             np.matmul(activations[l].T, delta, out=gW)
             np.sum(delta, axis=0, out=gb)
             if l > 0:                      # no delta needed for the inputs
                 delta = d_hidden(activations[l], delta @ layers[l][0].T)
-        return grad, stats
+        return stats
 
     def _n_wrong(self, out: np.ndarray, target: np.ndarray) -> int:
         if self.output == "softmax":

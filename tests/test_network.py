@@ -328,3 +328,25 @@ def test_read_only_inputs_are_not_modified():
     assert grad.flags.writeable and not np.shares_memory(grad, params)
     for a, c in zip((params, X, Y), copies):
         np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("dtype,weights", [("float32", "float32"), ("float32", "float64"), ("float64", "float64")])
+def test_passes_are_loss_grad_stats_of_the_weights_at_each_call(dtype, weights):
+    """The local loop's passes (views and checks made once) give loss_grad_stats' bits on the
+    weights as they are at each call, also when the weights change in place in between and
+    when they must be cast (float64 weights of a float32 network)."""
+    net = MLP((12, 7, 5, 3), hidden="tanh", output="softmax", dtype=dtype)
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((40, 12)).astype(dtype), rng.integers(0, 3, 40)
+    params = net.init_params(2).astype(weights)
+    one = net.passes(params, X, y)
+    for step, rows in enumerate([slice(0, 10), slice(10, 20), np.r_[35:40, 0:5], slice(0, 40)]):
+        expected_grad, expected_stats = net.loss_grad_stats(params, X[rows], y[rows])
+        grad, stats = one(rows)
+        assert grad.dtype == np.dtype(dtype) and np.array_equal(grad, expected_grad), step
+        assert np.array_equal(stats, expected_stats), step
+        params -= 0.05 * grad.astype(weights)  # in place, as the local loop does
+    with pytest.raises(ValueError, match="at least one row"):
+        one(slice(0, 0))
+    with pytest.raises(ValueError, match="needs an ndarray"):
+        net.passes(list(params), X, y)
