@@ -285,18 +285,21 @@ def train_command(args) -> int:
     progress = None if args.quiet else Progress(s["epochs"])
     watch = interrupt.Watch(progress)  # Ctrl-C says where the run was
     try:
-        known = ppt.cluster.worker_addresses(client)
-        # all workers (None: the shards may spread to workers that join), or the first N
-        addresses = known[:workers] if workers and workers < len(known) else None
-        if args.splits:
-            return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
-        shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=dtype, workers=addresses,
-                                replicate=bool(s.get("replicate")))
-        result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
-                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
-                           resume=args.resume, exchange=args.exchange,
-                           pipeline=args.pipeline, progress=watch)
-        ppt.exit_data(shards)
+        with interrupt.sigint_at_safe_points(watch):  # a Ctrl-C in a finalizer is not lost
+            known = ppt.cluster.worker_addresses(client)
+            # all workers (None: the shards may spread to workers that join), or the first N
+            addresses = known[:workers] if workers and workers < len(known) else None
+            if args.splits:
+                return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
+            shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=dtype, workers=addresses,
+                                    replicate=bool(s.get("replicate")))
+            result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
+                               checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
+                               resume=args.resume, exchange=args.exchange,
+                               pipeline=args.pipeline, progress=watch)
+            ppt.exit_data(shards)
+            if watch.pending:  # held in a finalizer after the last round
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         if progress is not None:
             progress.close()

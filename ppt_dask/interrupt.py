@@ -40,14 +40,52 @@ def sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
+def _in_finalizer(frame) -> bool:
+    """Is ``frame`` (or a caller) a ``__del__`` or a weakref finalizer? An exception raised
+    there is printed as "Exception ignored" and dropped, so a Ctrl-C would be lost."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith("weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def sigint_at_safe_points(watch: "Watch"):
+    """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
+    thread runs a finalizer (a released Future's ``__del__``, say), where the exception would
+    be dropped and the run would go on: there it is held and raised by ``watch`` at the next
+    round. A second Ctrl-C raises at once. Only the main thread can install it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if watch.pending or not _in_finalizer(frame):
+            watch.pending = False
+            raise KeyboardInterrupt
+        watch.pending = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Watch:
-    """A progress callback that remembers the last round it saw (and passes records on)."""
+    """A progress callback that remembers the last round it saw (and passes records on); it
+    raises a Ctrl-C held by :func:`sigint_at_safe_points`."""
 
     def __init__(self, inner=None):
-        self.inner, self.last = inner, None
+        self.inner, self.last, self.pending = inner, None, False
 
     def __call__(self, record: dict) -> None:
         self.last = record
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
         if self.inner is not None:
             self.inner(record)
 
