@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -72,6 +73,29 @@ def sigint_at_safe_points(watch: "Watch"):
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """For a command that serves a cluster until Ctrl-C: SIGINT and SIGTERM set the Event
+    this yields instead of raising; the previous handlers come back after the block."""
+    stopping = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopping
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve_until_stopped(stopping: threading.Event, went_away) -> bool:
+    """Wait for ``stopping`` (True), looking every second whether ``went_away()`` says the
+    scheduler is gone (False, said in one line on standard error)."""
+    while not stopping.wait(1.0):
+        if went_away():
+            print("ppt-dask: the scheduler went away", file=sys.stderr)
+            return False
+    return True
 
 
 class Watch:

@@ -29,12 +29,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
+from . import interrupt
 from .cluster import WORKER_ENV, tls_security
 from .sshcluster import DEFAULT_DASHBOARD_ADDRESS, preloads
 
@@ -212,27 +211,22 @@ def slurm_command(args) -> int:
     except KeyboardInterrupt:  # start() has cancelled the jobs it submitted
         print("ppt-dask: interrupted while the workers started; their jobs are cancelled", file=sys.stderr)
         return 130
-    stopping = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        address = cluster.scheduler_address
-        info = client.scheduler_info(n_workers=-1)
-        jobs = sorted({j for j in (getattr(job, "job_id", None) for job in cluster.workers.values()) if j})
-        print(f"scheduler  {address}", flush=True)
-        if dashboard is not None:
-            print(f"dashboard  {cluster.dashboard_link}")
-        print(f"workers    {len(info['workers'])} in {len(jobs)} jobs ({' '.join(jobs)}), "
-              f"up in {time.perf_counter() - t0:.1f} s")
-        print(f"train      ppt-dask train parity8 --scheduler {address} --security {certs}")
-        print("Ctrl-C cancels the jobs and stops the scheduler.", flush=True)
-        while not stopping.wait(1.0):
-            if client.status in ("closed", "closing"):
-                print("ppt-dask: the scheduler went away", file=sys.stderr)
+        with interrupt.stop_signals() as stopping:
+            address = cluster.scheduler_address
+            info = client.scheduler_info(n_workers=-1)
+            jobs = sorted({j for j in (getattr(job, "job_id", None) for job in cluster.workers.values()) if j})
+            print(f"scheduler  {address}", flush=True)
+            if dashboard is not None:
+                print(f"dashboard  {cluster.dashboard_link}")
+            print(f"workers    {len(info['workers'])} in {len(jobs)} jobs ({' '.join(jobs)}), "
+                  f"up in {time.perf_counter() - t0:.1f} s")
+            print(f"train      ppt-dask train parity8 --scheduler {address} --security {certs}")
+            print("Ctrl-C cancels the jobs and stops the scheduler.", flush=True)
+            if not interrupt.serve_until_stopped(stopping, lambda: client.status in ("closed", "closing")):
                 return 1
-        print("stopping: cancelling the jobs ...", flush=True)
+            print("stopping: cancelling the jobs ...", flush=True)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         stop(cluster, client)
     print("stopped", flush=True)
     return 0

@@ -38,13 +38,13 @@ import copy
 import importlib.util
 import logging
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
 
 import dask
 
+from . import interrupt
 from .cluster import NO_WORKERS_TIMEOUT, WORKER_ENV, CERT_FILES, scheduler_identity, tls_security
 
 logger = logging.getLogger(__name__)
@@ -430,28 +430,24 @@ def cluster_command(args) -> int:
     except RuntimeError as exc:
         print(f"ppt-dask: error: {exc}", file=sys.stderr)
         return 1
-    stopping = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        address = cluster.scheduler_address
-        info = scheduler_identity(client)
-        dashboard = info.get("services", {}).get("dashboard")
-        print(f"scheduler  {address}", flush=True)
-        if dashboard:
-            print(f"dashboard  port {dashboard} on {hosts[0]} "
-                  f"(ssh -L {dashboard}:127.0.0.1:{dashboard} {hosts[0]}, then http://127.0.0.1:{dashboard}/status)")
-        print(f"workers    {len(info['workers'])} on {len(hosts if not args.no_workers_on_scheduler else hosts[1:])} hosts")
-        print(f"preload    {', '.join(preloads(not args.no_preload)) or 'none'}")
-        print(f"train      ppt-dask train parity8 --scheduler {address} --security {certs}")
-        print("Ctrl-C stops the cluster.", flush=True)
-        while not stopping.wait(1.0):
-            if client.status in ("closed", "closing") or cluster.status.name in ("closed", "failed"):
-                print("ppt-dask: the scheduler went away", file=sys.stderr)
+        with interrupt.stop_signals() as stopping:
+            address = cluster.scheduler_address
+            info = scheduler_identity(client)
+            dashboard = info.get("services", {}).get("dashboard")
+            print(f"scheduler  {address}", flush=True)
+            if dashboard:
+                print(f"dashboard  port {dashboard} on {hosts[0]} "
+                      f"(ssh -L {dashboard}:127.0.0.1:{dashboard} {hosts[0]}, then http://127.0.0.1:{dashboard}/status)")
+            print(f"workers    {len(info['workers'])} on {len(hosts if not args.no_workers_on_scheduler else hosts[1:])} hosts")
+            print(f"preload    {', '.join(preloads(not args.no_preload)) or 'none'}")
+            print(f"train      ppt-dask train parity8 --scheduler {address} --security {certs}")
+            print("Ctrl-C stops the cluster.", flush=True)
+            if not interrupt.serve_until_stopped(stopping, lambda: (client.status in ("closed", "closing")
+                                                               or cluster.status.name in ("closed", "failed"))):
                 return 1
-        print("stopping the cluster ...", flush=True)
+            print("stopping the cluster ...", flush=True)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         stop(cluster, client)
     print("stopped", flush=True)
     return 0
