@@ -39,7 +39,7 @@ NO_CLIENT_SCRIPT = textwrap.dedent("""
     from distributed import default_client
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3)); y = (X[:, 0] > 0).astype(int)
-    clf = ppt.PPTClassifier(hidden_layer_sizes=(8,), max_iter=5, n_workers=2, random_state=0)
+    clf = ppt.PPTClassifier(hidden_layer_sizes=(8,), max_iter=20, n_workers=2, random_state=0)
     try:
         clf.predict(X)
     except ValueError as exc:   # not fitted: a ValueError (and AttributeError) without sklearn
@@ -303,3 +303,25 @@ def test_mnist_full_with_default_settings():
     print(f"\nMNIST default settings: test accuracy {accuracy:.4f}, fit {seconds:.1f} s, "
           f"{clf.n_iter_} epochs, loss {clf.loss_curve_[-1]:.4f}")
     assert accuracy > 0.97
+
+
+def test_defaults_are_local_sgd_in_float32_and_match_the_serial_reference(client):
+    """PPTClassifier()'s defaults: LocalSGD, 50-row steps on each of 2 shards (batch 100),
+    a round at most a pass over a shard, lr 0.05, float32; its weights are bitwise those of
+    the serial reference run with that strategy. PPTRegressor keeps float64."""
+    from ppt_dask.estimator_contract import seed_of
+    from ppt_dask.localsgd import LocalSGD
+    from ppt_dask.serial import train_serial
+
+    X, y = blobs(400, k=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = PPTClassifier(hidden_layer_sizes=(8,), max_iter=3, random_state=0).fit(X, y)
+        reg = PPTRegressor(hidden_layer_sizes=(8,), max_iter=2, random_state=0).fit(X, X[:, 0])
+    assert clf.params_.dtype == np.float32 and reg.params_.dtype == np.float64
+    assert clf.batch_size_ == 100 and clf.n_shards_ == 2 and clf.n_iter_ == 3
+    assert clf.history_[0]["epoch"] == pytest.approx(1.0)  # 4 steps of 50 rows: one pass of a 200-row shard
+    net = ppt.MLP((4, 8, 3), hidden="relu", output="softmax", dtype="float32")
+    strategy = LocalSGD(lr=0.05, momentum=0.9, l2=0.0001, block=50, interval=200)
+    params, _ = train_serial(net, X, y, strategy, len(clf.history_), n_shards=2, seed=seed_of(0))
+    np.testing.assert_array_equal(clf.params_, params)
