@@ -1,10 +1,10 @@
 """Connect to a Dask cluster, or start a local one laid out for training.
 
-The layout follows DESIGN.md: one single-threaded worker process per core, BLAS limited
+The layout: one single-threaded worker process per core, BLAS limited
 to that thread, so workers do not fight over cores. Workers that ppt_dask starts also get
 glibc malloc settings that keep the hot loop from returning memory to the system after
 every mini-batch (the nanny's default ``MALLOC_TRIM_THRESHOLD_=65536`` made mini-batch
-numpy training about 2.5x slower in DASK-NOTES.md). Clusters that ppt_dask does not start
+numpy training about 2.5x slower when measured). Clusters that ppt_dask does not start
 keep their own settings; :func:`worker_report` shows them.
 """
 

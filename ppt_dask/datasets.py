@@ -1,4 +1,4 @@
-"""The data sets of the source papers, as numpy arrays (MISSION C3).
+"""The data sets of the source papers, as numpy arrays.
 
 Generated: n-bit parity (000), the N-log2(N)-N Encoder and the Function problem (001).
 Read from files: MNIST from the four canonical gzip idx files (001; 002 grows the images

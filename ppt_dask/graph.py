@@ -118,8 +118,8 @@ def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable
     """The graph of one round and the keys the head keeps: (update, weights, stats).
 
     ``tag`` names the run, the generation and the round (``"3f2a9c1b-g0-r12"``), so a
-    resubmitted round never collides with an old one (DASK-NOTES.md: "Detected different
-    run_spec") and the dashboard still groups keys by prefix (``ppt-grad``).
+    resubmitted round never collides with an old one (the scheduler refuses a key it knows
+    with another task: "Detected different run_spec") and the dashboard still groups keys by prefix (``ppt-grad``).
     ``broadcast(state)`` is what the next round's map tasks receive (the weights).
     """
     layers: dict[str, MaterializedLayer] = {}

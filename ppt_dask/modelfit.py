@@ -1,6 +1,6 @@
 """Fitting 001's run-time model to measurements (seed 001, section V).
 
-Kept apart from :mod:`ppt_dask.perfmodel`, which only predicts (STYLE.md principle 6):
+Kept apart from :mod:`ppt_dask.perfmodel`, which only predicts (measuring and predicting apart):
 these functions turn timed rounds into the constants the model takes, and score the
 model's predictions. Pure numpy: no dask import.
 """

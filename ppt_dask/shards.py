@@ -9,7 +9,7 @@ run of leaves of the fixed reduction tree (see :mod:`ppt_dask.tree`).
 Pinning uses worker *resources* rather than addresses: each worker gets a label
 ``ppt-<set>-w<slot>`` (set with ``Worker.set_resources``) and every task of that slot asks
 for it. An address stops matching when a nanny restarts a worker on a new port (the task
-would wait in ``no-worker``, DASK-NOTES.md); a label can be given to the replacement.
+would wait in ``no-worker``); a label can be given to the replacement.
 
 Three sources:
 

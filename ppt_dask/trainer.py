@@ -1,10 +1,10 @@
 """The head's round loop: submit rounds ahead, read scalars, stop.
 
-One flat function, read top to bottom (STYLE.md). The weights never come back to the
-head inside the loop: round ``r + 1`` is submitted against round ``r``'s weights future
-before round ``r``'s loss is read (``pipeline`` rounds ahead), so the scheduler always has
-the next round queued and the workers do not wait for the head. The head pulls a
-three-number stats vector per round and, at the end, the final weights.
+The weights never come back to the head inside the loop: round ``r + 1`` is submitted
+against round ``r``'s weights future before round ``r``'s loss is read (``pipeline`` rounds
+ahead), so the scheduler always has the next round queued and the workers do not wait for
+the head. The head pulls a three-number stats vector per round and, at the end, the final
+weights.
 """
 
 from __future__ import annotations

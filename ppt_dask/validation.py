@@ -1,4 +1,4 @@
-"""Input checks that run on the head before any cluster work (MISSION F3).
+"""Input checks that run on the head before any cluster work.
 
 Every check raises ``ValueError`` whose message names the offending value and, for
 arrays, the position of the first bad entry, so that a user sees what to fix instead of

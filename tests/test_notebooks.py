@@ -1,4 +1,4 @@
-"""Every notebook in notebooks/ runs top to bottom without an error (MISSION E4).
+"""Every notebook in notebooks/ runs top to bottom without an error.
 
 Each is executed with nbclient in a fresh kernel of *this* interpreter (a kernel spec
 written to a temporary folder, so an installed "python3" spec pointing elsewhere cannot be

@@ -1,4 +1,4 @@
-"""The math modules import numpy only: no dask, no distributed (STYLE.md, principle 1)."""
+"""The math modules import numpy only: no dask, no distributed."""
 
 import subprocess
 import sys
