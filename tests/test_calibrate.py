@@ -230,6 +230,7 @@ def test_cli_calibrate_writes_a_usable_file(tmp_path):
     assert proc.returncode == 0 and "| 256 |" in proc.stdout, proc.stderr
 
 
+@pytest.mark.slow  # about 35 s: in CI's run, not the default suite
 def test_validation_script_quick(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "graphs" / "validate_model.py"), "--quick",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=240)

@@ -81,6 +81,7 @@ def test_every_script_answers_help(script):
     assert run.returncode == 0 and run.stdout.startswith("usage:"), run.stderr[-2000:]
 
 
+@pytest.mark.slow  # 80-90 s: in CI's run, not the default suite
 @pytest.mark.timeout(400)
 def test_model_under_slower_links_quick(tmp_path):
     """validate_links.py: workers in network namespaces behind rate-limited veth pairs.

@@ -18,6 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "graphs" / "peers.py"
 
 
+# a 30-second race of every contender: in CI's run (-m "slow or not slow"), not the default suite
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("peers")
