@@ -153,7 +153,7 @@ def test_fit_is_reproducible_and_clone_keeps_parameters(client):
     a = PPTClassifier(**FAST).fit(X, y)
     b = clone(a).fit(X, y)
     np.testing.assert_array_equal(a.params_, b.params_)
-    assert b.get_params() == a.get_params() and b.n_shards_ == 2
+    assert b.get_params() == a.get_params() and b.n_shards_ == 1  # local SGD: one shard for a small set
     # coefs_ and intercepts_ are the flat vector's layers, sklearn's shapes
     assert [W.shape for W in a.coefs_] == [(4, 8), (8, 2)]
     assert a.params_.size == sum(W.size + b.size for W, b in zip(a.coefs_, a.intercepts_))
@@ -308,20 +308,25 @@ def test_mnist_full_with_default_settings():
 def test_defaults_are_local_sgd_in_float32_and_match_the_serial_reference(client):
     """PPTClassifier()'s defaults: LocalSGD, 50-row steps on each of 2 shards (batch 100),
     a round at most a pass over a shard, lr 0.05, float32; its weights are bitwise those of
-    the serial reference run with that strategy. PPTRegressor keeps float64."""
+    the serial reference run with that strategy. One shard for a set smaller than 60
+    batches. PPTRegressor keeps float64."""
     from ppt_dask.estimator_contract import seed_of
     from ppt_dask.localsgd import LocalSGD
     from ppt_dask.serial import train_serial
 
-    X, y = blobs(400, k=3)
+    X, y = blobs(6000, k=3)  # 60 batches of 100: one shard per worker
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clf = PPTClassifier(hidden_layer_sizes=(8,), max_iter=3, random_state=0).fit(X, y)
-        reg = PPTRegressor(hidden_layer_sizes=(8,), max_iter=2, random_state=0).fit(X, X[:, 0])
+        clf = PPTClassifier(hidden_layer_sizes=(8,), max_iter=2, random_state=0).fit(X, y)
+        small = PPTClassifier(hidden_layer_sizes=(8,), max_iter=2, random_state=0).fit(X[:5999], y[:5999])
+        reg = PPTRegressor(hidden_layer_sizes=(8,), max_iter=2, random_state=0).fit(X[:400], X[:400, 0])
     assert clf.params_.dtype == np.float32 and reg.params_.dtype == np.float64
-    assert clf.batch_size_ == 100 and clf.n_shards_ == 2 and clf.n_iter_ == 3
-    assert clf.history_[0]["epoch"] == pytest.approx(1.0)  # 4 steps of 50 rows: one pass of a 200-row shard
+    assert clf.batch_size_ == 100 and clf.n_shards_ == 2 and clf.n_iter_ == 2 and small.n_shards_ == 1
+    assert clf.history_[0]["epoch"] == pytest.approx(1.0)  # 60 steps of 50 rows: a pass of a 3000-row shard
+    assert small.history_[0]["epoch"] == pytest.approx(5900 / 5999)  # 59 steps of 100 rows: all that fit
     net = ppt.MLP((4, 8, 3), hidden="relu", output="softmax", dtype="float32")
-    strategy = LocalSGD(lr=0.05, momentum=0.9, l2=0.0001, block=50, interval=200)
-    params, _ = train_serial(net, X, y, strategy, len(clf.history_), n_shards=2, seed=seed_of(0))
-    np.testing.assert_array_equal(clf.params_, params)
+    for est, rows, block, steps, n_shards in ((clf, 6000, 50, 60, 2), (small, 5999, 100, 59, 1)):
+        strategy = LocalSGD(lr=0.05, momentum=0.9, l2=0.0001, block=block, interval=steps * block)
+        params, _ = train_serial(net, X[:rows], y[:rows], strategy, len(est.history_), n_shards=n_shards,
+                                 seed=seed_of(0))
+        np.testing.assert_array_equal(est.params_, params)
