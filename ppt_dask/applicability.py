@@ -48,6 +48,11 @@ NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": 
            "snapshot_epochs": ((),)}
 # values that apply beyond the table's row: the local strategy's graph is all to all
 ALSO = {("exchange", "all"): ("local",)}
+# values that apply to their own strategies only: the streamed rounds are the local strategy's
+ONLY = {("exchange", "stream"): ("local",)}
+# the streamed rounds (the local strategy's default) run ahead by themselves
+STREAM_PIPELINE = ("{pipeline} applies to the per-round graphs (exchange 'all', 'doubling', 'tree'); "
+                   "the local strategy's streamed rounds run ahead by themselves")
 
 
 def strategy_name(strategy) -> str:
@@ -70,6 +75,8 @@ def applies(parameter: str, strategy: str, value=None) -> bool:
     """Whether ``parameter`` (with ``value``) applies to ``strategy``; KeyError if unknown."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+    if isinstance(value, str) and (parameter, value) in ONLY:
+        return strategy in ONLY[parameter, value]
     also = ALSO.get((parameter, value), ()) if isinstance(value, str) else ()
     return strategy in TABLE[parameter] or strategy in also
 
@@ -103,5 +110,8 @@ def refuse(strategy: str, given: dict, spell=str) -> None:
         if is_given(parameter, value) and not applies(parameter, strategy, value):
             shown = f"{spell(parameter)} {value!r}" if parameter == "exchange" else spell(parameter)
             extra = (" (and 'all' to local)" if parameter == "exchange" else "")
-            raise ValueError(f"{shown} applies to {where(parameter, spell)}{extra}, "
+            place = where(parameter, spell) + extra
+            if isinstance(value, str) and (parameter, value) in ONLY:
+                place = ("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(ONLY[parameter, value])
+            raise ValueError(f"{shown} applies to {place}, "
                              f"not to {'--strategy ' if spell is cli_spelling else 'strategy '}{strategy}")

@@ -187,9 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
     t.add_argument("--dtype", choices=["float64", "float32"], default=None,
                    help="default: the data set's preset (mnist: float32; the others float64)")
-    t.add_argument("--exchange", choices=["auto", "all", "doubling", "tree"], default="auto",
+    t.add_argument("--exchange", choices=["auto", "all", "doubling", "tree", "stream"], default="auto",
                    help="the round graph: all (one hop, the default), doubling (log2 p hops), "
-                        "tree (the papers' reduce tasks, three hops)")
+                        "tree (the papers' reduce tasks, three hops); local: stream (one long "
+                        "task per worker, its default) or all")
     t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=_int_at_least(0), default=0)

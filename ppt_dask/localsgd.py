@@ -27,7 +27,9 @@ value in the state (:class:`ShardModel`), so the head's kept copy has every shar
 and a run rolled back after a lost worker replays bitwise; the average is combined along
 the fixed shard tree, so runs are bitwise equal on any number of workers.
 
-Pure numpy: no dask import. The task graph is in :mod:`ppt_dask.overlap`.
+Pure numpy: no dask import. The rounds run on the cluster as one long task per worker
+(:mod:`ppt_dask.stream`, the default) or one task per worker per round
+(:mod:`ppt_dask.overlap`).
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class LocalSGD(_Base):
     pull: float = 0.5
 
     name = "local"
-    shard_models = True  # every shard keeps a model of its own (the round graph: ppt_dask.overlap)
+    shard_models = True  # every shard keeps a model of its own (rounds: ppt_dask.stream, ppt_dask.overlap)
 
     def __post_init__(self):
         super().__post_init__()

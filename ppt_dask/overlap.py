@@ -1,6 +1,7 @@
 """Rounds of the local strategy: the shards run on while the last average travels.
 
-The task graph of :class:`ppt_dask.localsgd.LocalSGD`. Each worker's task of round ``r``
+A task graph of :class:`ppt_dask.localsgd.LocalSGD` (``exchange="all"``; the default is one
+long task per worker, :mod:`ppt_dask.stream`). Each worker's task of round ``r``
 takes its own task of round ``r - 1`` (its shards' models) and the other workers' tasks of
 round ``r - 2``: it combines round ``r - 2``'s partial sums along the fixed shard tree
 (every worker adds in the same order, so all get bitwise the same average), pulls its

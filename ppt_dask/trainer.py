@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from distributed import KilledWorker
+from distributed import Future, KilledWorker
 
-from . import applicability, checkpoint, diagnostics, graph, onehop, overlap, strategies
+from . import applicability, checkpoint, diagnostics, graph, onehop, overlap, strategies, stream
 from .stopping import ErrorEstimate, Stop
 from .validation import check_int_at_least
 from .network import MLP
@@ -158,22 +158,26 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
     return stats.result(timeout=timeout)
 
 
-EXCHANGES = ("auto", "all", "doubling", "tree")
+EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
 DOUBLING_FROM = 4  # "auto" combines by recursive doubling from this many workers on (graphs/out/round_latency.md)
 
 
 def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
 
-    The local strategy has a graph of its own (:mod:`ppt_dask.overlap`), one hop a round
-    whose exchange overlaps the next round's steps; "auto" and "all" name it."""
+    The local strategy has rounds of its own: "stream" (and "auto") runs one long task per
+    worker whose averages go straight between workers (:mod:`ppt_dask.stream`, no scheduler
+    hop a round); "all" is one task per worker per round whose exchange overlaps the next
+    round's steps (:mod:`ppt_dask.overlap`, one hop a round)."""
     if exchange not in EXCHANGES:
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     if getattr(strategy, "shard_models", False):
-        if exchange not in ("auto", "all"):
-            raise ValueError(f"exchange={exchange!r} does not apply to the local strategy (it exchanges "
-                             "all to all, overlapped with the next round): use 'auto'")
-        return "overlap"
+        if exchange not in ("auto", "all", "stream"):
+            raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
+                             "(streamed rounds) or 'all' (one task per worker per round)")
+        return "overlap" if exchange == "all" else "stream"
+    if exchange == "stream":
+        raise ValueError("exchange='stream' applies to the local strategy only")
     if exchange == "auto":
         doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
         return "doubling" if doubling else "all"
@@ -273,14 +277,17 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     initial_state : ModelState, optional
         Weights *and* optimizer state to start from (a previous ``Result.state``), so a
         run continues another one without resetting momentum.
-    exchange : {"auto", "all", "doubling", "tree"}
+    exchange : {"auto", "all", "doubling", "tree", "stream"}
         How a round's partial sums meet. "all" and "doubling" run the reduce and the update
         inside the next round's gradient tasks (one scheduler hop per round; "doubling"
         pairs workers over ``log2 p`` hops, see :mod:`ppt_dask.onehop`); "tree" is the
         explicit graph of map, reduce and update tasks (:mod:`ppt_dask.graph`, three hops).
         "auto" takes "all", and "doubling" from 4 workers on where it applies. The local
-        strategy (:class:`ppt_dask.LocalSGD`) has its own one-hop graph, whose exchange
-        overlaps the next round's local steps (:mod:`ppt_dask.overlap`): "auto" or "all".
+        strategy (:class:`ppt_dask.LocalSGD`) has rounds of its own: "stream" (its "auto")
+        runs one long task per worker and sends the averages straight between workers
+        (:mod:`ppt_dask.stream`, no scheduler hop a round); "all" is its one-hop graph, one
+        task per worker per round, the exchange overlapping the next round's local steps
+        (:mod:`ppt_dask.overlap`).
 
     Returns
     -------
@@ -298,9 +305,11 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
-    if getattr(strategy, "shard_models", False) and exchange not in ("auto", "all"):
-        raise ValueError(f"exchange={exchange!r} does not apply to the local strategy (it exchanges "
-                         "all to all, overlapped with the next round): use 'auto'")
+    if getattr(strategy, "shard_models", False) and exchange in ("auto", "stream") and pipeline != 1:
+        raise ValueError(applicability.STREAM_PIPELINE.format(pipeline=f"pipeline={pipeline}"))
+    if getattr(strategy, "shard_models", False) and exchange not in ("auto", "all", "stream"):
+        raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
+                         "(streamed rounds) or 'all' (one task per worker per round)")
     check_compatible(net, shards)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if params is not None and np.shape(params) != (net.n_params,):
@@ -398,6 +407,9 @@ def _engine(run: _Run, kept: _Kept):
     del run.history[kept.n_history:]
     tag = f"{run.run_id}-g{run.gen}"
     start = client.scatter(kept.state, hash=False)
+    if exchange == "stream":
+        return stream.StreamRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                                   kept.round + 1, kept.state, run.max_rounds - 1)
     if exchange == "overlap":
         return overlap.OverlapRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
                                      kept.round + 1)
@@ -511,6 +523,9 @@ def _verify(run: _Run, state_future, record: dict) -> float:
     if run.strategy.exact_stats:
         return record["error_rate"]
     client = run.shards.client
+    if not isinstance(state_future, Future):  # a state the head builds (streamed rounds)
+        s = evaluate(run.net, run.shards, _result(state_future, run.shards).params, run.fan_in)
+        return float(s[1] / s[2])
     s = evaluate(run.net, run.shards, client.submit(graph.weights_of, state_future), run.fan_in)
     return float(s[1] / s[2])
 

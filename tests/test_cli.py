@@ -36,17 +36,32 @@ def test_mnist_block_learning_short_run(tmp_path):
     assert summary["rounds"] == 60 and summary["test_accuracy"] > 0.90
 
 
-def test_mnist_preset_is_local_sgd_in_float32_on_the_overlapped_graph(tmp_path):
+def test_mnist_preset_is_local_sgd_in_float32_on_streamed_rounds(tmp_path):
     """What `ppt-dask train mnist` gives: the local strategy, one shard per worker, float32,
-    the exchange overlapped; one epoch already learns (a real test-set accuracy)."""
+    one long task per worker (the averages sent between workers); one epoch already learns
+    (a real test-set accuracy)."""
     out = tmp_path / "out.json"
     proc = run("train", "mnist", "--workers", "2", "--epochs", "1", "--json", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
-    assert summary["strategy"] == "local" and summary["exchange"] == "overlap"
+    assert summary["strategy"] == "local" and summary["exchange"] == "stream"
     assert summary["shards"] == 2 and summary["block"] == 100
     assert summary["rounds"] == 5 and summary["test_accuracy"] > 0.90  # 60 steps of 100 rows a round
     assert summary["phases"][0]["phase"] == "gradient"  # most of a round computes
+
+
+def test_mnist_preset_on_one_task_per_round_learns_the_same(tmp_path):
+    """`--exchange all` gives the local strategy's one-task-per-round graph, with the same bits."""
+    outs = []
+    for exchange in ("all", "stream"):
+        outs.append(tmp_path / f"{exchange}.json")
+        proc = run("train", "mnist", "--workers", "2", "--epochs", "0.4", "--exchange", exchange,
+                   "--json", str(outs[-1]), "--quiet")
+        assert proc.returncode == 0, proc.stderr
+    a, b = (json.loads(o.read_text()) for o in outs)
+    assert (a["exchange"], b["exchange"]) == ("overlap", "stream")
+    assert a["rounds"] == b["rounds"] == 2
+    assert a["train_loss"] == b["train_loss"] and a["test_accuracy"] == b["test_accuracy"]
 
 
 @pytest.mark.parametrize("exchange", ["all", "tree"])

@@ -74,27 +74,35 @@ def test_bad_parameters_are_refused(bad, match):
         ppt.LocalSGD(**bad)
 
 
-def test_on_1_2_4_worker_processes_bitwise_as_serial(client4, workers4):
+# the local strategy's two round graphs: one long task per worker (the default), and one task
+# per worker per round
+EXCHANGES = [("auto", "stream"), ("all", "overlap")]
+
+
+@pytest.mark.parametrize("exchange, used", EXCHANGES)
+def test_on_1_2_4_worker_processes_bitwise_as_serial(client4, workers4, exchange, used):
     X, y = _data()
     rounds = 9
     expected, history = serial.train_serial(NET, X, y, STRATEGY, rounds=rounds, n_shards=8, seed=3)
     epochs = rounds / STRATEGY.check([24] * 8).rounds_per_epoch(len(X))
     for p in (1, 2, 4):
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
-        result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=epochs), seed=3)
+        result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=epochs), seed=3, exchange=exchange)
         ppt.exit_data(shards)
-        assert result.rounds == rounds and result.settings["exchange"] == "overlap"
+        assert result.rounds == rounds and result.settings["exchange"] == used
         assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
         assert [h["loss"] for h in result.history] == [h["loss"] for h in history]
     assert scheduler_keys(client4) == []  # nothing left behind on the scheduler
 
 
-def test_on_threads_bitwise_as_serial(threads_client):
+@pytest.mark.parametrize("exchange, used", EXCHANGES)
+def test_on_threads_bitwise_as_serial(threads_client, exchange, used):
     X, y = _data()
     expected, _ = serial.train_serial(NET, X, y, STRATEGY, rounds=5, n_shards=4)
     shards = ppt.enter_data(threads_client, X, y, n_shards=4)
     epochs = 5 / STRATEGY.check([48] * 4).rounds_per_epoch(len(X))
-    result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=epochs))
+    result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=epochs), exchange=exchange)
+    assert result.settings["exchange"] == used
     ppt.exit_data(shards)
     assert result.params.tobytes() == expected.tobytes()
 
@@ -109,7 +117,8 @@ def test_other_exchanges_are_refused_before_any_work(client4, workers4):
         ppt.exit_data(shards)
 
 
-def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
+@pytest.mark.parametrize("exchange", ["auto", "all"])
+def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(exchange):
     X, y = _data(400)
     strategy = ppt.Slowed(ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01)
     rounds = 40
@@ -129,7 +138,7 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
         shards = ppt.enter_data(client, X, y, n_shards=4)
         epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
         result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
-                           checkpoint_every=5, progress=progress)
+                           checkpoint_every=5, progress=progress, exchange=exchange)
         ppt.exit_data(shards)
     finally:
         ppt.cluster.close(client)
@@ -138,18 +147,19 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
     assert result.params.tobytes() == expected.tobytes()
 
 
-def test_checkpoint_and_resume_end_bitwise_as_one_run(client4, workers4, tmp_path):
+@pytest.mark.parametrize("exchange", ["auto", "all"])
+def test_checkpoint_and_resume_end_bitwise_as_one_run(client4, workers4, tmp_path, exchange):
     X, y = _data()
     per_epoch = STRATEGY.check([48] * 4).rounds_per_epoch(len(X))
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
     try:
-        whole = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=12 / per_epoch))
+        whole = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=12 / per_epoch), exchange="all")
         ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=6 / per_epoch), checkpoint_dir=tmp_path,
-                  checkpoint_every=3)
+                  checkpoint_every=3, exchange=exchange)
         saved = np.load(tmp_path / checkpoint.FILE)
         assert any(name.startswith("local.") for name in saved.files)  # every shard's own model
         resumed = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=12 / per_epoch),
-                            checkpoint_dir=tmp_path, resume=True)
+                            checkpoint_dir=tmp_path, resume=True, exchange=exchange)
     finally:
         ppt.exit_data(shards)
     assert resumed.history[0]["round"] == 0 and resumed.rounds == 12

@@ -1,0 +1,131 @@
+"""The local strategy's streamed rounds: the mailbox on its own, and runs against the serial path."""
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import ppt_dask as ppt
+from ppt_dask import localsgd, stream
+
+from conftest import scheduler_keys
+
+
+def _data(n=192, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 5))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64) + (X[:, 3] > 1)
+    return X, y
+
+
+NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
+STRATEGY = ppt.LocalSGD(lr=0.2, momentum=0.9, block=6, interval=12, pull=0.5)
+
+
+# -- the mailbox, without a cluster --
+
+def test_take_waits_for_every_slot_and_then_empties_the_inbox():
+    box = stream.Mailbox("test-take")
+    try:
+        later = threading.Timer(0.1, box.put, (3, 2, {(0, 2): "c"}))
+        box.put(3, 1, {(0, 1): "b"})
+        later.start()
+        t0 = time.perf_counter()
+        assert box.take(3, [1, 2], timeout=10) == [{(0, 1): "b"}, {(0, 2): "c"}]
+        assert time.perf_counter() - t0 >= 0.05  # it waited for slot 2
+        with pytest.raises(TimeoutError, match="round 3 of slots \\[1\\] did not arrive within 0.05 s"):
+            box.take(3, [1], timeout=0.05)  # taken once, gone
+    finally:
+        box.stop()
+
+
+def test_keep_holds_a_loop_that_runs_too_far_ahead_of_the_head():
+    box = stream.Mailbox("test-ahead")
+    try:
+        for r in range(stream.AHEAD):
+            box.keep(r, {}, {}, {}, timeout=1)
+        with pytest.raises(TimeoutError, match="the head read no round"):
+            box.keep(stream.AHEAD, {}, {}, {}, timeout=0.05)
+        box.release(5)  # the head has read up to round 5: the loop may go on
+        box.keep(stream.AHEAD, {}, {}, {}, timeout=1)
+        assert min(box._kept) == 5
+    finally:
+        box.stop()
+
+
+def test_stop_ends_a_waiting_loop_at_once():
+    box = stream.Mailbox("test-stop")
+    threading.Timer(0.1, box.stop).start()
+    t0 = time.perf_counter()
+    with pytest.raises(stream.Stopped):
+        box.take(0, [1], timeout=30)
+    assert time.perf_counter() - t0 < 10
+    assert "test-stop" not in stream._BOXES
+
+
+# -- runs on a real cluster --
+
+def test_stopping_mid_generation_keeps_the_state_of_that_round(client4, workers4):
+    """``on_round`` stops at a round inside the loops' run: the state the head builds from the
+    mailboxes is bitwise the serial state after that round, every shard's model included."""
+    X, y = _data()
+    shards_rows = [(X[a:b], y[a:b]) for a, b in ppt.tree.split_rows(len(X), 4)]
+    strategy = STRATEGY.check([48] * 4)
+    start = NET.init_params(0)
+    want, _ = localsgd.train_serial(NET, shards_rows, strategy, strategy.init(start), 6)
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=20), on_round=lambda rec: rec["round"] == 5)
+    finally:
+        ppt.exit_data(shards)
+    assert result.settings["exchange"] == "stream" and result.rounds == 6
+    assert result.state.round == 5 and result.params.tobytes() == want.params.tobytes()
+    got, expected = result.state.opt_state, want.opt_state
+    assert sorted(got["averages"]) == sorted(expected["averages"]) == [4, 5]
+    for r in (4, 5):
+        assert got["averages"][r].tobytes() == expected["averages"][r].tobytes()
+    for s, model in expected["models"].items():
+        assert got["models"][s].params.tobytes() == model.params.tobytes()
+        assert got["models"][s].velocity.tobytes() == model.velocity.tobytes()
+    assert scheduler_keys(client4) == []  # the loops and the mailboxes are gone
+
+
+def test_the_breakdown_shows_where_the_loops_spent_their_time(client4, workers4):
+    X, y = _data(960)
+    shards = ppt.enter_data(client4, X, y, n_shards=2, workers=workers4[:2])
+    slowed = ppt.Slowed(STRATEGY, seconds=0.02)  # 20 ms of "gradient" per shard and round
+    try:
+        result = ppt.train(NET, shards, slowed, ppt.Stop(max_epochs=1))
+    finally:
+        ppt.exit_data(shards)
+    rows = result.breakdown()
+    assert rows, "the streamed tasks reached the scheduler's records"
+    gradient = sum(row["gradient"] for row in rows)
+    idle = sum(row["idle"] for row in rows)
+    assert gradient >= 0.02 * result.rounds * 0.9  # the slowed steps count as gradient work
+    assert gradient > idle
+
+
+@dataclass(frozen=True)
+class _Failing(localsgd.LocalSGD):
+    """Local SGD whose shard 1 fails at round 3 (a bug in a strategy, say)."""
+
+    def local_round(self, net, model, average, shard, s, r):
+        if s == 1 and r == 3:
+            raise ArithmeticError("shard 1 cannot go on")
+        return super().local_round(net, model, average, shard, s, r)
+
+
+def test_a_loop_that_fails_ends_the_run_with_its_error_not_a_hang(threads_client):
+    X, y = _data()
+    shards = ppt.enter_data(threads_client, X, y, n_shards=2)
+    strategy = _Failing(lr=0.2, momentum=0.9, block=6, interval=12, pull=0.5)
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(Exception, match="shard 1 cannot go on"):
+            ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=20))
+    finally:
+        ppt.exit_data(shards)
+    assert time.perf_counter() - t0 < 60
