@@ -160,6 +160,23 @@ class LocalSGD(_Base):
                           stats, r)
 
 
+def block_round(strategy: LocalSGD, net, models: dict, average, shards: list, shard_ids: tuple, nodes: tuple,
+                r: int, fan_in: int, n_shards: int) -> tuple:
+    """Round ``r`` on one worker's block of shards (``shard_ids``, their data in ``shards``):
+    the shards' new models and the partial sums of the block's subtrees ``nodes``, combined
+    along the fixed shard tree."""
+    position = {s: i for i, s in enumerate(shard_ids)}
+    done, leaves = {}, {}
+
+    def leaf(s: int) -> tuple:
+        if s not in leaves:
+            done[s], leaves[s] = strategy.local_round(net, models[s], average, shards[position[s]], s, r)
+        return leaves[s]
+
+    partial = {node: tree.evaluate(node, leaf, fan_in, n_shards) for node in nodes}
+    return done, partial
+
+
 def train_serial(net, shards: list, strategy: LocalSGD, state: ModelState, rounds: int,
                  fan_in: int = 2) -> tuple:
     """The serial reference of :class:`LocalSGD`: ``rounds`` rounds from ``state``.

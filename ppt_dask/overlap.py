@@ -26,6 +26,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from . import taskmeta, tree
 from .graph import Plan
+from .localsgd import block_round
 from .onehop import LOG_ROUNDS, PICK_PRIORITY
 
 
@@ -81,15 +82,8 @@ def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *
         average = own.opt_state["averages"].get(r - 2)
         pending_next, previous = own.opt_state["averages"].get(r - 1), {}
     t1 = time.perf_counter()
-    position = {s: i for i, s in enumerate(step.shard_ids)}
-    done, leaves = {}, {}
-
-    def leaf(s: int) -> tuple:
-        if s not in leaves:
-            done[s], leaves[s] = strategy.local_round(step.net, models[s], average, shards[position[s]], s, r)
-        return leaves[s]
-
-    partial = {node: tree.evaluate(node, leaf, step.fan_in, step.n_shards) for node in step.nodes}
+    done, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
+                                step.fan_in, step.n_shards)
     t2 = time.perf_counter()
     log = ((own.log[-(LOG_ROUNDS - 1):] if isinstance(own, LocalCarry) else ())
            + ((r, {node: (value[-1],) for node, value in partial.items()}),))

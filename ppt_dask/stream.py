@@ -33,6 +33,7 @@ from typing import Any
 from distributed import wait
 
 from . import taskmeta, tree
+from .localsgd import block_round
 
 AHEAD = 32  # rounds a loop may run past the last round the head has read
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot
@@ -211,7 +212,6 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
           seconds: dict) -> None:
     strategy = step.strategy
     models = {s: strategy.model_of(start, s) for s in step.shard_ids}
-    position = {s: i for i, s in enumerate(step.shard_ids)}
     others = sorted(peers)
     own: dict = {}  # round -> this slot's partial sums
     for r in range(first, last + 1):
@@ -225,15 +225,8 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
             t1 = t0
             average = start.opt_state["averages"].get(r - 2)
         t2 = time.perf_counter()
-        done, leaves = {}, {}
-
-        def leaf(s: int) -> tuple:
-            if s not in leaves:
-                done[s], leaves[s] = strategy.local_round(step.net, models[s], average, shards[position[s]], s, r)
-            return leaves[s]
-
-        partial = {node: tree.evaluate(node, leaf, step.fan_in, step.n_shards) for node in step.nodes}
-        models = done
+        models, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
+                                      step.fan_in, step.n_shards)
         t3 = time.perf_counter()
         own[r] = partial
         for slot in others:

@@ -4,24 +4,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import pytest
 
 import ppt_dask as ppt
 from ppt_dask import localsgd, stream
 
 from conftest import scheduler_keys
-
-
-def _data(n=192, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, 5))
-    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64) + (X[:, 3] > 1)
-    return X, y
-
-
-NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
-STRATEGY = ppt.LocalSGD(lr=0.2, momentum=0.9, block=6, interval=12, pull=0.5)
+from test_localsgd import NET, STRATEGY, _data
 
 
 # -- the mailbox, without a cluster --
