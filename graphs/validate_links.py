@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -101,6 +102,12 @@ def qdisc(rate: str, delay: str, netem: bool) -> list[str]:
 def links(n_workers: int, rate: str, delay: str, netem: bool):
     """Namespaces ``pptl-<token>-<i>`` joined to the host by limited veth pairs; yields
     the workers' addresses. Removes all of it, and restores ip_forward, on exit."""
+    taken = [line for line in sh("ip", "route").stdout.splitlines()
+             if any(line.startswith(SUBNET.format(i, 0) + "/") for i in range(1, n_workers + 1))]
+    if taken:  # a run killed before its clean-up: new links there would not be reached
+        stale = [n for n in sh("ip", "netns", "list").stdout.split() if n.startswith("pptl-")]
+        raise RuntimeError(f"the links' subnets are routed already ({'; '.join(taken)}), by an earlier "
+                           f"run that did not clean up? remove its namespaces: ip netns del {' '.join(stale)}")
     token = uuid.uuid4().hex[:4]
     names = [f"pptl-{token}-{i}" for i in range(n_workers)]
     forward = Path("/proc/sys/net/ipv4/ip_forward")
@@ -217,6 +224,8 @@ def main() -> int:
         print(f"skipped: {reason}")
         return 0
     netem = has_netem()
+    # a SIGTERM (a CI run cancelled, say) unwinds like Ctrl-C, so the namespaces are removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from ppt_dask import datasets, modelfit
 
     d = datasets.mnist(n_train=args.n_train, n_test=10)
