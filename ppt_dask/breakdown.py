@@ -66,7 +66,10 @@ DESCRIPTIONS = {
     "scheduler": "task sent to the worker, not running (scheduling latency)",
     "idle": "waiting for other workers",
 }
-CATEGORY_OF_PREFIX = {"ppt-grad": "gradient", "ppt-reduce": "reduce", "ppt-update": "update",
+# ``ppt-loop``: one task running many rounds (the local strategy's streamed rounds); its row
+# covers the head's rounds from its own to the next row's, and per-round figures count them
+LOOP_PREFIX = "ppt-loop"
+CATEGORY_OF_PREFIX = {"ppt-grad": "gradient", LOOP_PREFIX: "gradient", "ppt-reduce": "reduce", "ppt-update": "update",
                       "ppt-weights": "update", "ppt-stats": "update", "ppt-eval": "evaluate"}
 _PRIORITY = {p: i for i, p in enumerate(PHASES)}
 
@@ -185,6 +188,7 @@ def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
     list of dict
         One per round in (generation, round) order: ``gen``, ``round``, ``wall``, one key
         per phase in :data:`PHASES` (mean seconds per worker; they sum to ``wall``),
+        ``rounds`` (1; for a ``ppt-loop`` task, the head's rounds it ran, up to the next row),
         ``workers``, ``transfer_bytes``, ``head_submit_seconds``, ``head_wall_seconds``,
         and the head's ``loss``, ``error_rate``, ``error_estimate``, ``patterns``,
         ``epoch``, ``patterns_per_second`` where known.
@@ -205,11 +209,15 @@ def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
 
     rows = []
     idle = _PRIORITY["idle"]
+    head_ids = sorted(head_of)
     for k, rid in enumerate(ids):
         wall = ends[k] - starts[k]
         parts = [s / len(workers) for s in seconds[k]]
         parts[idle] = max(0.0, wall - sum(parts[:idle]))  # the rest; >= 0 up to rounding
-        row = {"gen": rid[0], "round": rid[1], "wall": wall, **dict(zip(PHASES, parts)),
+        covered = 1
+        if any(t.prefix == LOOP_PREFIX for t in by_round[rid]):
+            covered = max(1, sum(1 for h in head_ids if h >= rid and (k + 1 == len(ids) or h < ids[k + 1])))
+        row = {"gen": rid[0], "round": rid[1], "wall": wall, **dict(zip(PHASES, parts)), "rounds": covered,
                "workers": len(workers), "transfer_bytes": _moved(by_round[rid], nbytes_of)}
         h = head_of.get(rid)
         if h is not None:
@@ -277,6 +285,11 @@ def _moved(round_tasks, nbytes_of) -> int:
     return sum(nbytes_of[d][1] for _, d in seen)
 
 
+def _rounds(rows: list[dict]) -> int:
+    """The rounds the rows cover (a streamed task's row covers many)."""
+    return sum(r.get("rounds", 1) for r in rows)
+
+
 def phase_table(rows: list[dict]) -> list[dict]:
     """A gprof-style flat profile of the rounds (002, Table 1): one entry per phase.
 
@@ -288,13 +301,14 @@ def phase_table(rows: list[dict]) -> list[dict]:
         ``rounds``, ``ms_per_round`` and ``description``.
     """
     wall = sum(r["wall"] for r in rows)
+    n = _rounds(rows)
     totals = sorted(((sum(r[p] for r in rows), p) for p in PHASES), key=lambda x: -x[0])
     out, cumulative = [], 0.0
     for seconds, phase in totals:
         cumulative += seconds
         out.append({"phase": phase, "percent": 100.0 * seconds / wall if wall else 0.0,
-                    "cumulative_seconds": cumulative, "seconds": seconds, "rounds": len(rows),
-                    "ms_per_round": 1e3 * seconds / len(rows) if rows else 0.0,
+                    "cumulative_seconds": cumulative, "seconds": seconds, "rounds": n,
+                    "ms_per_round": 1e3 * seconds / n if n else 0.0,
                     "description": DESCRIPTIONS[phase]})
     return out
 
@@ -321,10 +335,11 @@ def summarize(rows: list[dict]) -> dict:
     wall = sum(r["wall"] for r in rows)
     gradient = sum(r["gradient"] for r in rows)
     submit = [r["head_submit_seconds"] for r in rows if r.get("head_submit_seconds") is not None]
-    out = {"rounds": len(rows), "workers": max(r["workers"] for r in rows), "wall_seconds": wall,
+    n = _rounds(rows)
+    out = {"rounds": n, "workers": max(r["workers"] for r in rows), "wall_seconds": wall,
            "percent_not_gradient": 100.0 * (1.0 - gradient / wall) if wall else 0.0,
-           "median_round_ms": 1e3 * statistics.median(r["wall"] for r in rows),
-           "transfer_bytes_per_round": sum(r["transfer_bytes"] for r in rows) / len(rows),
+           "median_round_ms": 1e3 * statistics.median(r["wall"] / r.get("rounds", 1) for r in rows),
+           "transfer_bytes_per_round": sum(r["transfer_bytes"] for r in rows) / n,
            "median_head_submit_ms": 1e3 * statistics.median(submit) if submit else None}
     head_wall = sum(r.get("head_wall_seconds") or 0.0 for r in rows)
     patterns = sum(r.get("patterns") or 0 for r in rows)

@@ -33,6 +33,7 @@ from typing import Any
 from distributed import wait
 
 from . import taskmeta, tree
+from .breakdown import LOOP_PREFIX
 from .localsgd import block_round
 
 AHEAD = 32  # rounds a loop may run past the last round the head has read
@@ -291,7 +292,7 @@ class StreamRounds:
             peers = {other: actor for other, (_f, actor) in enumerate(self.boxes) if other != slot}
             self.loops.append(self.client.submit(
                 stream_task, step, self.first, self.last_round, self.start_state, self.shard_futures[a:b], peers,
-                key=(f"ppt-grad-{self.tag}-r{self.first}", slot), resources={label: 1}, pure=False))
+                key=(f"{LOOP_PREFIX}-{self.tag}-r{self.first}", slot), resources={label: 1}, pure=False))
 
     def submit(self, first: int, last: int) -> float:
         """Rounds ``first..last`` (the loops, started by the first call, run them all)."""

@@ -95,6 +95,12 @@ def test_the_breakdown_shows_where_the_loops_spent_their_time(client4, workers4)
     idle = sum(row["idle"] for row in rows)
     assert gradient >= 0.02 * result.rounds * 0.9  # the slowed steps count as gradient work
     assert gradient > idle
+    # one task per worker ran every round: its row covers them, and per-round figures count them
+    assert sum(row["rounds"] for row in rows) == result.rounds
+    summary, table = result.diagnostics.summary(), result.diagnostics.table()
+    assert summary["rounds"] == result.rounds and table[0]["rounds"] == result.rounds
+    row_gradient = next(e for e in table if e["phase"] == "gradient")
+    assert row_gradient["ms_per_round"] == pytest.approx(1e3 * gradient / result.rounds)
 
 
 @dataclass(frozen=True)
