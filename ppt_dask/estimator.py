@@ -198,8 +198,8 @@ class _PPTBase(ContractMixin):
     def _default_shards(self, n_workers: int, n_rows: int, batch: int) -> int:
         """``n_shards=None``: one shard per worker, except for "local" on a set smaller than
         ``LOCAL_STEPS`` batches. There no shard can take a full round of steps, a round is
-        mostly scheduling, and one shard's rounds need no exchange between workers (on
-        scikit-learn's digits: 1.7-1.9 s for 200 epochs on one shard, 2.9-3.6 s on two)."""
+        short beside the exchange of its average, and one shard's rounds need none (on
+        scikit-learn's digits, 200 epochs: 1.6-1.7 s on one shard, 2.4-2.5 s on two)."""
         if self.strategy == "local" and n_rows < LOCAL_STEPS * batch:
             return 1
         return max(1, n_workers)
@@ -450,7 +450,7 @@ _DOC = """
     n_shards : int or None, default=None
         Logical shards of the training set; None: one per worker, but one for "local" on
         a set of fewer than ``60 * batch_size`` samples (too small for a round of 60 steps
-        a shard: its rounds are mostly scheduling, and one shard needs no exchange).
+        a shard: its rounds are short beside an exchange, and one shard needs none).
     n_workers : int or None, default=None
         Workers of the LocalCluster started when there is no client (None: one per core).
     scheduler : str or None, default=None
