@@ -148,7 +148,10 @@ def test_scattered_shards_are_aligned_on_the_workers(client4, workers4):
     """Scattered arrays can arrive at any byte offset; matmul on them ran 1.5x slower."""
     X, y = _data(n=4000)
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
-    checks = [client4.submit(_aligned, f, pure=False) for f in shards.futures]
+    # each check runs on its shard's worker (a shard fetched to another worker arrives anyhow)
+    label_of = {s: label for label, a, b in shards.worker_blocks() for s in range(a, b)}
+    checks = [client4.submit(_aligned, f, pure=False, resources={label_of[s]: 1})
+              for s, f in enumerate(shards.futures)]
     assert client4.gather(checks) == [True] * 4
     del checks
     ppt.exit_data(shards)
