@@ -50,9 +50,6 @@ NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": 
 ALSO = {("exchange", "all"): ("local",)}
 # values that apply to their own strategies only: the streamed rounds are the local strategy's
 ONLY = {("exchange", "stream"): ("local",)}
-# the streamed rounds (the local strategy's default) run ahead by themselves
-STREAM_PIPELINE = ("{pipeline} applies to the per-round graphs (exchange 'all', 'doubling', 'tree'); "
-                   "the local strategy's streamed rounds run ahead by themselves")
 
 
 def strategy_name(strategy) -> str:
@@ -110,8 +107,17 @@ def refuse(strategy: str, given: dict, spell=str) -> None:
         if is_given(parameter, value) and not applies(parameter, strategy, value):
             shown = f"{spell(parameter)} {value!r}" if parameter == "exchange" else spell(parameter)
             extra = (" (and 'all' to local)" if parameter == "exchange" else "")
-            place = where(parameter, spell) + extra
-            if isinstance(value, str) and (parameter, value) in ONLY:
-                place = ("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(ONLY[parameter, value])
+            only = ONLY.get((parameter, value)) if isinstance(value, str) else None
+            place = (("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(only) if only
+                     else where(parameter, spell) + extra)
             raise ValueError(f"{shown} applies to {place}, "
                              f"not to {'--strategy ' if spell is cli_spelling else 'strategy '}{strategy}")
+
+
+def refuse_pipeline(strategy: str, exchange: str, pipeline: int, spell=str) -> None:
+    """The local strategy's streamed rounds (its default exchange) run ahead by themselves:
+    a pipeline there would change nothing, so it is refused."""
+    if strategy == "local" and exchange in ("auto", "stream") and pipeline != 1:
+        shown = spell("pipeline") if spell is cli_spelling else f"pipeline={pipeline}"
+        raise ValueError(f"{shown} applies to the per-round graphs (exchange 'all', 'doubling', 'tree'); "
+                         "the local strategy's streamed rounds run ahead by themselves")

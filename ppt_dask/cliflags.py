@@ -37,8 +37,7 @@ def refuse_flags(args, strategy: str, target_error) -> None:
     given = {name: getattr(args, name) for name in STRATEGY_FLAGS}
     given["checkpoint"] = given["checkpoint"] or None
     applicability.refuse(strategy, given, spell=applicability.cli_spelling)
-    if strategy == "local" and args.exchange in ("auto", "stream") and args.pipeline != 1:
-        raise ValueError(applicability.STREAM_PIPELINE.format(pipeline="--pipeline"))
+    applicability.refuse_pipeline(strategy, args.exchange, args.pipeline, spell=applicability.cli_spelling)
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
     if args.resume and not (Path(args.checkpoint) / checkpoint.FILE).is_file():

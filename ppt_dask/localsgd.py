@@ -177,6 +177,26 @@ def block_round(strategy: LocalSGD, net, models: dict, average, shards: list, sh
     return done, partial
 
 
+def round_stats(logs: list, fan_in: int, n_shards: int) -> list:
+    """Per round, the stats ``[loss_sum, n_wrong, n]`` added in tree order from every
+    worker's logged subtrees (``logs``: per worker, per round, {tree node: (stats,)})."""
+    return [tree.evaluate_owned(tree.merged(rounds), fan_in, n_shards)[0] for rounds in zip(*logs)]
+
+
+def state_after(strategy: LocalSGD, r: int, models: dict, partial: dict, previous: dict | None, pending,
+                fan_in: int, n_shards: int) -> ModelState:
+    """The state after round ``r`` from every shard's model and the tree's partial sums of
+    round ``r`` (``partial``) and ``r - 1`` (``previous``; where None, ``pending`` is
+    ``m^(r-1)`` or None)."""
+    total = tree.evaluate_owned(partial, fan_in, n_shards)
+    averages = {r: strategy.average_of(total)}
+    if previous:
+        averages[r - 1] = strategy.average_of(tree.evaluate_owned(previous, fan_in, n_shards))
+    elif pending is not None:
+        averages[r - 1] = pending
+    return strategy.after(models, averages, total[-1], r)
+
+
 def train_serial(net, shards: list, strategy: LocalSGD, state: ModelState, rounds: int,
                  fan_in: int = 2) -> tuple:
     """The serial reference of :class:`LocalSGD`: ``rounds`` rounds from ``state``.

@@ -26,7 +26,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from . import taskmeta, tree
 from .graph import Plan
-from .localsgd import block_round
+from .localsgd import block_round, round_stats, state_after
 from .onehop import LOG_ROUNDS, PICK_PRIORITY
 
 
@@ -55,13 +55,6 @@ class LocalStep:
     n_shards: int
 
 
-def _merged(parts) -> dict:
-    values: dict = {}
-    for part in parts:
-        values.update(part)
-    return values
-
-
 def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *others) -> LocalCarry:
     """One worker's round ``r``: the average of round ``r - 2``, then its shards' local steps.
 
@@ -73,7 +66,7 @@ def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *
     if isinstance(own, LocalCarry):
         models, pending_next, previous = own.models, None, own.partial
         if combine:
-            values = _merged([own.previous, *(c.partial for c in others)])
+            values = tree.merged([own.previous, *(c.partial for c in others)])
             average = strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
         else:
             average = own.pending
@@ -95,20 +88,14 @@ def local_stats_task(first: int, last: int, fan_in: int, n_shards: int, *carries
     """The stats ``[loss_sum, n_wrong, n]`` of rounds ``first..last``, added in tree order
     from every worker's log (``carries``: all workers' carries of round ``last``)."""
     logs = [dict(c.log) for c in carries]
-    return [tree.evaluate_owned(_merged(log[r] for log in logs), fan_in, n_shards)[0]
-            for r in range(first, last + 1)]
+    return round_stats([[log[r] for r in range(first, last + 1)] for log in logs], fan_in, n_shards)
 
 
 def local_state_task(strategy, r: int, fan_in: int, n_shards: int, *carries):
     """The whole state after round ``r`` from every worker's carry of round ``r``."""
-    averages = {r: strategy.average_of(tree.evaluate_owned(_merged(c.partial for c in carries), fan_in, n_shards))}
-    if carries[0].previous:
-        total = tree.evaluate_owned(_merged(c.previous for c in carries), fan_in, n_shards)
-        averages[r - 1] = strategy.average_of(total)
-    elif carries[0].pending is not None:
-        averages[r - 1] = carries[0].pending
-    stats = tree.evaluate_owned(_merged(c.partial for c in carries), fan_in, n_shards)[-1]
-    return strategy.after(_merged(c.models for c in carries), averages, stats, r)
+    previous = tree.merged(c.previous for c in carries) if carries[0].previous else None
+    return state_after(strategy, r, tree.merged(c.models for c in carries), tree.merged(c.partial for c in carries),
+                       previous, carries[0].pending, fan_in, n_shards)
 
 
 class OverlapRounds:

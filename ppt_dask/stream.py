@@ -34,7 +34,7 @@ from distributed import wait
 
 from . import taskmeta, tree
 from .breakdown import LOOP_PREFIX
-from .localsgd import block_round
+from .localsgd import block_round, round_stats, state_after
 
 AHEAD = 32  # rounds a loop may run past the last round the head has read
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot
@@ -46,13 +46,6 @@ _BOXES_LOCK = threading.Lock()
 
 class Stopped(Exception):
     """The head stopped the mailbox: the run ended or moved to a new generation."""
-
-
-def _merged(parts) -> dict:
-    values: dict = {}
-    for part in parts:
-        values.update(part)
-    return values
 
 
 class Mailbox:
@@ -67,7 +60,7 @@ class Mailbox:
         self.name = name
         self._lock = threading.Condition()
         self._inbox: dict = {}  # (round, slot) -> {tree node: partial}
-        self._kept: dict = {}  # round -> (models, {tree node: partial}, {tree node: (stats,)})
+        self._kept: dict = {}  # round -> (models, {tree node: partial})
         self._released = first  # the head needs no round before this one
         self._failed: str | None = None
         self._stopped = False
@@ -132,7 +125,8 @@ class Mailbox:
         """The logged stats of rounds ``first..last``, once the loop has run them."""
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
-                return [self._kept[r][2] for r in range(first, last + 1)]
+                return [{node: (value[-1],) for node, value in self._kept[r][1].items()}
+                        for r in range(first, last + 1)]
         return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}")
 
     async def models(self, r: int, timeout: float = WAIT_SECONDS) -> tuple:
@@ -156,14 +150,14 @@ class Mailbox:
                 raise Stopped(self.name)
             return [self._inbox.pop(k) for k in keys]
 
-    def keep(self, r: int, models: dict, partial: dict, log: dict, timeout: float) -> None:
+    def keep(self, r: int, models: dict, partial: dict, timeout: float) -> None:
         """Leave round ``r`` for the head; wait while the loop is ``AHEAD`` rounds ahead."""
         with self._lock:
             if not self._lock.wait_for(lambda: self._stopped or r - self._released < AHEAD, timeout):
                 raise TimeoutError(f"{self.name}: the head read no round for {timeout} s")
             if self._stopped:
                 raise Stopped(self.name)
-            self._kept[r] = (models, partial, log)
+            self._kept[r] = (models, partial)
             self._changed()
 
     def fail(self, message: str) -> None:
@@ -220,7 +214,7 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
         if r - 2 >= first:
             parts = box.take(r - 2, others, step.wait)
             t1 = time.perf_counter()
-            values = _merged([own.pop(r - 2), *parts])
+            values = tree.merged([own.pop(r - 2), *parts])
             average = strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
         else:  # the generation's first two rounds: the averages of the start state
             t1 = t0
@@ -235,16 +229,12 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
                 peers[slot].put(r, step.slot, partial, separate_thread=False)
             except (OSError, RuntimeError):  # its worker is gone: the head sees the loss and stops us
                 pass
-        box.keep(r, models, partial, {node: (value[-1],) for node, value in partial.items()}, step.wait)
+        box.keep(r, models, partial, step.wait)
         t4 = time.perf_counter()
-        for name, (a, b) in zip(seconds, ((t0, t1), (t1, t2), (t3, t4), (t2, t3))):
-            seconds[name] += b - a
-
-
-def stats_of(logs: list, count: int, fan_in: int, n_shards: int) -> list:
-    """Per round, the stats ``[loss_sum, n_wrong, n]`` added in tree order from every
-    slot's logged subtrees (``logs``: per slot, per round, {tree node: (stats,)})."""
-    return [tree.evaluate_owned(_merged(log[i] for log in logs), fan_in, n_shards)[0] for i in range(count)]
+        seconds["idle"] += t1 - t0  # waiting for the other workers' sums
+        seconds["reduce"] += t2 - t1
+        seconds["gradient"] += t3 - t2
+        seconds["update"] += t4 - t3  # sending the sums and leaving the round for the head
 
 
 class _State:
@@ -317,19 +307,14 @@ class StreamRounds:
             raise
 
     def read_stats(self, first: int, last: int, wait) -> list:
-        logs = self._ask("stats", first, last, wait=wait)
-        return stats_of(logs, last - first + 1, self.plan.fan_in, self.plan.n_shards)
+        return round_stats(self._ask("stats", first, last, wait=wait), self.plan.fan_in, self.plan.n_shards)
 
     def _build(self, r: int, timeout: float):
         outs = self._ask("models", r, wait=lambda call: call.result(timeout=timeout))
-        fan_in, n = self.plan.fan_in, self.plan.n_shards
-        total = tree.evaluate_owned(_merged(out[1] for out in outs), fan_in, n)
-        averages = {r: self.strategy.average_of(total)}
-        if all(out[2] is not None for out in outs):
-            averages[r - 1] = self.strategy.average_of(tree.evaluate_owned(_merged(out[2] for out in outs), fan_in, n))
-        elif r - 1 in self.start_value.opt_state["averages"]:
-            averages[r - 1] = self.start_value.opt_state["averages"][r - 1]
-        return self.strategy.after(_merged(out[0] for out in outs), averages, total[-1], r)
+        previous = tree.merged(out[2] for out in outs) if all(out[2] is not None for out in outs) else None
+        return state_after(self.strategy, r, tree.merged(out[0] for out in outs), tree.merged(out[1] for out in outs),
+                           previous, self.start_value.opt_state["averages"].get(r - 1), self.plan.fan_in,
+                           self.plan.n_shards)
 
     def state_after(self, r: int):
         """The state after round ``r`` (``first - 1``: the start state's future)."""

@@ -294,7 +294,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     Result
     """
     # -- check everything before any cluster work --
-    applicability.refuse(applicability.strategy_name(strategy), {  # refused, never ignored
+    name = applicability.strategy_name(strategy)
+    applicability.refuse(name, {  # refused, never ignored
         "exchange": exchange, "pipeline": pipeline, "checkpoint": checkpoint_dir, "resume": resume,
         "restarts": stop.restarts, "on_round": on_round, "snapshot_epochs": tuple(snapshot_epochs),
         "initial_state": initial_state})
@@ -305,11 +306,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
-    if getattr(strategy, "shard_models", False) and exchange in ("auto", "stream") and pipeline != 1:
-        raise ValueError(applicability.STREAM_PIPELINE.format(pipeline=f"pipeline={pipeline}"))
-    if getattr(strategy, "shard_models", False) and exchange not in ("auto", "all", "stream"):
-        raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
-                         "(streamed rounds) or 'all' (one task per worker per round)")
+    applicability.refuse_pipeline(name, exchange, pipeline)
     check_compatible(net, shards)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if params is not None and np.shape(params) != (net.n_params,):

@@ -83,6 +83,14 @@ def decompose(start: int, stop: int, fan_in: int, n_shards: int) -> list[Node]:
     return out
 
 
+def merged(parts) -> dict:
+    """One dict of subtree values from several (each maps tree nodes to partials)."""
+    values: dict = {}
+    for part in parts:
+        values.update(part)
+    return values
+
+
 def combine(parts: Sequence[tuple]) -> tuple:
     """Sum partials left to right: ``((p0 + p1) + p2) + ...``, into fresh arrays."""
     if len(parts) == 1:

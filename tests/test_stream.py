@@ -34,11 +34,11 @@ def test_keep_holds_a_loop_that_runs_too_far_ahead_of_the_head():
     box = stream.Mailbox("test-ahead")
     try:
         for r in range(stream.AHEAD):
-            box.keep(r, {}, {}, {}, timeout=1)
+            box.keep(r, {}, {}, timeout=1)
         with pytest.raises(TimeoutError, match="the head read no round"):
-            box.keep(stream.AHEAD, {}, {}, {}, timeout=0.05)
+            box.keep(stream.AHEAD, {}, {}, timeout=0.05)
         box.release(5)  # the head has read up to round 5: the loop may go on
-        box.keep(stream.AHEAD, {}, {}, {}, timeout=1)
+        box.keep(stream.AHEAD, {}, {}, timeout=1)
         assert min(box._kept) == 5
     finally:
         box.stop()
