@@ -24,6 +24,7 @@ TABLE: dict[str, tuple[str, ...]] = {
     "replicate": ("ppt",),
     "interval": ("average", "local"),
     "pull": ("local",),
+    "ema": ("local",),
     "local_epochs": ("average",),
     "sample_fraction": ("average",),
     "momentum_policy": ("average",),
@@ -40,7 +41,7 @@ TABLE: dict[str, tuple[str, ...]] = {
 }
 
 # the rows that are arguments of a strategy object (strategies.make), not of train
-STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "local_epochs", "sample_fraction",
+STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs", "sample_fraction",
                 "momentum_policy", "staleness")
 
 # values that say "not given" for every strategy (the defaults of train and the CLI)

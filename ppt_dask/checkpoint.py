@@ -52,7 +52,10 @@ def _flatten_local(opt_state: dict) -> tuple[dict, dict]:
         arrays.update({f"local.{s}.sent{i}": model.sent[i] for i in sent})
         shards[str(s)] = sent
     arrays.update({f"avg.{r}": a for r, a in opt_state["averages"].items()})
-    return arrays, {"local": shards, "averages": sorted(opt_state["averages"])}
+    mean = opt_state.get("mean")
+    if mean is not None:
+        arrays["local.mean"] = mean
+    return arrays, {"local": shards, "averages": sorted(opt_state["averages"]), "mean": mean is not None}
 
 
 def _rebuild_state(arrays, description):
@@ -64,7 +67,8 @@ def _rebuild_state(arrays, description):
         models = {int(s): ShardModel(arrays[f"local.{s}.params"], arrays[f"local.{s}.velocity"],
                                      tuple(arrays[f"local.{s}.sent{i}"] if i in sent else None for i in (0, 1)))
                   for s, sent in description["local"].items()}
-        return {"models": models, "averages": {int(r): arrays[f"avg.{r}"] for r in description["averages"]}}
+        return {"models": models, "averages": {int(r): arrays[f"avg.{r}"] for r in description["averages"]},
+                "mean": arrays["local.mean"] if description.get("mean") else None}
     return {**description["scalars"], **{k: arrays[f"opt.{k}"] for k in description["dict"]}}
 
 

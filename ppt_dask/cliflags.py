@@ -12,7 +12,7 @@ from pathlib import Path
 from . import applicability, checkpoint
 
 # the strategy-dependent flags (attribute names of the parsed arguments = table rows)
-STRATEGY_FLAGS = ("block", "local_epoch", "replicate", "interval", "pull", "local_epochs",
+STRATEGY_FLAGS = ("block", "local_epoch", "replicate", "interval", "pull", "ema", "local_epochs",
                   "sample_fraction", "momentum_policy", "staleness", "exchange", "pipeline",
                   "checkpoint", "resume", "restarts")
 

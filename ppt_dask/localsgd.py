@@ -22,7 +22,15 @@ like synchronous SGD on MNIST (graphs/README.md). The velocity stays with its sh
 (averaging it, 001's section VII practice for weights only, made no difference once the
 weights are pulled together).
 
-The model a run reports after round ``r`` is ``m^r``. Everything a shard holds is a plain
+The model a run reports after round ``r`` is ``m^r``, or with ``ema = b > 0`` the exponential
+moving average of the averages, ``a^r = b a^(r-1) + (1 - b) m^r``: Polyak-Ruppert averaging
+(Polyak & Juditsky, "Acceleration of stochastic approximation by averaging", SIAM J.
+Control Optim. 1992), in its exponential form (PyTorch's ``AveragedModel`` with an EMA
+function, TensorFlow's ``ExponentialMovingAverage``). It does not change the training,
+only the weights reported and tested; on MNIST it reached 97% test accuracy at 4.2-5.2
+epochs where ``m^r`` did at 6-7 (b = 0.5, seeds 0-3, graphs/README.md). Every worker
+advances the mean at round ``r`` with the average it takes then (``a^(r-2)``), so the state
+after round ``r`` holds ``a^(r-2)`` and reports ``a^r`` from it and ``m^(r-1)``, ``m^r``. Everything a shard holds is a plain
 value in the state (:class:`ShardModel`), so the head's kept copy has every shard's model
 and a run rolled back after a lost worker replays bitwise; the average is combined along
 the fixed shard tree, so runs are bitwise equal on any number of workers.
@@ -82,11 +90,15 @@ class LocalSGD(_Base):
         steps per round. Default: 30 steps.
     pull : float
         The share of the gap to the average a shard closes, in (0, 1].
+    ema : float
+        The weight of the running mean in the reported model, in [0, 1): 0 reports the
+        last average ``m^r``; ``b`` reports ``a^r = b a^(r-1) + (1 - b) m^r``.
     """
 
     block: int = 100
     interval: int | None = None
     pull: float = 0.5
+    ema: float = 0.0
 
     name = "local"
     shard_models = True  # every shard keeps a model of its own (rounds: ppt_dask.stream, ppt_dask.overlap)
@@ -97,6 +109,8 @@ class LocalSGD(_Base):
         _positive_int("interval", self.interval, allow_none=True)
         if not (isinstance(self.pull, (int, float)) and 0 < self.pull <= 1):
             raise ValueError(f"pull must be in (0, 1], got {self.pull!r}")
+        if not (isinstance(self.ema, (int, float)) and not isinstance(self.ema, bool) and 0 <= self.ema < 1):
+            raise ValueError(f"ema must be in [0, 1), got {self.ema!r}")
 
     def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "LocalSGD":
         if replicated:
@@ -114,7 +128,7 @@ class LocalSGD(_Base):
 
     def init(self, params: np.ndarray) -> ModelState:
         """The state before round 0: every shard starts from ``params``, no averages yet."""
-        return ModelState(params, {"models": {}, "averages": {}}, round=-1)
+        return ModelState(params, {"models": {}, "averages": {}, "mean": None}, round=-1)
 
     def model_of(self, state: ModelState, s: int) -> ShardModel:
         """Shard ``s``'s model in ``state`` (a fresh one before its first round)."""
@@ -153,11 +167,26 @@ class LocalSGD(_Base):
         weighted, stats = total
         return weighted / weighted.dtype.type(stats[2])
 
-    def after(self, models: dict, averages: dict, stats, r: int) -> ModelState:
-        """The state after round ``r``: every shard's model and the averages still to apply."""
-        return ModelState(averages[r], {"models": dict(sorted(models.items())),
-                                        "averages": {k: averages[k] for k in (r - 1, r) if k in averages}},
-                          stats, r)
+    def mean_with(self, mean, average):
+        """The running mean after one more average: ``b * mean + (1 - b) * average`` (the
+        average itself when there is no mean yet; None when ``ema`` is 0 or there is no
+        average yet)."""
+        if not self.ema or average is None:
+            return mean if self.ema else None
+        if mean is None:
+            return average.copy()
+        b = average.dtype.type(self.ema)
+        return b * mean + (average.dtype.type(1) - b) * average
+
+    def after(self, models: dict, averages: dict, stats, r: int, mean=None) -> ModelState:
+        """The state after round ``r``: every shard's model, the averages still to apply and
+        the running mean ``a^(r-2)``; it reports ``m^r``, or with ``ema`` the mean ``a^r``."""
+        reported = averages[r]
+        if self.ema:
+            reported = self.mean_with(self.mean_with(mean, averages.get(r - 1)), averages[r])
+        return ModelState(reported, {"models": dict(sorted(models.items())),
+                                     "averages": {k: averages[k] for k in (r - 1, r) if k in averages},
+                                     "mean": mean}, stats, r)
 
 
 def block_round(strategy: LocalSGD, net, models: dict, average, shards: list, shard_ids: tuple, nodes: tuple,
@@ -184,17 +213,17 @@ def round_stats(logs: list, fan_in: int, n_shards: int) -> list:
 
 
 def state_after(strategy: LocalSGD, r: int, models: dict, partial: dict, previous: dict | None, pending,
-                fan_in: int, n_shards: int) -> ModelState:
+                fan_in: int, n_shards: int, mean=None) -> ModelState:
     """The state after round ``r`` from every shard's model and the tree's partial sums of
     round ``r`` (``partial``) and ``r - 1`` (``previous``; where None, ``pending`` is
-    ``m^(r-1)`` or None)."""
+    ``m^(r-1)`` or None); ``mean`` is the running mean ``a^(r-2)`` the workers hold."""
     total = tree.evaluate_owned(partial, fan_in, n_shards)
     averages = {r: strategy.average_of(total)}
     if previous:
         averages[r - 1] = strategy.average_of(tree.evaluate_owned(previous, fan_in, n_shards))
     elif pending is not None:
         averages[r - 1] = pending
-    return strategy.after(models, averages, total[-1], r)
+    return strategy.after(models, averages, total[-1], r, mean)
 
 
 def train_serial(net, shards: list, strategy: LocalSGD, state: ModelState, rounds: int,
@@ -204,14 +233,16 @@ def train_serial(net, shards: list, strategy: LocalSGD, state: ModelState, round
     Returns the state after the last round and the per-round total stats."""
     models = {s: strategy.model_of(state, s) for s in range(len(shards))}
     averages = dict(state.opt_state["averages"])
+    mean = state.opt_state.get("mean")
     history = []
     for r in range(state.round + 1, state.round + 1 + rounds):
+        mean = strategy.mean_with(mean, averages.get(r - 2))  # a^(r-2), as the workers advance it
         parts = []
         for s, shard in enumerate(shards):
             models[s], part = strategy.local_round(net, models[s], averages.get(r - 2), shard, s, r)
             parts.append(part)
         total = tree.reduce_serial(parts, fan_in)
         averages[r] = strategy.average_of(total)
-        state = strategy.after(models, averages, total[-1], r)
+        state = strategy.after(models, averages, total[-1], r, mean)
         history.append(total[-1])
     return state, history

@@ -34,13 +34,15 @@ from .onehop import LOG_ROUNDS, PICK_PRIORITY
 class LocalCarry:
     """What a worker's task of round ``r`` leaves: its shards' models after ``r``, its partial
     sums of ``r`` and ``r - 1`` (tree node -> partial), ``m^(r-1)`` when a generation's
-    start state supplied it, and the stats of its subtrees for the last rounds."""
+    start state supplied it, the stats of its subtrees for the last rounds, and the running
+    mean ``a^(r-2)`` (:meth:`ppt_dask.localsgd.LocalSGD.mean_with`)."""
 
     models: dict
     partial: dict
     previous: dict
     pending: Any = None
     log: tuple = ()
+    mean: Any = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *
     t0 = time.perf_counter()
     strategy = step.strategy
     if isinstance(own, LocalCarry):
-        models, pending_next, previous = own.models, None, own.partial
+        models, pending_next, previous, mean = own.models, None, own.partial, own.mean
         if combine:
             values = tree.merged([own.previous, *(c.partial for c in others)])
             average = strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
@@ -74,6 +76,8 @@ def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *
         models = {s: strategy.model_of(own, s) for s in step.shard_ids}
         average = own.opt_state["averages"].get(r - 2)
         pending_next, previous = own.opt_state["averages"].get(r - 1), {}
+        mean = own.opt_state.get("mean")
+    mean = strategy.mean_with(mean, average)
     t1 = time.perf_counter()
     done, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
                                 step.fan_in, step.n_shards)
@@ -81,7 +85,7 @@ def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *
     log = ((own.log[-(LOG_ROUNDS - 1):] if isinstance(own, LocalCarry) else ())
            + ((r, {node: (value[-1],) for node, value in partial.items()}),))
     taskmeta.record({"reduce": t1 - t0, "gradient": t2 - t1})
-    return LocalCarry(done, partial, previous, pending_next, log)
+    return LocalCarry(done, partial, previous, pending_next, log, mean)
 
 
 def local_stats_task(first: int, last: int, fan_in: int, n_shards: int, *carries) -> list:
@@ -95,7 +99,7 @@ def local_state_task(strategy, r: int, fan_in: int, n_shards: int, *carries):
     """The whole state after round ``r`` from every worker's carry of round ``r``."""
     previous = tree.merged(c.previous for c in carries) if carries[0].previous else None
     return state_after(strategy, r, tree.merged(c.models for c in carries), tree.merged(c.partial for c in carries),
-                       previous, carries[0].pending, fan_in, n_shards)
+                       previous, carries[0].pending, fan_in, n_shards, carries[0].mean)
 
 
 class OverlapRounds:

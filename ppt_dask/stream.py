@@ -60,7 +60,7 @@ class Mailbox:
         self.name = name
         self._lock = threading.Condition()
         self._inbox: dict = {}  # (round, slot) -> {tree node: partial}
-        self._kept: dict = {}  # round -> (models, {tree node: partial})
+        self._kept: dict = {}  # round -> (models, {tree node: partial}, running mean)
         self._released = first  # the head needs no round before this one
         self._failed: str | None = None
         self._stopped = False
@@ -130,12 +130,13 @@ class Mailbox:
         return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}")
 
     async def models(self, r: int, timeout: float = WAIT_SECONDS) -> tuple:
-        """The shards' models after round ``r`` and the partial sums of rounds ``r`` and
-        ``r - 1`` (None where the loop did not run it)."""
+        """The shards' models after round ``r``, the partial sums of rounds ``r`` and
+        ``r - 1`` (None where the loop did not run it) and the running mean at round ``r``."""
         def ready():
             if r in self._kept:
                 before = self._kept.get(r - 1)
-                return self._kept[r][0], self._kept[r][1], None if before is None else before[1]
+                models, partial, mean = self._kept[r]
+                return models, partial, None if before is None else before[1], mean
         return await self._wait(ready, timeout, f"{self.name}'s models after round {r}")
 
     # -- from the slot's own loop (the same process) --
@@ -150,14 +151,14 @@ class Mailbox:
                 raise Stopped(self.name)
             return [self._inbox.pop(k) for k in keys]
 
-    def keep(self, r: int, models: dict, partial: dict, timeout: float) -> None:
+    def keep(self, r: int, models: dict, partial: dict, timeout: float, mean=None) -> None:
         """Leave round ``r`` for the head; wait while the loop is ``AHEAD`` rounds ahead."""
         with self._lock:
             if not self._lock.wait_for(lambda: self._stopped or r - self._released < AHEAD, timeout):
                 raise TimeoutError(f"{self.name}: the head read no round for {timeout} s")
             if self._stopped:
                 raise Stopped(self.name)
-            self._kept[r] = (models, partial)
+            self._kept[r] = (models, partial, mean)
             self._changed()
 
     def fail(self, message: str) -> None:
@@ -207,6 +208,7 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
           seconds: dict) -> None:
     strategy = step.strategy
     models = {s: strategy.model_of(start, s) for s in step.shard_ids}
+    mean = start.opt_state.get("mean")  # the running mean a^(first-3), advanced each round
     others = sorted(peers)
     own: dict = {}  # round -> this slot's partial sums
     for r in range(first, last + 1):
@@ -219,6 +221,7 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
         else:  # the generation's first two rounds: the averages of the start state
             t1 = t0
             average = start.opt_state["averages"].get(r - 2)
+        mean = strategy.mean_with(mean, average)
         t2 = time.perf_counter()
         models, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
                                       step.fan_in, step.n_shards)
@@ -229,7 +232,7 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
                 peers[slot].put(r, step.slot, partial, separate_thread=False)
             except (OSError, RuntimeError):  # its worker is gone: the head sees the loss and stops us
                 pass
-        box.keep(r, models, partial, step.wait)
+        box.keep(r, models, partial, step.wait, mean)
         t4 = time.perf_counter()
         seconds["idle"] += t1 - t0  # waiting for the other workers' sums
         seconds["reduce"] += t2 - t1
@@ -314,7 +317,7 @@ class StreamRounds:
         previous = tree.merged(out[2] for out in outs) if all(out[2] is not None for out in outs) else None
         return state_after(self.strategy, r, tree.merged(out[0] for out in outs), tree.merged(out[1] for out in outs),
                            previous, self.start_value.opt_state["averages"].get(r - 1), self.plan.fan_in,
-                           self.plan.n_shards)
+                           self.plan.n_shards, outs[0][3])
 
     def state_after(self, r: int):
         """The state after round ``r`` (``first - 1``: the start state's future)."""

@@ -15,11 +15,12 @@ from ppt_dask.applicability import STRATEGIES, STRATEGY_OWN, TABLE
 
 # a value for each row that is "given" (not the neutral default)
 CLI_VALUES = {"block": ["--block", "4"], "local_epoch": ["--local-epoch", "4"], "replicate": ["--replicate"],
-              "interval": ["--interval", "8"], "pull": ["--pull", "0.5"], "local_epochs": ["--local-epochs", "2"],
+              "interval": ["--interval", "8"], "pull": ["--pull", "0.5"], "ema": ["--ema", "0.5"],
+              "local_epochs": ["--local-epochs", "2"],
               "sample_fraction": ["--sample-fraction", "0.5"], "momentum_policy": ["--momentum-policy", "average"],
               "staleness": ["--staleness", "2"], "exchange": ["--exchange", "tree"], "pipeline": ["--pipeline", "2"],
               "restarts": ["--restarts", "1"]}
-OWN_VALUES = {"block": 4, "local_epoch": 4, "interval": 8, "pull": 0.5, "local_epochs": 2.0,
+OWN_VALUES = {"block": 4, "local_epoch": 4, "interval": 8, "pull": 0.5, "ema": 0.5, "local_epochs": 2.0,
               "sample_fraction": 0.5, "momentum_policy": "average", "staleness": 2}
 
 

@@ -1,5 +1,6 @@
 """The local strategy: its math against a hand-written oracle, its graph against the serial path."""
 
+import dataclasses
 import os
 import signal
 import time
@@ -22,10 +23,12 @@ def _data(n=192, seed=0):
 
 NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
 STRATEGY = ppt.LocalSGD(lr=0.2, momentum=0.9, block=6, interval=12, pull=0.5)
+SMOOTHED = dataclasses.replace(STRATEGY, ema=0.5)  # reports the running mean of the averages
 
 
-def _oracle(net, X, y, n_shards, block, steps, lr, momentum, pull, rounds, params):
-    """The algorithm written out from its description, with the network's own gradient."""
+def _oracle(net, X, y, n_shards, block, steps, lr, momentum, pull, rounds, params, ema=0.0):
+    """The algorithm written out from its description, with the network's own gradient; the
+    reported model: the last average, or the running mean of the averages with ``ema``."""
     rows = np.array_split(np.arange(len(X)), n_shards)
     x = [params.copy() for _ in rows]
     v = [np.zeros_like(params) for _ in rows]
@@ -43,14 +46,18 @@ def _oracle(net, X, y, n_shards, block, steps, lr, momentum, pull, rounds, param
             ends[r, s] = x[s]
         weights = [steps * block for _ in rows]  # every shard sees k blocks a round
         averages[r] = sum(w * ends[r, s] for s, w in enumerate(weights)) / sum(weights)
-    return averages[rounds - 1]
+    mean = averages[0]
+    for r in range(1, rounds):
+        mean = ema * mean + (1 - ema) * averages[r]
+    return mean
 
 
-def test_serial_matches_the_algorithm_written_out():
+@pytest.mark.parametrize("strategy", [STRATEGY, SMOOTHED])
+def test_serial_matches_the_algorithm_written_out(strategy):
     X, y = _data()
     start = NET.init_params(1)
-    got, history = serial.train_serial(NET, X, y, STRATEGY, rounds=7, n_shards=4, params=start)
-    want = _oracle(NET, X, y, 4, 6, 2, 0.2, 0.9, 0.5, 7, start)
+    got, history = serial.train_serial(NET, X, y, strategy, rounds=7, n_shards=4, params=start)
+    want = _oracle(NET, X, y, 4, 6, 2, 0.2, 0.9, 0.5, 7, start, strategy.ema)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     assert len(history) == 7 and history[-1]["loss"] < history[0]["loss"]
 
@@ -68,6 +75,7 @@ def test_one_shard_is_plain_momentum_sgd():
 @pytest.mark.parametrize("bad, match", [
     (dict(pull=0), "pull must be in"), (dict(pull=1.5), "pull must be in"),
     (dict(block=0), "block"), (dict(interval=-3), "interval"),
+    (dict(ema=1.0), "ema must be in"), (dict(ema=-0.1), "ema must be in"), (dict(ema=True), "ema must be in"),
 ])
 def test_bad_parameters_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -83,11 +91,11 @@ EXCHANGES = [("auto", "stream"), ("all", "overlap")]
 def test_on_1_2_4_worker_processes_bitwise_as_serial(client4, workers4, exchange, used):
     X, y = _data()
     rounds = 9
-    expected, history = serial.train_serial(NET, X, y, STRATEGY, rounds=rounds, n_shards=8, seed=3)
-    epochs = rounds / STRATEGY.check([24] * 8).rounds_per_epoch(len(X))
+    expected, history = serial.train_serial(NET, X, y, SMOOTHED, rounds=rounds, n_shards=8, seed=3)
+    epochs = rounds / SMOOTHED.check([24] * 8).rounds_per_epoch(len(X))
     for p in (1, 2, 4):
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
-        result = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=epochs), seed=3, exchange=exchange)
+        result = ppt.train(NET, shards, SMOOTHED, ppt.Stop(max_epochs=epochs), seed=3, exchange=exchange)
         ppt.exit_data(shards)
         assert result.rounds == rounds and result.settings["exchange"] == used
         assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
@@ -120,7 +128,7 @@ def test_other_exchanges_are_refused_before_any_work(client4, workers4):
 @pytest.mark.parametrize("exchange", ["auto", "all"])
 def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(exchange):
     X, y = _data(400)
-    strategy = ppt.Slowed(ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01)
+    strategy = ppt.Slowed(ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20, ema=0.5), seconds=0.01)
     rounds = 40
     expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
     client = ppt.connect(n_workers=2, dashboard_address=None)
@@ -150,15 +158,16 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(exchange):
 @pytest.mark.parametrize("exchange", ["auto", "all"])
 def test_checkpoint_and_resume_end_bitwise_as_one_run(client4, workers4, tmp_path, exchange):
     X, y = _data()
-    per_epoch = STRATEGY.check([48] * 4).rounds_per_epoch(len(X))
+    per_epoch = SMOOTHED.check([48] * 4).rounds_per_epoch(len(X))
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
     try:
-        whole = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=12 / per_epoch), exchange="all")
-        ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=6 / per_epoch), checkpoint_dir=tmp_path,
+        whole = ppt.train(NET, shards, SMOOTHED, ppt.Stop(max_epochs=12 / per_epoch), exchange="all")
+        ppt.train(NET, shards, SMOOTHED, ppt.Stop(max_epochs=6 / per_epoch), checkpoint_dir=tmp_path,
                   checkpoint_every=3, exchange=exchange)
         saved = np.load(tmp_path / checkpoint.FILE)
         assert any(name.startswith("local.") for name in saved.files)  # every shard's own model
-        resumed = ppt.train(NET, shards, STRATEGY, ppt.Stop(max_epochs=12 / per_epoch),
+        assert "local.mean" in saved.files  # and the running mean the reported model continues
+        resumed = ppt.train(NET, shards, SMOOTHED, ppt.Stop(max_epochs=12 / per_epoch),
                             checkpoint_dir=tmp_path, resume=True, exchange=exchange)
     finally:
         ppt.exit_data(shards)
@@ -168,8 +177,8 @@ def test_checkpoint_and_resume_end_bitwise_as_one_run(client4, workers4, tmp_pat
 
 def test_shard_models_round_trip_through_a_checkpoint(tmp_path):
     X, y = _data()
-    state, _ = localsgd.train_serial(NET, [(X[:96], y[:96]), (X[96:], y[96:])], STRATEGY.check([96, 96]),
-                                     STRATEGY.init(NET.init_params(0)), 3)
+    state, _ = localsgd.train_serial(NET, [(X[:96], y[:96]), (X[96:], y[96:])], SMOOTHED.check([96, 96]),
+                                     SMOOTHED.init(NET.init_params(0)), 3)
     checkpoint.save(tmp_path, state, round_index=2, attempt=0, history=[], meta={"m": 1})
     back = checkpoint.load(tmp_path, {"m": 1})["state"]
     assert back.params.tobytes() == state.params.tobytes()
@@ -179,3 +188,4 @@ def test_shard_models_round_trip_through_a_checkpoint(tmp_path):
         assert other.velocity.tobytes() == model.velocity.tobytes()
         assert [a.tobytes() for a in other.sent] == [a.tobytes() for a in model.sent]
     assert sorted(back.opt_state["averages"]) == [1, 2]
+    assert back.opt_state["mean"].tobytes() == state.opt_state["mean"].tobytes()
