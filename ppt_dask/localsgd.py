@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import tree
+from .optimizers import exact_scalar
 from .strategies import ModelState, _Base, _positive_int, block_rows
 
 
@@ -55,7 +56,7 @@ def momentum_step(params, velocity, grad_sum, count, lr: float, momentum: float,
     so the same bits), for the local loop's many small steps: ``grad_sum`` is used up."""
     if l2:
         grad_sum += l2 * (mask * params)
-    grad_sum /= count
+    grad_sum /= exact_scalar(count, grad_sum.dtype)
     velocity *= momentum
     grad_sum *= lr  # in place: the same products as ``lr * grad_sum``, without a temporary
     velocity -= grad_sum

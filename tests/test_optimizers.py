@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ppt_dask.network import MLP
-from ppt_dask.optimizers import SGD, init_state, sgd_step
+from ppt_dask.optimizers import SGD, exact_scalar, init_state, sgd_step
 
 
 def test_hand_worked_step():
@@ -108,3 +108,19 @@ def test_invalid_step_arguments():
 def test_settings_are_hashable_values():
     assert SGD(lr=1, momentum=0, l2=0) == SGD(lr=1.0)
     assert hash(SGD(lr=1)) == hash(SGD(lr=1.0)) and isinstance(SGD(lr=1).lr, float)
+
+
+def test_a_float32_step_divides_in_float32_with_the_float64_bits():
+    """exact_scalar: a pattern count that float32 holds exactly becomes a float32 scalar (the
+    fast loop) and the quotient has the bits of the float64 division rounded to float32; a
+    count float32 cannot hold stays as it is."""
+    rng = np.random.default_rng(0)
+    g = (rng.standard_normal(200_000) * rng.choice([1e-30, 1e-3, 1.0, 1e3, 1e30], 200_000)).astype(np.float32)
+    for count in (np.float64(100.0), 3, np.float64(60000.0), np.float64(7.0)):
+        scalar = exact_scalar(count, np.float32)
+        assert scalar.dtype == np.float32
+        assert (g / scalar).tobytes() == (g / np.float64(count)).astype(np.float32).tobytes()
+    assert exact_scalar(np.float64(2**24 + 1), np.float32) == 2**24 + 1
+    assert isinstance(exact_scalar(np.float64(2**24 + 1), np.float32), np.float64)
+    assert exact_scalar(np.float64(0.1), np.float32) == np.float64(0.1)  # 0.1 is not exact in float32
+    assert exact_scalar(5, np.float64).dtype == np.float64
