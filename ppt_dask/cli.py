@@ -36,8 +36,8 @@ PRESETS = {
     # tested is the running mean of the averages (ema 0.5: 97% 0.6-1.8 epochs sooner than the
     # last average, seeds 0-3); float32 (the same accuracy per epoch as float64 here, half the
     # bytes and time); a test-set check every round (0.2 epoch) once the training-error
-    # estimate over the last 0.4 epoch is at the target (over a whole epoch it lags the mean). The fastest of the measured combinations (graphs/README.md,
-    # "The mnist preset").
+    # estimate over the last 0.4 epoch is at the target (over a whole epoch it lags the mean).
+    # The fastest of the measured combinations (graphs/README.md, "The mnist preset").
     "mnist": dict(hidden=(64, 64), activation="tanh", output="softmax", strategy="local",
                   block=100, interval=6000, pull=0.5, ema=0.5, lr=0.1, momentum=0.9, epochs=15,
                   target_error=0.03, dtype="float32", check_every=0.2, window_epochs=0.4),

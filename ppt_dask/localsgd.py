@@ -30,10 +30,12 @@ function, TensorFlow's ``ExponentialMovingAverage``). It does not change the tra
 only the weights reported and tested; on MNIST it reached 97% test accuracy at 4.2-5.2
 epochs where ``m^r`` did at 6-7 (b = 0.5, seeds 0-3, graphs/README.md). Every worker
 advances the mean at round ``r`` with the average it takes then (``a^(r-2)``), so the state
-after round ``r`` holds ``a^(r-2)`` and reports ``a^r`` from it and ``m^(r-1)``, ``m^r``. Everything a shard holds is a plain
-value in the state (:class:`ShardModel`), so the head's kept copy has every shard's model
-and a run rolled back after a lost worker replays bitwise; the average is combined along
-the fixed shard tree, so runs are bitwise equal on any number of workers.
+after round ``r`` holds ``a^(r-2)`` and reports ``a^r`` from it and ``m^(r-1)``, ``m^r``.
+
+Everything a shard holds is a plain value in the state (:class:`ShardModel`), so the
+head's kept copy has every shard's model and a run rolled back after a lost worker replays
+bitwise; the average is combined along the fixed shard tree, so runs are bitwise equal on
+any number of workers.
 
 Pure numpy: no dask import. The rounds run on the cluster as one long task per worker
 (:mod:`ppt_dask.stream`, the default) or one task per worker per round
@@ -172,8 +174,10 @@ class LocalSGD(_Base):
         """The running mean after one more average: ``b * mean + (1 - b) * average`` (the
         average itself when there is no mean yet; None when ``ema`` is 0 or there is no
         average yet)."""
-        if not self.ema or average is None:
-            return mean if self.ema else None
+        if not self.ema:
+            return None
+        if average is None:
+            return mean
         if mean is None:
             return average.copy()
         b = average.dtype.type(self.ema)

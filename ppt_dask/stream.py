@@ -315,9 +315,9 @@ class StreamRounds:
     def _build(self, r: int, timeout: float):
         outs = self._ask("models", r, wait=lambda call: call.result(timeout=timeout))
         previous = tree.merged(out[2] for out in outs) if all(out[2] is not None for out in outs) else None
-        return state_after(self.strategy, r, tree.merged(out[0] for out in outs), tree.merged(out[1] for out in outs),
-                           previous, self.start_value.opt_state["averages"].get(r - 1), self.plan.fan_in,
-                           self.plan.n_shards, outs[0][3])
+        models, partial = tree.merged(out[0] for out in outs), tree.merged(out[1] for out in outs)
+        return state_after(self.strategy, r, models, partial, previous, self.start_value.opt_state["averages"].get(r - 1),
+                           self.plan.fan_in, self.plan.n_shards, outs[0][3])
 
     def state_after(self, r: int):
         """The state after round ``r`` (``first - 1``: the start state's future)."""
