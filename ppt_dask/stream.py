@@ -86,10 +86,13 @@ class Mailbox:
     def release(self, before: int) -> None:
         """The head needs no round before ``before``: drop them, let the loop run on."""
         with self._lock:
-            self._released = max(self._released, before)
-            for r in [r for r in self._kept if r < self._released]:
-                del self._kept[r]
+            self._release(before)
             self._changed()
+
+    def _release(self, before: int) -> None:
+        self._released = max(self._released, before)
+        for r in [r for r in self._kept if r < self._released]:
+            del self._kept[r]
 
     def stop(self) -> None:
         with self._lock:
@@ -121,8 +124,14 @@ class Mailbox:
             except asyncio.TimeoutError:
                 pass
 
-    async def stats(self, first: int, last: int, timeout: float = WAIT_SECONDS) -> list:
-        """The logged stats of rounds ``first..last``, once the loop has run them."""
+    async def stats(self, first: int, last: int, timeout: float = WAIT_SECONDS, release: int | None = None) -> list:
+        """The logged stats of rounds ``first..last``, once the loop has run them; with
+        ``release``, first :meth:`release` the rounds before it (one message, not two)."""
+        if release is not None:
+            with self._lock:
+                self._release(release)
+                self._changed()
+
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
                 return [{node: (value[-1],) for node, value in self._kept[r][1].items()}
@@ -273,6 +282,7 @@ class StreamRounds:
         self.loops: list = []
         self.states: dict = {}
         self.submitted = first - 1
+        self.pending_release: int | None = None  # sent to the mailboxes with the next read
 
     def _start(self) -> None:
         labels = [label for label, *_ in self.plan.blocks]
@@ -310,7 +320,10 @@ class StreamRounds:
             raise
 
     def read_stats(self, first: int, last: int, wait) -> list:
-        return round_stats(self._ask("stats", first, last, wait=wait), self.plan.fan_in, self.plan.n_shards)
+        # the release the head asked for since its last read rides on this call
+        release, self.pending_release = self.pending_release, None
+        logs = self._ask("stats", first, last, WAIT_SECONDS, release, wait=wait)
+        return round_stats(logs, self.plan.fan_in, self.plan.n_shards)
 
     def _build(self, r: int, timeout: float):
         outs = self._ask("models", r, wait=lambda call: call.result(timeout=timeout))
@@ -331,9 +344,10 @@ class StreamRounds:
         return self.state_after(r - 1)
 
     def release(self, last: int) -> None:
-        """The head needs no round before ``last - 1`` any more."""
-        for _f, actor in self.boxes:
-            actor.release(last - 1, separate_thread=False)
+        """The head needs no round before ``last - 1`` any more. The mailboxes hear it with
+        the next read of stats (a loop may run ``AHEAD`` rounds past the last release, far
+        more than one read lags)."""
+        self.pending_release = last - 1
         for r in [r for r in self.states if r < last - 1]:
             del self.states[r]
 
