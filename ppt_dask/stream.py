@@ -286,8 +286,9 @@ class StreamRounds:
 
     def _start(self) -> None:
         labels = [label for label, *_ in self.plan.blocks]
-        futures = [self.client.submit(Mailbox, f"{self.tag}-s{slot}", self.first, actor=True, key=f"mailbox-{self.tag}-s{slot}",
-                                      resources={label: 1}) for slot, label in enumerate(labels)]
+        futures = [self.client.submit(Mailbox, f"{self.tag}-s{slot}", self.first, actor=True,
+                                      key=f"mailbox-{self.tag}-s{slot}", resources={label: 1})
+                   for slot, label in enumerate(labels)]
         self.boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
         for slot, (label, a, b, nodes) in enumerate(self.plan.blocks):
             step = StreamStep(self.strategy, self.net, slot, tuple(range(a, b)), tuple(nodes), self.plan.fan_in,
@@ -329,7 +330,8 @@ class StreamRounds:
         outs = self._ask("models", r, wait=lambda call: call.result(timeout=timeout))
         previous = tree.merged(out[2] for out in outs) if all(out[2] is not None for out in outs) else None
         models, partial = tree.merged(out[0] for out in outs), tree.merged(out[1] for out in outs)
-        return state_after(self.strategy, r, models, partial, previous, self.start_value.opt_state["averages"].get(r - 1),
+        pending = self.start_value.opt_state["averages"].get(r - 1)
+        return state_after(self.strategy, r, models, partial, previous, pending,
                            self.plan.fan_in, self.plan.n_shards, outs[0][3])
 
     def state_after(self, r: int):
