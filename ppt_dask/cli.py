@@ -39,7 +39,7 @@ PRESETS = {
     # estimate over the last 0.4 epoch is at the target (over a whole epoch it lags the mean).
     # The fastest of the measured combinations (graphs/README.md, "The mnist preset").
     "mnist": dict(hidden=(64, 64), activation="tanh", output="softmax", strategy="local",
-                  block=100, interval=6000, pull=0.5, ema=0.5, lr=0.1, momentum=0.9, epochs=15,
+                  block=100, interval=6000, pull=0.5, ema=0.5, lr=0.2, momentum=0.8, epochs=15,
                   target_error=0.03, dtype="float32", check_every=0.2, window_epochs=0.4),
     "digits5000": dict(hidden=(25,), activation="sigmoid", output="softmax", strategy="epoch",
                        lr=2.0, momentum=0.9, l2=0.6987, epochs=500, target_error=None),
