@@ -86,13 +86,10 @@ class Mailbox:
     def release(self, before: int) -> None:
         """The head needs no round before ``before``: drop them, let the loop run on."""
         with self._lock:
-            self._release(before)
+            self._released = max(self._released, before)
+            for r in [r for r in self._kept if r < self._released]:
+                del self._kept[r]
             self._changed()
-
-    def _release(self, before: int) -> None:
-        self._released = max(self._released, before)
-        for r in [r for r in self._kept if r < self._released]:
-            del self._kept[r]
 
     def stop(self) -> None:
         with self._lock:
@@ -124,13 +121,11 @@ class Mailbox:
             except asyncio.TimeoutError:
                 pass
 
-    async def stats(self, first: int, last: int, timeout: float = WAIT_SECONDS, release: int | None = None) -> list:
+    async def stats(self, first: int, last: int, release: int | None = None, timeout: float = WAIT_SECONDS) -> list:
         """The logged stats of rounds ``first..last``, once the loop has run them; with
         ``release``, first :meth:`release` the rounds before it (one message, not two)."""
         if release is not None:
-            with self._lock:
-                self._release(release)
-                self._changed()
+            self.release(release)
 
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
@@ -323,7 +318,7 @@ class StreamRounds:
     def read_stats(self, first: int, last: int, wait) -> list:
         # the release the head asked for since its last read rides on this call
         release, self.pending_release = self.pending_release, None
-        logs = self._ask("stats", first, last, WAIT_SECONDS, release, wait=wait)
+        logs = self._ask("stats", first, last, release, wait=wait)
         return round_stats(logs, self.plan.fan_in, self.plan.n_shards)
 
     def _build(self, r: int, timeout: float):
