@@ -26,7 +26,7 @@ import numpy as np
 import common
 import ppt_dask as ppt
 from ppt_dask import perfmodel
-from ppt_dask.serial import train_serial
+from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(
     LR=2.0, MOMENTUM=0.9, RUNS=10, RUNS_OVERSUBSCRIBED=5, MAX_ROUNDS=1000, RESTARTS=1,

@@ -25,7 +25,7 @@ import numpy as np
 import common
 import ppt_dask as ppt
 from ppt_dask import modelfit, paper001, perfmodel, planning
-from ppt_dask.serial import train_serial
+from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(
     FUNCTION_BLOCKS=(16, 64, 256, 1024), ENCODER_BLOCKS=(8, 32, 128, 256),

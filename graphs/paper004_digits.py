@@ -12,7 +12,7 @@ test accuracy at 100/200/250/500 epochs; Table 2: time to reach them on 2, 4 and
 tasks (on two nodes). Here a map task is a worker process holding one shard (one model);
 1 worker is the sequential program (one model, nothing to average) and 4 and 8 workers
 oversubscribe the 2 cores, as 004's 8 map tasks did its two nodes. ``serial`` is the same
-math in one process without Dask (``ppt_dask.serial.train_serial``).
+math in one process without Dask (``ppt_dask.algorithms.serial.train_serial``).
 Writes out/paper004_table1.{md,csv}, out/paper004_table2.{md,csv}, out/paper004_digits.html.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 
 import common
 import ppt_dask as ppt
-from ppt_dask.serial import train_serial
+from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(
     SPLITS=10, CHECKPOINTS=(100, 200, 250, 500), WORKERS=(1, 2, 4, 8), HIDDEN=25,

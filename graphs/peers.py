@@ -142,7 +142,7 @@ def missing(c: dict) -> str | None:
 def prepare(cfg, work: Path) -> str:
     """MNIST rows and the shared initial weights as .npy files in ``work``; their source."""
     import ppt_dask as ppt
-    from ppt_dask import datasets
+    from ppt_dask.data import datasets
 
     data = datasets.mnist(n_train=cfg["N_TRAIN"], n_test=cfg["N_TEST"], dtype=DTYPE)
     for name, a in (("X_train", data.X), ("y_train", data.y), ("X_test", data.X_test), ("y_test", data.y_test)):

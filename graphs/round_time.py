@@ -20,7 +20,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import ppt_dask as ppt
-from ppt_dask.serial import train_serial
+from ppt_dask.algorithms.serial import train_serial
 
 ROWS, ROUNDS, WARMUP, WORKERS, SHARDS = None, 12, 2, (1, 2), 8
 

@@ -226,7 +226,8 @@ def main() -> int:
     netem = has_netem()
     # a SIGTERM (a CI run cancelled, say) unwinds like Ctrl-C, so the namespaces are removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    from ppt_dask import datasets, modelfit
+    from ppt_dask.data import datasets
+    from ppt_dask import modelfit
 
     d = datasets.mnist(n_train=args.n_train, n_test=10)
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"pptl-{uuid.uuid4().hex[:6]}"

@@ -58,7 +58,7 @@ OUT = Path(__file__).resolve().parent / "out"
 def load_data(n_train: int, seed: int = 0):
     """MNIST rows if the files are there, else random data of the same shape (the timing
     of a round does not depend on the values)."""
-    from ppt_dask import datasets
+    from ppt_dask.data import datasets
 
     try:
         d = datasets.mnist(n_train=n_train, n_test=10)
@@ -169,7 +169,7 @@ def median_round(net, shards, block: int, rounds: int, warmup: int) -> tuple[flo
 def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
     """Median seconds per round of the plain serial program (eq. (3)), one BLAS thread."""
     import ppt_dask as ppt
-    from ppt_dask import serial
+    from ppt_dask.algorithms import serial
     from threadpoolctl import threadpool_limits
 
     n = min(len(X), max(block * (rounds + warmup), block))

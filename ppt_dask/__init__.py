@@ -14,21 +14,71 @@ stay (:func:`train`).
 ...                    ppt.Stop(max_epochs=2000, target_error=0.0))  # doctest: +SKIP
 """
 
-from . import cluster, datasets, strategies, validation
-from .cluster import connect
-from .network import MLP
-from .optimizers import SGD
-from .shards import ShardSet, enter_data, enter_source, exit_data
-from .asynchronous import Async
-from .estimator import PPTClassifier, PPTRegressor
-from .stopping import Stop
-from .strategies import PPT, Average, Slowed, Sync
-from .localsgd import LocalSGD
-from .trainer import Result, evaluate, train
-from .modelfile import Model, load_model
+from __future__ import annotations
 
-__all__ = [
-    "MLP", "Model", "SGD", "Async", "Average", "LocalSGD", "PPT", "PPTClassifier", "PPTRegressor", "Slowed", "Result", "ShardSet", "Stop", "Sync", "cluster", "connect", "datasets",
-    "enter_data", "enter_source", "evaluate", "exit_data", "load_model", "strategies", "train", "validation",
-]
+import importlib
+from typing import TYPE_CHECKING
+
+# name -> the module that defines it. Importing ppt_dask loads none of them: each is
+# imported the first time it is used, so ``import ppt_dask.core`` stays numpy only and the
+# command line checks its arguments before dask is loaded.
+_EXPORTS = {
+    "MLP": "ppt_dask.core.network",
+    "SGD": "ppt_dask.core.optimizers",
+    "Stop": "ppt_dask.core.stopping",
+    "connect": "ppt_dask.cluster",
+    "ShardSet": "ppt_dask.shards", "enter_data": "ppt_dask.shards",
+    "enter_source": "ppt_dask.shards", "exit_data": "ppt_dask.shards",
+    "Async": "ppt_dask.algorithms.asynchronous",
+    "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
+    "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
+    "LocalSGD": "ppt_dask.algorithms.localsgd",
+    "Result": "ppt_dask.result", "evaluate": "ppt_dask.result", "train": "ppt_dask.trainer",
+    "PPTClassifier": "ppt_dask.estimator", "PPTRegressor": "ppt_dask.estimator",
+    "Model": "ppt_dask.modelfile", "load_model": "ppt_dask.modelfile",
+}
+_MODULES = {
+    "cluster": "ppt_dask.cluster",
+    "datasets": "ppt_dask.data.datasets",
+    "strategies": "ppt_dask.algorithms.strategies",
+    "validation": "ppt_dask.core.validation",
+}
+
+__all__ = sorted([*_EXPORTS, *_MODULES])
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    else:
+        raise AttributeError(f"module 'ppt_dask' has no attribute {name!r}")
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
+    from ppt_dask import cluster
+    from ppt_dask.algorithms import strategies
+    from ppt_dask.algorithms.asynchronous import Async
+    from ppt_dask.cluster import connect
+    from ppt_dask.core import validation
+    from ppt_dask.core.network import MLP
+    from ppt_dask.core.optimizers import SGD
+    from ppt_dask.core.stopping import Stop
+    from ppt_dask.data import datasets
+    from ppt_dask.estimator import PPTClassifier, PPTRegressor
+    from ppt_dask.algorithms.localsgd import LocalSGD
+    from ppt_dask.modelfile import Model, load_model
+    from ppt_dask.shards import ShardSet, enter_data, enter_source, exit_data
+    from ppt_dask.algorithms.strategies import PPT, Average, Sync
+    from ppt_dask.testing import Slowed
+    from ppt_dask.result import Result, evaluate
+    from ppt_dask.trainer import train
+
 __version__ = "0.1.0"

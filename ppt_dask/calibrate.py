@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import modelfit, perfmodel, strategies, waits
-from .calls import cluster_workers, measure_calls, one_blas_thread
+from ppt_dask import modelfit, perfmodel, waits
+from ppt_dask.algorithms import strategies
+from ppt_dask.calls import cluster_workers, measure_calls, one_blas_thread
 
 PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
 
@@ -88,7 +89,7 @@ def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: floa
 
 
 def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constants:
-    from . import serial
+    from ppt_dask.algorithms import serial
 
     X = np.require(X, dtype=net.dtype, requirements=("C", "A"))  # aligned as placed shards
     y = np.require(y, requirements=("C", "A"))
@@ -181,8 +182,8 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
     busiest real worker spins ``spin_seconds`` in all per round. Rounds are submitted
     ``pipeline`` ahead and timed as the trainer times them: between stats arrivals.
     """
-    from . import graph
-    from .shards import enter_data, exit_data
+    from ppt_dask import graph
+    from ppt_dask.shards import enter_data, exit_data
 
     if rounds <= warmup:
         raise ValueError(f"rounds must be > warmup = {warmup} (the first {warmup} rounds are "

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import strategies, waits
+from ppt_dask.algorithms import strategies
+from ppt_dask import waits
 
 
 @contextlib.contextmanager
@@ -121,10 +122,10 @@ class CallCurve:
 def _round_tasks(client, net, X, y, workers, calls: int, rows, rounds: int, warmup: int):
     """Per row count r: the median longest ``ppt-grad`` task and the median round period
     of Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows."""
-    from . import diagnostics
-    from .shards import enter_data, exit_data
-    from .stopping import Stop
-    from .trainer import train
+    from ppt_dask import diagnostics
+    from ppt_dask.shards import enter_data, exit_data
+    from ppt_dask.core.stopping import Stop
+    from ppt_dask.trainer import train
 
     n_shards = calls * len(workers)
     n = rows[-1] * n_shards
@@ -212,7 +213,7 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
 
 def cluster_workers(client, workers=None) -> list[str]:
     """The addresses ``workers`` (checked against the cluster), or all of the cluster's."""
-    from .cluster import worker_addresses  # asks the scheduler; imports distributed
+    from ppt_dask.cluster import worker_addresses  # asks the scheduler; imports distributed
 
     known = worker_addresses(client)
     workers = known if workers is None else list(workers)

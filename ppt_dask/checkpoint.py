@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .localsgd import ShardModel
-from .strategies import ModelState
+from ppt_dask.algorithms.localsgd import ShardModel
+from ppt_dask.algorithms.strategies import ModelState
 
 FILE = "checkpoint.npz"
 FORMAT = 1
@@ -44,7 +44,7 @@ def _flatten_state(opt_state) -> tuple[dict, object]:
 
 
 def _flatten_local(opt_state: dict) -> tuple[dict, dict]:
-    """The local strategy's state (:mod:`ppt_dask.localsgd`): each shard's model, the averages."""
+    """The local strategy's state (:mod:`ppt_dask.algorithms.localsgd`): each shard's model, the averages."""
     arrays, shards = {}, {}
     for s, model in opt_state["models"].items():
         arrays[f"local.{s}.params"], arrays[f"local.{s}.velocity"] = model.params, model.velocity

@@ -11,53 +11,17 @@ starts; a bad value exits with status 2 and a one-line message.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
-from . import __version__, clierrors, cliflags, datasets, interrupt, textout
-from .breakdown import phase_table
+from ppt_dask import __version__, clierrors, cliflags, interrupt, textout
+from ppt_dask.data import datasets
+from ppt_dask.breakdown import phase_table
+from ppt_dask.presets import PRESETS, STRATEGY_PRESETS
 
-# Per data set: the network and the settings that learn it (seed 000 for parity, 001 for
-# Encoder, Function and Digits). Command-line flags override them.
-PRESETS = {
-    "parity8": dict(hidden=(100,), activation="tanh", output="sigmoid", strategy="epoch",
-                    lr=2.0, momentum=0.9, epochs=2000, target_error=0.0),
-    "encoder": dict(hidden=(8,), activation="sigmoid", output="sigmoid", strategy="epoch",
-                    lr=2.0, momentum=0.9, epochs=5000, target_error=0.0),
-    "function": dict(hidden=(128, 128), activation="tanh", output="linear", strategy="block",
-                     block=16, lr=0.1, momentum=0.5, epochs=200, target_error=None),
-    # local SGD with the average applied one round late (ppt_dask.localsgd): 60 local steps of
-    # 100 rows between averages, the exchange hidden behind them; the model reported and
-    # tested is the running mean of the averages (ema 0.5: 97% 0.6-1.8 epochs sooner than the
-    # last average, seeds 0-3); float32 (the same accuracy per epoch as float64 here, half the
-    # bytes and time); a test-set check every round (0.2 epoch) once the training-error
-    # estimate over the last 0.4 epoch is at the target (over a whole epoch it lags the mean).
-    # The fastest of the measured combinations (graphs/README.md, "The mnist preset").
-    "mnist": dict(hidden=(64, 64), activation="tanh", output="softmax", strategy="local",
-                  block=100, interval=6000, pull=0.5, ema=0.5, lr=0.2, momentum=0.8, epochs=15,
-                  target_error=0.03, dtype="float32", check_every=0.2, window_epochs=0.4),
-    "digits5000": dict(hidden=(25,), activation="sigmoid", output="softmax", strategy="epoch",
-                       lr=2.0, momentum=0.9, l2=0.6987, epochs=500, target_error=None),
-}
-
-
-# Per (data set, strategy): settings that differ from the data set's preset.
-STRATEGY_PRESETS = {
-    ("parity8", "ppt"): dict(local_epoch=32, replicate=True, epochs=5000),
-    ("parity8", "average"): dict(lr=0.5, block=16),
-    ("mnist", "average"): dict(lr=0.1, momentum=0.9, block=100, local_epochs=1.0, interval=None, epochs=15),
-    ("mnist", "block"): dict(block=1000, lr=0.5, momentum=0.9, epochs=15),
-    ("mnist", "epoch"): dict(block=None, lr=0.5, momentum=0.9, epochs=15),
-    ("mnist", "ppt"): dict(local_epoch=500, lr=0.5, block=None, epochs=15),
-    ("mnist", "async"): dict(block=1000, lr=0.2, staleness=4, interval=None, epochs=10),
-    ("digits5000", "average"): dict(lr=2.0, momentum=0.0, sample_fraction=0.9, local_epochs=5,
-                                    epochs=500),
-}
 SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema")
@@ -75,7 +39,7 @@ def _checkpoints(text: str) -> tuple[float, ...]:
 
 def _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints) -> int:
     """004's repeated experiment: mean and spread of test accuracy over random splits."""
-    from .experiments import repeated_splits
+    from ppt_dask.experiments import repeated_splits
 
     def show(record):
         if not args.quiet:
@@ -95,16 +59,6 @@ def _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkp
                        "checkpoints": list(out["checkpoints"]), "mean": out["mean"].tolist(),
                        "std": out["std"].tolist(), "wall_seconds": out["wall_seconds"]}, fh, indent=2)
     return 0
-
-
-def _hidden(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--hidden takes widths like 64,64; got {text!r}") from None
-    if any(s < 1 for s in sizes):
-        raise argparse.ArgumentTypeError(f"--hidden widths must be >= 1; got {text!r}")
-    return sizes
 
 
 def _int_at_least(minimum: int):
@@ -198,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--screen", choices=["on", "off"], default=None,
                    help="on: verify only once the training-error estimate is at or below the target "
                         "(000's rule); off: verify every --check-every epochs (default: on)")
-    t.add_argument("--hidden", type=_hidden, default=None, help="hidden widths, e.g. 64,64")
+    t.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths, e.g. 64,64")
     t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
     t.add_argument("--dtype", choices=["float64", "float32"], default=None,
                    help="default: the data set's preset (mnist: float32; the others float64)")
@@ -223,11 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run as a Chrome trace (one track per worker plus the head)")
     t.add_argument("--save", default=None, metavar="PATH",  # model files
                    help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
-    from .sshcluster import add_cluster_parser  # deploy: ppt-dask cluster ssh HOSTFILE --certs DIR
-    add_cluster_parser(sub)  # deploy
-    from .modelcli import add_model_parser  # model: ppt-dask model calibrate|predict|recommend
+    from ppt_dask.slurmcluster import add_slurm_parser
+    from ppt_dask.sshcluster import add_ssh_parser
+    c = sub.add_parser("cluster", help="start a cluster (over ssh or on Slurm, with TLS)")
+    kinds = c.add_subparsers(dest="cluster_kind", required=True)
+    add_ssh_parser(kinds)  # ppt-dask cluster ssh HOSTFILE --certs DIR
+    add_slurm_parser(kinds)  # ppt-dask cluster slurm --jobs N ...
+    from ppt_dask.modelcli import add_model_parser  # model: ppt-dask model calibrate|predict|recommend
     add_model_parser(sub)  # model
-    from .predictcli import add_predict_parser  # model files: ppt-dask predict MODEL DATASET
+    from ppt_dask.predictcli import add_predict_parser  # model files: ppt-dask predict MODEL DATASET
     add_predict_parser(sub)
     return parser
 
@@ -261,6 +219,7 @@ class Progress:
 
 def train_command(args) -> int:
     import ppt_dask as ppt  # the dask-using layers, loaded once the arguments are good
+    from ppt_dask.algorithms import choose
 
     s = _settings(args)
     cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
@@ -279,7 +238,7 @@ def train_command(args) -> int:
                  else 1 if data.y.ndim == 1 else data.y.shape[1])
     net = ppt.MLP((data.X.shape[1], *s["hidden"], n_outputs), hidden=s["activation"],
                   output=s["output"], dtype=dtype)
-    strategy = ppt.strategies.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
+    strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
     test = (data.X_test, data.y_test) if data.X_test is not None else None
     stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
                     window_epochs=s.get("window_epochs", 1.0), restarts=args.restarts,
@@ -346,7 +305,7 @@ def train_command(args) -> int:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
     if args.save:  # model files: the dataset's name and the network go into the file's summary
-        from .modelfile import save_result
+        from ppt_dask.modelfile import save_result
         print(f"saved the model to {save_result(result, args.save, summary=summary)}")
     if result.stopped_because.startswith("diverged"):
         print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
@@ -358,13 +317,16 @@ def _command(args) -> int:
     if args.command == "train":
         return train_command(args)
     if args.command == "cluster":  # deploy
-        from .sshcluster import cluster_command
-        return cluster_command(args)
+        if args.cluster_kind == "slurm":  # workers as batch jobs
+            from ppt_dask.slurmcluster import slurm_command
+            return slurm_command(args)
+        from ppt_dask.sshcluster import ssh_command
+        return ssh_command(args)
     if args.command == "model":  # model
-        from .modelcli import model_command
+        from ppt_dask.modelcli import model_command
         return model_command(args)
     if args.command == "predict":  # model files
-        from .predictcli import predict_command
+        from ppt_dask.predictcli import predict_command
         return predict_command(args)
     return 1
 

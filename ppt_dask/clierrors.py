@@ -17,7 +17,8 @@ import os
 import re
 import sys
 
-from .interrupt import EXIT_STATUS, Interrupted
+from ppt_dask import interrupt
+from ppt_dask.interrupt import EXIT_STATUS, Interrupted
 
 DEBUG_ENV = "PPT_DASK_DEBUG"
 
@@ -79,7 +80,8 @@ def debugging(args=None) -> bool:
 def run(command, args, parser: argparse.ArgumentParser) -> int:
     """``command(args)``, its errors turned into one line and an exit status."""
     try:
-        return command(args)
+        with interrupt.sigint_never_dropped():
+            return command(args)
     except Interrupted as exc:  # Ctrl-C during a run: where it was and how to go on
         if debugging(args):
             raise

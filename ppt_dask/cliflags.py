@@ -1,15 +1,17 @@
 """``ppt-dask train``: flags that do not apply are refused, before any cluster work.
 
-The strategy's own flags go through the one table of :mod:`ppt_dask.applicability`; the
+The strategy's own flags go through the one table of :mod:`ppt_dask.core.applicability`; the
 flags of a mode (``--splits``, ``--scheduler``, a target error, a checkpoint) are checked
 here. Each refusal is one line naming the flag and saying when it applies.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-from . import applicability, checkpoint
+from ppt_dask.core import applicability
+from ppt_dask import checkpoint
 
 # the strategy-dependent flags (attribute names of the parsed arguments = table rows)
 STRATEGY_FLAGS = ("block", "local_epoch", "replicate", "interval", "pull", "ema", "local_epochs",
@@ -62,3 +64,14 @@ def refuse_flags(args, strategy: str, target_error) -> None:
             if getattr(args, name) is not None:
                 raise ValueError(f"{applicability.cli_spelling(name)} applies when there is a target "
                                  "error (--target-error)")
+
+
+def hidden_widths(text: str) -> tuple[int, ...]:
+    """``--hidden 64,64``: the hidden layers' widths (an argparse type)."""
+    try:
+        sizes = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--hidden takes widths like 64,64; got {text!r}") from None
+    if any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"--hidden widths must be >= 1; got {text!r}")
+    return sizes

@@ -10,6 +10,8 @@ keep their own settings; :func:`worker_report` shows them.
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
 import re
 from pathlib import Path  # deploy
@@ -17,7 +19,30 @@ from pathlib import Path  # deploy
 import dask
 from distributed import Client, LocalCluster, Security  # deploy: Security
 
-from . import interrupt, messages, probe
+from ppt_dask import interrupt, messages, probe
+
+logger = logging.getLogger(__name__)
+
+# The scheduler preload that adds the ppt_dask page to the dashboard.
+DASHBOARD_PRELOAD = "ppt_dask.dashboard"
+
+DEFAULT_DASHBOARD_ADDRESS = "127.0.0.1:8787"
+
+def preloads(preload=True) -> list[str]:
+    """The scheduler preload modules: ``True`` means the dashboard page when it is installed."""
+    if preload is True:
+        try:
+            found = importlib.util.find_spec(DASHBOARD_PRELOAD) is not None
+        except ImportError:
+            found = False
+        if not found:
+            logger.info("%s is not installed: the scheduler starts without the ppt_dask page",
+                        DASHBOARD_PRELOAD)
+        return [DASHBOARD_PRELOAD] if found else []
+    if not preload:
+        return []
+    return [preload] if isinstance(preload, str) else list(preload)
+
 
 # Environment of the worker processes ppt_dask starts (set before the process spawns).
 WORKER_ENV = {

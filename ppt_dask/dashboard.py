@@ -33,8 +33,8 @@ from distributed.dashboard.components import add_periodic_callback
 from distributed.dashboard.scheduler import applications
 from distributed.utils import log_errors
 
-from . import breakdown as bd
-from .diagnostics import ensure_collector, records_of
+from ppt_dask import breakdown as bd
+from ppt_dask.diagnostics import ensure_collector, records_of
 
 ROUTE = "/ppt"
 PAGE_ROUNDS = 300  # rounds drawn on the live page
@@ -328,7 +328,7 @@ def versions() -> str:
     import distributed
     import numpy
 
-    from . import __version__
+    from ppt_dask import __version__
     return (f"ppt_dask {__version__}, dask {dask.__version__}, distributed {distributed.__version__}, "
             f"numpy {numpy.__version__}, bokeh {bokeh_version}, Python {platform.python_version()}")
 

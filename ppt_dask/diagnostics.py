@@ -1,4 +1,4 @@
-"""Collect where the time goes: a scheduler plugin, the head's side, and a test hook.
+"""Collect where the time goes: a scheduler plugin and the head's side.
 
 Collector -> pure transform -> thin view (distributed's own ``diagnostics/`` are the
 model). This module collects; :mod:`ppt_dask.breakdown` turns the records into per-round
@@ -15,8 +15,9 @@ rows, a gprof-style phase table and a Chrome trace; :mod:`ppt_dask.dashboard` dr
   (loss, error, head seconds) to the collector in batches every quarter of a second,
   without waiting for a reply (``log_event`` through the client's event loop), and
   fetches the records at the end. Its cost per round is measured (``head_cost_seconds``).
-* :func:`slow_gradients` is the documented test hook: a strategy whose gradient task
-  takes a known extra time, on every worker or on chosen slots only.
+
+The test hook that makes gradient tasks take a known extra time is
+:func:`ppt_dask.testing.slow_gradients`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from dataclasses import dataclass, field
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from . import taskmeta
-from .breakdown import TaskRecord, breakdown, phase_table, summarize, trace_events
+from ppt_dask import taskmeta
+from ppt_dask.breakdown import TaskRecord, breakdown, phase_table, summarize, trace_events
 
 TOPIC = "ppt-diagnostics"  # log_event topic of the head's messages
 NAME = "ppt-diagnostics"  # the plugin's name on the scheduler
@@ -376,28 +377,3 @@ def records_of(obj) -> RunRecords:
 def write_trace(obj, path) -> None:
     """Write the Chrome trace of a ``Result`` or :class:`RunRecords` to ``path``."""
     records_of(obj).write_trace(path)
-
-
-def slow_gradients(strategy, shards, seconds: float, slots=None):
-    """Test hook: ``strategy`` with each gradient task made ``seconds`` longer.
-
-    The sleep is added to the work of the first shard of each worker's block, so every
-    ``ppt-grad`` task (one per worker per round) takes ``seconds`` more, however many
-    shards it loops over; ``slots`` (worker slots, the second element of a gradient key)
-    limits it to some workers, to make a straggler. Nothing changes when the hook is not
-    used: it is a different strategy object (:class:`ppt_dask.strategies.Slowed`).
-
-    Parameters
-    ----------
-    strategy : a strategy
-    shards : ShardSet
-        The shard set the run will use (gives each slot's first shard).
-    seconds : float
-    slots : iterable of int, optional
-    """
-    from .strategies import Slowed
-
-    slots = None if slots is None else set(slots)
-    first = tuple(a for slot, (_label, a, _b) in enumerate(shards.worker_blocks())
-                  if slots is None or slot in slots)
-    return Slowed(strategy, float(seconds), first)

@@ -25,16 +25,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import applicability, cluster, strategies, validation
-from .epochs import EpochCurve, ToleranceRule
-from .estimator_contract import (ContractMixin, ConvergenceWarning, NotFittedError, check_X,
+from ppt_dask.core import applicability, validation
+from ppt_dask import cluster
+from ppt_dask.algorithms import choose
+from ppt_dask.epochs import EpochCurve, ToleranceRule
+from ppt_dask.estimator_contract import (ContractMixin, ConvergenceWarning, NotFittedError, check_X,
                                  check_y_labels, check_y_targets, distinct_labels, is_dask,
                                  n_features_message, r2_score, seed_of, sklearn_class)
-from .network import MLP
-from .shards import enter_data, exit_data
-from .stopping import Stop
-from .trainer import train
-from .tree import split_rows
+from ppt_dask.core.network import MLP
+from ppt_dask.shards import enter_data, exit_data
+from ppt_dask.core.stopping import Stop
+from ppt_dask.trainer import train
+from ppt_dask.core.tree import split_rows
 
 __all__ = ["PPTClassifier", "PPTRegressor", "NotFittedError"]
 
@@ -178,9 +180,9 @@ class _PPTBase(ContractMixin):
         return settings
 
     def _refuse_inapplicable(self, extra: dict) -> None:
-        """What does not apply to the strategy is refused (:mod:`ppt_dask.applicability`)."""
+        """What does not apply to the strategy is refused (:mod:`ppt_dask.core.applicability`)."""
         if self.strategy not in applicability.STRATEGIES:
-            return  # strategies.make names the choices
+            return  # choose.make names the choices
         size = PER_SHARD.get(self.strategy, "block")
         for key in extra:
             if key not in applicability.STRATEGY_OWN:
@@ -216,7 +218,7 @@ class _PPTBase(ContractMixin):
             steps = max(1, min(LOCAL_STEPS, (n_rows // n_shards) // block))
             sizes["interval"] = steps * block
         try:
-            return strategies.make(self.strategy, **settings["optimizer"], **sizes)
+            return choose.make(self.strategy, **settings["optimizer"], **sizes)
         except TypeError as exc:
             raise ValueError(f"bad strategy_params {settings['extra']!r} for strategy "
                              f"{self.strategy!r}: {exc}") from None
@@ -225,7 +227,7 @@ class _PPTBase(ContractMixin):
     def from_model(cls, model, **params):
         """A fitted estimator holding a saved model's weights (a :class:`ppt_dask.Model` or
         the path of a model file); ``params`` are constructor parameters for later fits."""
-        from .modelfile import fitted_estimator
+        from ppt_dask.modelfile import fitted_estimator
         return fitted_estimator(cls, model, **params)
 
     # -- the cluster --
@@ -435,8 +437,8 @@ _DOC = """
     warm_start, verbose : bool, default=False
         ``fit`` continues from the learned weights; print the loss of every epoch.
     strategy : str, default="local"
-        A name for :func:`ppt_dask.strategies.make`: "local", "block", "epoch", "ppt",
-        "average", "async". "local" (:class:`ppt_dask.localsgd.LocalSGD`): every worker
+        A name for :func:`ppt_dask.algorithms.choose.make`: "local", "block", "epoch", "ppt",
+        "average", "async". "local" (:class:`ppt_dask.algorithms.localsgd.LocalSGD`): every worker
         takes momentum steps on its own shard and the shards' weights are averaged every
         60 steps (at most one pass over a shard), the average arriving one round late so
         that the exchange hides behind the steps. On MNIST it reached MLPClassifier's test
@@ -446,7 +448,7 @@ _DOC = """
     strategy_params : dict or None, default=None
         More arguments of the strategy, for example ``{"interval": 6000}`` (patterns per
         shard between averages) for "local" or ``{"local_epochs": 2}`` for "average"; one
-        that does not apply to the strategy is refused (:mod:`ppt_dask.applicability`).
+        that does not apply to the strategy is refused (:mod:`ppt_dask.core.applicability`).
     n_shards : int or None, default=None
         Logical shards of the training set; None: one per worker, but one for "local" on
         a set of fewer than ``60 * batch_size`` samples (too small for a round of 60 steps

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from . import validation
+from ppt_dask.core import validation
 
 
 class NotFittedError(ValueError, AttributeError):

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from .datasets import random_splits
-from .shards import enter_data, exit_data
-from .trainer import train
+from ppt_dask.data.datasets import random_splits
+from ppt_dask.shards import enter_data, exit_data
+from ppt_dask.trainer import train
 
 
 def repeated_splits(client, net, X, y, strategy, stop, n_splits: int = 10, *,

@@ -27,7 +27,7 @@ import numpy as np
 from dask._task_spec import DataNode, Task, TaskRef, parse_input
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import tree
+from ppt_dask.core import tree
 
 
 # ---- task functions (worker side) ------------------------------------------------------

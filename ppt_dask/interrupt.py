@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -50,6 +51,34 @@ def _in_finalizer(frame) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+RESEND_SECONDS = 0.05  # a Ctrl-C that lands in a finalizer comes again this much later
+
+
+@contextlib.contextmanager
+def sigint_never_dropped():
+    """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
+    thread runs a finalizer, where Python would drop the exception: there the signal is
+    sent again a moment later, once the finalizer has returned. For the whole of a command
+    (a download, the cluster's start, the end); during rounds :func:`sigint_at_safe_points`
+    takes over. Only the main thread can install it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if not _in_finalizer(frame):
+            raise KeyboardInterrupt
+        again = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signal.SIGINT))
+        again.daemon = True
+        again.start()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
@@ -126,7 +155,7 @@ class Watch:
 
 def saved_round(directory) -> int | None:
     """The round of the checkpoint in ``directory`` (None when there is no readable one)."""
-    from .checkpoint import FILE
+    from ppt_dask.checkpoint import FILE
 
     try:
         with np.load(Path(directory) / FILE, allow_pickle=False) as archive:

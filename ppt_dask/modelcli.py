@@ -22,7 +22,8 @@ import sys
 
 import numpy as np
 
-from . import perfmodel, planning, textout
+from ppt_dask import cliflags, perfmodel, planning, textout
+from ppt_dask.presets import PRESETS, STRATEGY_PRESETS
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 _CALIBRATED = -1  # --shards not given: the calibration's layout
@@ -51,8 +52,6 @@ def _shards(text: str):
 
 def add_model_parser(subparsers) -> None:
     """Add ``model calibrate | predict | recommend`` to the ``ppt-dask`` subcommands."""
-    from .cli import PRESETS, _hidden
-
     m = subparsers.add_parser("model", help="run-time model of 001: calibrate, predict, recommend")
     msub = m.add_subparsers(dest="model_command", required=True)
 
@@ -61,7 +60,7 @@ def add_model_parser(subparsers) -> None:
     c.add_argument("--workers", type=_positive, default=None, help="worker processes (default: one per core)")
     c.add_argument("--block", type=_positive, default=None, help="block size to centre the fits on (default 1000)")
     c.add_argument("--shards", type=_shards, default=None, help="shards of the layout to model (default: 8, or the workers if more)")
-    c.add_argument("--hidden", type=_hidden, default=None, help="hidden widths (default: the data set's preset)")
+    c.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths (default: the data set's preset)")
     c.add_argument("--fan-in", type=_positive, default=2)
     c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point (at least 8: 5 warm up)")
     c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
@@ -117,9 +116,10 @@ def _step_printer():
 
 def _calibrate(args) -> int:
     import ppt_dask as ppt
-    from . import calibrate, cli, datasets
+    from ppt_dask import calibrate
+    from ppt_dask.data import datasets
 
-    preset = cli.PRESETS[args.dataset]
+    preset = PRESETS[args.dataset]
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
     data = datasets.load(args.dataset, data_dir=args.data_dir)
@@ -128,7 +128,7 @@ def _calibrate(args) -> int:
     net = ppt.MLP((data.X.shape[1], *(args.hidden or preset["hidden"]), n_outputs),
                   hidden=preset["activation"], output=preset["output"])
     # the model is of synchronous block rounds: the data set's block preset
-    sync_block = cli.STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
+    sync_block = STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
     block = min(args.block or sync_block or 1000, len(data.X))
     calibrate.check_rounds(args.rounds, flag="--rounds")  # before the cluster: a median needs rounds
     client = ppt.connect(args.scheduler, n_workers=args.workers)
@@ -157,7 +157,7 @@ def _calibrate(args) -> int:
 
 def _setting(args) -> dict:
     """Constants and sizes from the file, overridden by the flags; checked here."""
-    from .calibrate import Calibration
+    from ppt_dask.calibrate import Calibration
 
     path = args.calibration or args.constants
     try:

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import validation
-from .network import MLP
+from ppt_dask.core import validation
+from ppt_dask.core.network import MLP
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Model", "load_model", "save_result"]
 
@@ -166,7 +166,7 @@ class Model:
         if len(y) != len(pred):
             raise ValueError(f"y has {len(y)} rows but X has {len(pred)}")
         if self.task == "regression":
-            from .estimator_contract import r2_score
+            from ppt_dask.estimator_contract import r2_score
             return float(r2_score(y.reshape(pred.shape), pred))
         right = pred == y.reshape(pred.shape)
         return float(np.mean(right.all(axis=1) if right.ndim == 2 else right))
@@ -192,7 +192,7 @@ class Model:
         """Write the model to ``path`` (a ``.npz``; written to a temporary name, then renamed)."""
         net = self.net
         classes = np.array([], dtype=np.int64) if self.classes is None else self.classes
-        from . import __version__
+        from ppt_dask import __version__
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "ppt_dask_version": __version__,
                 "network": {"sizes": list(net.sizes), "hidden": net.hidden, "output": net.output,
                             "loss": net.loss, "dtype": net.dtype, "tolerance": net.tolerance},

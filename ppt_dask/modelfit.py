@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .perfmodel import _ints, tree_levels
+from ppt_dask.perfmodel import _ints, tree_levels
 
 
 def _nonneg_lstsq(x: np.ndarray, y: np.ndarray, what: str) -> tuple[float, float]:

@@ -4,7 +4,7 @@ The explicit round graph (:mod:`ppt_dask.graph`) puts three hops on a round's cr
 path (gradient -> reduce/update -> weights -> next gradient), and on a task graph every hop
 costs a message to the scheduler, a decision, a message to a worker and usually a fetch.
 Here each worker's task of round ``r + 1`` takes the partial sums of round ``r`` from every
-worker, combines them along the fixed shard tree (:func:`ppt_dask.tree.evaluate_owned`),
+worker, combines them along the fixed shard tree (:func:`ppt_dask.core.tree.evaluate_owned`),
 applies the strategy's step to its own copy of the state and computes its next partial
 sums. Every worker adds in the same order, so every worker computes bitwise the same total
 and the same update, and runs stay bitwise equal on any number of workers and to the serial
@@ -33,8 +33,9 @@ from typing import Any
 from dask._task_spec import DataNode, Task, TaskRef, parse_input
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import taskmeta, tree
-from .graph import Plan, local_task
+from ppt_dask import taskmeta
+from ppt_dask.core import tree
+from ppt_dask.graph import Plan, local_task
 
 LOG_ROUNDS = 32  # rounds of stats a carry remembers: the most the head reads at once
 PICK_PRIORITY = 10  # Dask runs a worker's ready tasks highest priority first

@@ -1,6 +1,6 @@
 """Rounds of the local strategy: the shards run on while the last average travels.
 
-A task graph of :class:`ppt_dask.localsgd.LocalSGD` (``exchange="all"``; the default is one
+A task graph of :class:`ppt_dask.algorithms.localsgd.LocalSGD` (``exchange="all"``; the default is one
 long task per worker, :mod:`ppt_dask.stream`). Each worker's task of round ``r``
 takes its own task of round ``r - 1`` (its shards' models) and the other workers' tasks of
 round ``r - 2``: it combines round ``r - 2``'s partial sums along the fixed shard tree
@@ -24,10 +24,11 @@ from typing import Any
 from dask._task_spec import DataNode, Task, TaskRef, parse_input
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import taskmeta, tree
-from .graph import Plan
-from .localsgd import block_round, round_stats, state_after
-from .onehop import LOG_ROUNDS, PICK_PRIORITY
+from ppt_dask import taskmeta
+from ppt_dask.core import tree
+from ppt_dask.graph import Plan
+from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
+from ppt_dask.onehop import LOG_ROUNDS, PICK_PRIORITY
 
 
 @dataclass
@@ -35,7 +36,7 @@ class LocalCarry:
     """What a worker's task of round ``r`` leaves: its shards' models after ``r``, its partial
     sums of ``r`` and ``r - 1`` (tree node -> partial), ``m^(r-1)`` when a generation's
     start state supplied it, the stats of its subtrees for the last rounds, and the running
-    mean ``a^(r-2)`` (:meth:`ppt_dask.localsgd.LocalSGD.mean_with`)."""
+    mean ``a^(r-2)`` (:meth:`ppt_dask.algorithms.localsgd.LocalSGD.mean_with`)."""
 
     models: dict
     partial: dict

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .perfmodel import Constants
+from ppt_dask.perfmodel import Constants
 
 _MS, _US = 1e-3, 1e-6
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .perfmodel import Constants, _ints, epoch_seconds, speedup
+from ppt_dask.perfmodel import Constants, _ints, epoch_seconds, speedup
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from . import datasets
+from ppt_dask.data import datasets
 
 
 def add_predict_parser(subparsers) -> None:
@@ -84,7 +84,7 @@ def _confusion_lines(classes, counts) -> list[str]:
 
 
 def predict_command(args) -> int:
-    from .modelfile import load_model
+    from ppt_dask.modelfile import load_model
 
     _check(args)
     model = load_model(args.model)

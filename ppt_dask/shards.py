@@ -4,7 +4,7 @@ OmpCluster's ``target enter data`` (seed 002) copies each block to its device on
 tasks of every round then run where the data already is. Here the rows are split into
 ``n_shards`` logical shards, a number fixed at entry and independent of the number of
 workers. The workers are given contiguous blocks of shards, so each worker's share is a
-run of leaves of the fixed reduction tree (see :mod:`ppt_dask.tree`).
+run of leaves of the fixed reduction tree (see :mod:`ppt_dask.core.tree`).
 
 Pinning uses worker *resources* rather than addresses: each worker gets a label
 ``ppt-<set>-w<slot>`` (set with ``Worker.set_resources``) and every task of that slot asks
@@ -31,9 +31,9 @@ from typing import Callable
 import numpy as np
 from distributed import Client, Future, wait
 
-from . import validation
-from .cluster import worker_addresses
-from .tree import split_rows, split_shards
+from ppt_dask.core import validation
+from ppt_dask.cluster import worker_addresses
+from ppt_dask.core.tree import split_rows, split_shards
 
 SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
 REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor

@@ -33,9 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import interrupt
-from .cluster import WORKER_ENV, tls_security
-from .sshcluster import DEFAULT_DASHBOARD_ADDRESS, preloads
+from ppt_dask import interrupt
+from ppt_dask.cluster import WORKER_ENV, tls_security
+from ppt_dask.cluster import DEFAULT_DASHBOARD_ADDRESS, preloads
 
 logger = logging.getLogger(__name__)
 

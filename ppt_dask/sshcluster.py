@@ -10,7 +10,7 @@ or from a shell (the same, in the foreground until Ctrl-C):
     ppt-dask cluster ssh hosts.txt --certs ~/ppt-certs
 
 The first host runs the scheduler (with the ppt_dask dashboard page preloaded when
-:data:`DASHBOARD_PRELOAD` is installed); every host runs ``n_workers`` single-threaded
+:data:`ppt_dask.cluster.DASHBOARD_PRELOAD` is installed); every host runs ``n_workers`` single-threaded
 worker processes (``workers_on_scheduler=False`` keeps the first host for the scheduler).
 It builds on :func:`distributed.deploy.ssh.SSHCluster` (``asyncssh``, from the ``deploy``
 extra), which starts each remote process with the client's dask configuration. That is how
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import importlib.util
 import logging
 import os
 import sys
@@ -44,15 +43,13 @@ from pathlib import Path
 
 import dask
 
-from . import interrupt
-from .cluster import NO_WORKERS_TIMEOUT, WORKER_ENV, CERT_FILES, scheduler_identity, tls_security
+from ppt_dask import interrupt
+from ppt_dask.cluster import (CERT_FILES, DEFAULT_DASHBOARD_ADDRESS, NO_WORKERS_TIMEOUT, WORKER_ENV,
+                              preloads, scheduler_identity, tls_security)
 
 logger = logging.getLogger(__name__)
 
-# The scheduler preload that adds the ppt_dask page to the dashboard.
-DASHBOARD_PRELOAD = "ppt_dask.dashboard"
 DEFAULT_SCHEDULER_PORT = 8786
-DEFAULT_DASHBOARD_ADDRESS = "127.0.0.1:8787"
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -65,22 +62,6 @@ def read_hostfile(path) -> list[str]:
     if not hosts:
         raise ValueError(f"host file {str(path)!r} names no host")
     return hosts
-
-
-def preloads(preload=True) -> list[str]:
-    """The scheduler preload modules: ``True`` means the dashboard page when it is installed."""
-    if preload is True:
-        try:
-            found = importlib.util.find_spec(DASHBOARD_PRELOAD) is not None
-        except ImportError:
-            found = False
-        if not found:
-            logger.info("%s is not installed: the scheduler starts without the ppt_dask page",
-                        DASHBOARD_PRELOAD)
-        return [DASHBOARD_PRELOAD] if found else []
-    if not preload:
-        return []
-    return [preload] if isinstance(preload, str) else list(preload)
 
 
 def _path_only(value, what: str) -> str:
@@ -362,10 +343,8 @@ async def dask_setup(server) -> None:
 
 # -- ppt-dask cluster ssh HOSTFILE --certs DIR ------------------------------------------------
 
-def add_cluster_parser(subparsers) -> None:
-    """Register ``ppt-dask cluster ssh`` on the ``ppt-dask`` command line."""
-    c = subparsers.add_parser("cluster", help="start a cluster (over ssh or on Slurm, with TLS)")
-    kinds = c.add_subparsers(dest="cluster_kind", required=True)
+def add_ssh_parser(kinds) -> None:
+    """Register ``ppt-dask cluster ssh`` under ``ppt-dask cluster``."""
     s = kinds.add_parser("ssh", help="scheduler and workers over ssh, TLS on; runs until Ctrl-C",
                          description="Start a scheduler on the first host of HOSTFILE and workers on "
                                      "every host, with TLS, and keep them until Ctrl-C or SIGTERM.")
@@ -393,18 +372,13 @@ def add_cluster_parser(subparsers) -> None:
     s.add_argument("--death-timeout", default="60s", help="workers exit when the scheduler is gone this long")
     s.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the workers")
     s.add_argument("--verbose", action="store_true", help="show what the remote processes print while starting")
-    from .slurmcluster import add_slurm_parser  # slurm: ppt-dask cluster slurm --jobs N ...
-    add_slurm_parser(kinds)
 
 
 def _none(text):
     return None if text is None or str(text).lower() in ("none", "0", "") else text
 
 
-def cluster_command(args) -> int:
-    if args.cluster_kind == "slurm":  # slurm: workers as batch jobs (ppt_dask.slurmcluster)
-        from .slurmcluster import slurm_command
-        return slurm_command(args)
+def ssh_command(args) -> int:
     connect = {}
     if args.ssh_port is not None:
         connect["port"] = args.ssh_port

@@ -11,7 +11,7 @@ partial sums go straight from worker to worker. At the start of round ``r`` a sl
 round ``r - 2``'s partial sums from its own mailbox (they left the other workers a whole
 round earlier: a worker waits only when another lags a round behind), adds them along the
 fixed shard tree and pulls its shards toward that average, as the per-round graph does:
-the same bits on any number of workers, and as :func:`ppt_dask.localsgd.train_serial`.
+the same bits on any number of workers, and as :func:`ppt_dask.algorithms.localsgd.train_serial`.
 
 The head does not wait on tasks. Each loop logs its round's stats in its own mailbox, and
 the head reads them there (an actor call that answers once the round is logged); when the
@@ -32,9 +32,10 @@ from typing import Any
 
 from distributed import wait
 
-from . import taskmeta, tree
-from .breakdown import LOOP_PREFIX
-from .localsgd import block_round, round_stats, state_after
+from ppt_dask import taskmeta
+from ppt_dask.core import tree
+from ppt_dask.breakdown import LOOP_PREFIX
+from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
 
 AHEAD = 32  # rounds a loop may run past the last round the head has read
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot

@@ -21,13 +21,15 @@ from typing import Callable
 import numpy as np
 from distributed import Future, KilledWorker
 
-from . import applicability, checkpoint, diagnostics, graph, onehop, overlap, strategies, stream
-from .stopping import ErrorEstimate, Stop
-from .validation import check_int_at_least
-from .network import MLP
-from .shards import ShardSet
+from ppt_dask.core import applicability
+from ppt_dask import checkpoint, diagnostics, graph, onehop, overlap, stream
+from ppt_dask.algorithms import strategies
+from ppt_dask.core.stopping import ErrorEstimate, Stop
+from ppt_dask.core.validation import check_int_at_least
+from ppt_dask.core.network import MLP
+from ppt_dask.result import ROUND_TIMEOUT, Result, evaluate, test_error
+from ppt_dask.shards import ShardSet
 
-ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
 POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
 MAX_RECOVERIES = 20
 
@@ -63,66 +65,6 @@ def _result(future, shards: ShardSet, timeout: float = ROUND_TIMEOUT):
                 raise TimeoutError(f"a round did not finish within {timeout} s") from None
 
 
-@dataclass
-class Result:
-    """A finished run: final weights, per-round history and totals."""
-
-    net: MLP
-    params: np.ndarray
-    history: list[dict]
-    strategy: object
-    learned: bool
-    stopped_because: str
-    epochs: float
-    wall_seconds: float
-    head_seconds: float
-    train_loss: float
-    train_error_rate: float
-    test_accuracy: float | None
-    settings: dict = field(default_factory=dict)
-    snapshots: dict = field(default_factory=dict)  # epoch -> weights pulled then
-    diagnostics: object = field(default=None, repr=False)  # diagnostics: RunRecords or None
-    state: object = field(default=None, repr=False)  # final ModelState (weights + optimizer state)
-
-    @property
-    def rounds(self) -> int:
-        return len(self.history)
-
-    def predict(self, X):
-        return self.net.predict(self.params, X)
-
-    def summary(self) -> dict:
-        """The JSON summary of the CLI (``--json``)."""
-        return {**self.settings, "strategy": getattr(self.strategy, "name", str(self.strategy)),
-                "epochs": self.epochs, "rounds": self.rounds, "train_loss": self.train_loss,
-                "train_error_rate": self.train_error_rate, "test_accuracy": self.test_accuracy,
-                "wall_seconds": self.wall_seconds, "head_seconds": self.head_seconds,
-                "learned": self.learned, "stopped_because": self.stopped_because}
-
-    def save(self, path, classes=None) -> str:
-        """Write the trained model to a ``.npz`` file (:mod:`ppt_dask.modelfile`); returns the path.
-
-        ``classes``: the labels of the outputs when they are not 0..k-1 (softmax) or 0/1
-        (one sigmoid output). Read it back with :func:`ppt_dask.load_model`.
-        """
-        from .modelfile import save_result
-        return save_result(self, path, classes)
-
-    # diagnostics: where the time went (ppt_dask.breakdown, ppt_dask.dashboard)
-    def breakdown(self) -> list[dict]:
-        """Per-round time breakdown rows (see :mod:`ppt_dask.breakdown`); [] without records."""
-        return self.diagnostics.rows() if self.diagnostics is not None else []
-
-    def report(self, path) -> None:
-        """Write a standalone HTML report of the run (opens without a server or network)."""
-        from .dashboard import write_report
-        write_report(self, path)
-
-    def trace(self, path) -> None:
-        """Write the run as a Chrome trace (one track per worker plus the head)."""
-        diagnostics.write_trace(self, path)
-
-
 def check_compatible(net: MLP, shards: ShardSet) -> None:
     """The network must fit the data: raised before any training work."""
     if net.n_inputs != shards.n_features:
@@ -142,20 +84,6 @@ def check_compatible(net: MLP, shards: ShardSet) -> None:
         raise ValueError(f"targets have {y_shape[0]} columns; the network has {net.n_outputs} outputs")
     if net.output == "sigmoid" and net.loss == "cross_entropy" and (lo < 0 or hi > 1):
         raise ValueError(f"sigmoid/cross-entropy targets must lie in [0, 1]; the data has [{lo:g}, {hi:g}]")
-
-
-def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
-             timeout: float = ROUND_TIMEOUT) -> np.ndarray:
-    """Stats ``[loss_sum, n_wrong, n]`` of ``weights`` (array or future) over all shards."""
-    client = shards.client
-    tag = f"eval-{uuid.uuid4().hex[:8]}"
-    if isinstance(weights, np.ndarray):
-        weights = client.scatter(weights, hash=False)
-    plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
-    _, _, stats = graph.submit_round(
-        client, plan, shards.futures, functools.partial(strategies.evaluate_work, net),
-        strategies.evaluate_apply, weights, weights, 0, tag, prefix="ppt-eval")
-    return stats.result(timeout=timeout)
 
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
@@ -248,7 +176,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     net : MLP
     shards : ShardSet
         From :func:`ppt_dask.enter_data`.
-    strategy : a strategy from :mod:`ppt_dask.strategies`
+    strategy : a strategy from :mod:`ppt_dask.algorithms.strategies`
     stop : Stop
         Max epochs, target error (windowed estimate, then verified), restarts.
     seed : int
@@ -312,7 +240,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     if getattr(strategy, "asynchronous", False):
-        from .asynchronous import train_async
+        from ppt_dask.asyncloop import train_async
         _refuse_for_async(pipeline=pipeline, on_round=on_round, snapshot_epochs=snapshot_epochs,
                           checkpoint_dir=checkpoint_dir, resume=resume, initial_state=initial_state,
                           exchange=exchange, restarts=stop.restarts)
@@ -516,7 +444,7 @@ def _verify(run: _Run, state_future, record: dict) -> float:
     """The error of the state a round started from: on the test set, else the whole training
     set (the round's own stats when they already cover it)."""
     if run.stop.test is not None:
-        return _test_error(run.net, _result(state_future, run.shards).params, run.stop.test)
+        return test_error(run.net, _result(state_future, run.shards).params, run.stop.test)
     if run.strategy.exact_stats:
         return record["error_rate"]
     client = run.shards.client
@@ -536,7 +464,7 @@ def _finish(run: _Run, attempt: int, end: _End) -> Result:
     wall = time.perf_counter() - run.t_start
     records = run.diag.finish()  # diagnostics
     train_stats = evaluate(net, shards, final.params, run.fan_in)
-    test_accuracy = None if stop.test is None else 1.0 - _test_error(net, final.params, stop.test)
+    test_accuracy = None if stop.test is None else 1.0 - test_error(net, final.params, stop.test)
     epochs = sum(1 for r in run.history if r["try"] == attempt) / run.rounds_per_epoch
     return Result(net, final.params, run.history, run.strategy, end.learned, end.because, epochs, wall,
                   run.head_seconds, float(train_stats[0] / train_stats[2]),
@@ -546,9 +474,3 @@ def _finish(run: _Run, attempt: int, end: _End) -> Result:
                    "seed": run.meta["seed"], "target_error": stop.target_error, "tries": attempt + 1,
                    "recoveries": run.recoveries, "events": run.events},
                   run.snapshots, records, final)
-
-
-def _test_error(net: MLP, params: np.ndarray, test: tuple) -> float:
-    X, y = test
-    stats = net.stats(params, np.asarray(X, dtype=net.dtype), np.asarray(y))
-    return float(stats[1] / stats[2])

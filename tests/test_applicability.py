@@ -1,4 +1,4 @@
-"""One table decides which parameter applies to which strategy (ppt_dask.applicability):
+"""One table decides which parameter applies to which strategy (ppt_dask.core.applicability):
 this walks all of it, through the command line, ``train`` and the estimator alike."""
 
 import dataclasses
@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import applicability, cli, cliflags
-from ppt_dask.applicability import STRATEGIES, STRATEGY_OWN, TABLE
+from ppt_dask.algorithms import choose
+from ppt_dask.core import applicability
+from ppt_dask import cli, cliflags
+from ppt_dask.core.applicability import STRATEGIES, STRATEGY_OWN, TABLE
 
 # a value for each row that is "given" (not the neutral default)
 CLI_VALUES = {"block": ["--block", "4"], "local_epoch": ["--local-epoch", "4"], "replicate": ["--replicate"],
@@ -28,7 +30,7 @@ def test_the_table_agrees_with_the_strategy_classes():
     """A strategy's own row applies exactly where the strategy's class has that field
     ("epoch" is Sync without a block: block does not apply to it)."""
     for name in STRATEGIES:
-        cls = type(ppt.strategies.make(name, block=4 if name == "block" else None))
+        cls = type(choose.make(name, block=4 if name == "block" else None))
         for row in STRATEGY_OWN:
             has = row in {f.name for f in dataclasses.fields(cls)} and not (name == "epoch" and row == "block")
             assert applicability.applies(row, name) == has, (name, row)
@@ -112,7 +114,7 @@ def test_train_refuses_what_does_not_apply_and_runs_what_does(strategy, threads_
     X, y = rng.normal(size=(64, 3)), rng.integers(0, 2, 64)
     net = ppt.MLP((3, 4, 2))
     shards = ppt.enter_data(threads_client, X, y, n_shards=2)
-    made = ppt.strategies.make(strategy, lr=0.1, block=None if strategy in ("epoch", "ppt") else 8,
+    made = choose.make(strategy, lr=0.1, block=None if strategy in ("epoch", "ppt") else 8,
                                local_epoch=8 if strategy == "ppt" else None,
                                interval=16 if strategy == "local" else None)
     values = {"exchange": "tree", "pipeline": 2, "checkpoint_dir": str(tmp_path), "resume": True,

@@ -136,7 +136,7 @@ def test_truncated_idx_file_in_the_data_dir(tmp_path):
     import subprocess
     import sys
 
-    from ppt_dask import datasets
+    from ppt_dask.data import datasets
 
     src = datasets.find_data_dir() / "mnist"
     (tmp_path / "mnist").mkdir()

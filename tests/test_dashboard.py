@@ -20,7 +20,7 @@ import pytest
 
 import ppt_dask as ppt
 import system
-from ppt_dask.diagnostics import slow_gradients
+from ppt_dask.testing import slow_gradients
 
 ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "artifacts"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -1,4 +1,4 @@
-"""Tests for ppt_dask.datasets: generated sets against their formulas, file readers
+"""Tests for ppt_dask.data.datasets: generated sets against their formulas, file readers
 against the real MNIST and 5000-digit files (found with find_data_dir; a missing data
 directory is a failure, not a skip) and against damaged copies in tmp_path."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppt_dask import datasets
-from ppt_dask.datasets import (
+from ppt_dask.data import datasets
+from ppt_dask.data.datasets import (
     DATASETS,
     encoder,
     find_data_dir,
@@ -350,7 +350,7 @@ def test_import_does_not_import_dask():
         "import sys, types\n"
         f"pkg = types.ModuleType('ppt_dask'); pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['ppt_dask'] = pkg\n"
-        "import ppt_dask.datasets, ppt_dask.validation\n"
+        "import ppt_dask.data.datasets, ppt_dask.core.validation\n"
         "loaded = [m for m in sys.modules if m == 'dask' or m.startswith('dask.')]\n"
         "assert not loaded, loaded\n"
     )

@@ -27,7 +27,7 @@ import pytest
 from distributed import Client, Security
 
 import ppt_dask as ppt
-from ppt_dask import sshcluster
+from ppt_dask import cluster, sshcluster
 
 import system
 from sshd import INSTALL_HINT, SSHServer, find_sshd, free_port
@@ -36,7 +36,7 @@ from sshd import INSTALL_HINT, SSHServer, find_sshd, free_port
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 EXAMPLE_CERTS = "/opt/ppt-dask/certs"  # the placeholder path of deploy/dask-config*.yaml
-HAS_DASHBOARD = importlib.util.find_spec(sshcluster.DASHBOARD_PRELOAD) is not None
+HAS_DASHBOARD = importlib.util.find_spec(cluster.DASHBOARD_PRELOAD) is not None
 REFUSE_WITHIN = 10.0  # seconds a refused client may take to get its error
 
 
@@ -260,8 +260,8 @@ def test_host_files_and_remote_settings(tmp_path, certs, no_tls_config):
         sshcluster.start(["node1"])
     with pytest.raises(ValueError, match="n_workers"):
         sshcluster.start(["node1"], certs_dir=certs["cluster"], n_workers=0)
-    assert sshcluster.preloads(False) == [] and sshcluster.preloads("a.b") == ["a.b"]
-    assert sshcluster.preloads(True) == ([sshcluster.DASHBOARD_PRELOAD] if HAS_DASHBOARD else [])
+    assert cluster.preloads(False) == [] and cluster.preloads("a.b") == ["a.b"]
+    assert cluster.preloads(True) == ([cluster.DASHBOARD_PRELOAD] if HAS_DASHBOARD else [])
 
 
 def test_example_dask_configs_give_tls(certs):
@@ -278,7 +278,7 @@ def test_example_dask_configs_give_tls(certs):
             if name == "dask-config.yaml":
                 assert sec.require_encryption is True
                 assert dask.config.get("distributed.comm.default-scheme") == "tls"
-                assert sshcluster.DASHBOARD_PRELOAD in dask.config.get("distributed.scheduler.preload")
+                assert cluster.DASHBOARD_PRELOAD in dask.config.get("distributed.scheduler.preload")
                 env = dask.config.get("distributed.nanny.pre-spawn-environ")
                 assert str(env["MALLOC_TRIM_THRESHOLD_"]) == ppt.cluster.WORKER_ENV["MALLOC_TRIM_THRESHOLD_"]
                 for role in ("scheduler", "worker"):
@@ -340,7 +340,7 @@ def test_sshcluster_tls_trains_parity8_and_refuses_strangers(certs, sshd):
         assert state["require_encryption"] is True
         assert set(state["dashboard_hosts"]) == {"127.0.0.1"}, state
         if HAS_DASHBOARD:
-            assert sshcluster.DASHBOARD_PRELOAD in state["preloads"], state
+            assert cluster.DASHBOARD_PRELOAD in state["preloads"], state
         for settings in ppt.cluster.worker_report(client).values():
             assert settings["MALLOC_TRIM_THRESHOLD_"] == ppt.cluster.WORKER_ENV["MALLOC_TRIM_THRESHOLD_"]
             assert all(b["threads"] == 1 for b in settings["blas"])
@@ -450,7 +450,7 @@ def test_dask_ssh_command_line_with_host_config(certs, sshd, tmp_path):
             state = _scheduler_state(client)
             assert state["require_encryption"] is True
             if HAS_DASHBOARD:
-                assert sshcluster.DASHBOARD_PRELOAD in state["preloads"], state
+                assert cluster.DASHBOARD_PRELOAD in state["preloads"], state
             for settings in ppt.cluster.worker_report(client).values():  # from the hosts' YAML
                 assert settings["MALLOC_TRIM_THRESHOLD_"] == "1073741824", settings
             _refused(lambda: Client(address.replace("tls://", "tcp://"), timeout="5s"))

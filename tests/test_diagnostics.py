@@ -177,7 +177,7 @@ def _data(n=256, seed=0):
 
 def _run(client, workers, delay, slots=None, rounds=7, exchange="auto"):
     import ppt_dask as ppt
-    from ppt_dask.diagnostics import slow_gradients
+    from ppt_dask.testing import slow_gradients
 
     X, y = _data()
     shards = ppt.enter_data(client, X, y, n_shards=8, workers=workers)

@@ -247,7 +247,7 @@ def test_digits_epochs_count_once_and_the_warning_only_after_max_iter(client):
 
 
 def test_regressor_multi_output_and_strategies(client):
-    """Two targets; every strategy of strategies.make behind the same estimator."""
+    """Two targets; every strategy of choose.make behind the same estimator."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(400, 5))
     Y = np.c_[X[:, 0] - X[:, 1], 0.5 * X[:, 2]]
@@ -311,8 +311,8 @@ def test_defaults_are_local_sgd_in_float32_and_match_the_serial_reference(client
     the serial reference run with that strategy. One shard for a set smaller than 60
     batches. PPTRegressor keeps float64."""
     from ppt_dask.estimator_contract import seed_of
-    from ppt_dask.localsgd import LocalSGD
-    from ppt_dask.serial import train_serial
+    from ppt_dask.algorithms.localsgd import LocalSGD
+    from ppt_dask.algorithms.serial import train_serial
 
     X, y = blobs(6000, k=3)  # 60 batches of 100: one shard per worker
     with warnings.catch_warnings():

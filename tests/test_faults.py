@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import checkpoint, datasets
-from ppt_dask.serial import train_serial
+from ppt_dask import checkpoint
+from ppt_dask.data import datasets
+from ppt_dask.algorithms.serial import train_serial
 
 from conftest import scheduler_keys
 

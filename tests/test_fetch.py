@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppt_dask import datasets, fetch
+from ppt_dask.data import datasets, fetch
 
 NAMES = list(fetch.MNIST_SHA256)
 SMALL = "t10k-labels-idx1-ubyte.gz"  # 4.5 kB: the quick single-file cases

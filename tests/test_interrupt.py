@@ -118,3 +118,22 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_is_held_for_the_next_round():
             for _ in range(10_000):
                 pass
     assert signal.getsignal(signal.SIGINT) is before  # the handler before the block is back
+
+
+def test_a_ctrl_c_that_lands_in_a_finalizer_outside_rounds_comes_again():
+    """Outside the rounds (a download, the cluster's start) there is no next round to hold a
+    Ctrl-C for: one that lands in a finalizer is sent again once the finalizer returns."""
+    before = signal.getsignal(signal.SIGINT)
+    with interrupt.sigint_never_dropped():
+        thing = _SignalsInDel()
+        del thing  # lands in the finalizer: not raised there, not lost
+        with pytest.raises(KeyboardInterrupt):
+            deadline = time.monotonic() + 10 * interrupt.RESEND_SECONDS + 5
+            while time.monotonic() < deadline:  # it comes again, here
+                time.sleep(0.01)
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):  # anywhere else: at once
+        with interrupt.sigint_never_dropped():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):
+                pass

@@ -5,7 +5,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask import messages
-from ppt_dask.serial import train_serial
+from ppt_dask.algorithms.serial import train_serial
 
 
 def _worker_interval(dask_worker):

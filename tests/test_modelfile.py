@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import datasets, modelfile, textout
+from ppt_dask.data import datasets
+from ppt_dask import modelfile, textout
 
 CLI = [sys.executable, "-m", "ppt_dask.cli"]
 REPO = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppt_dask.activations import HIDDEN, OUTPUT
-from ppt_dask.losses import LOSSES, check_pair, output_delta
-from ppt_dask.network import MLP
+from ppt_dask.core.activations import HIDDEN, OUTPUT
+from ppt_dask.core.losses import LOSSES, check_pair, output_delta
+from ppt_dask.core.network import MLP
 
 # (output, loss, n_outputs, kind of target) for every valid pair
 CASES = [

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from ppt_dask.network import MLP
-from ppt_dask.optimizers import SGD, exact_scalar, init_state, sgd_step
+from ppt_dask.core.network import MLP
+from ppt_dask.core.optimizers import SGD, exact_scalar, init_state, sgd_step
 
 
 def test_hand_worked_step():

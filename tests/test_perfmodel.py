@@ -349,7 +349,8 @@ def test_fits_stay_non_negative():
 
 @pytest.mark.parametrize("fan_in", [2, 3, 4])
 def test_tasks_per_round_counts_the_real_round_graph(fan_in):
-    from ppt_dask import graph, tree
+    from ppt_dask import graph
+    from ppt_dask.core import tree
 
     def real(p, s):
         blocks = [(f"w{w}", a, b) for w, (a, b) in enumerate(tree.split_shards(s, p)) if b > a]

@@ -14,7 +14,7 @@ import sys, types
 package = types.ModuleType("ppt_dask")
 package.__path__ = [{str(PACKAGE_DIR)!r}]
 sys.modules["ppt_dask"] = package
-import ppt_dask.activations, ppt_dask.losses, ppt_dask.network, ppt_dask.optimizers
+import ppt_dask.core.activations, ppt_dask.core.losses, ppt_dask.core.network, ppt_dask.core.optimizers
 loaded = sorted(name for name in sys.modules
                 if name.split(".")[0] in ("dask", "distributed", "bokeh"))
 assert not loaded, loaded

@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import datasets, slurmcluster
-from ppt_dask.serial import train_serial
+from ppt_dask.data import datasets
+from ppt_dask import slurmcluster
+from ppt_dask.algorithms.serial import train_serial
 
 import slurm as local_slurm
 

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import datasets
+from ppt_dask.algorithms import choose
+from ppt_dask.data import datasets
 from ppt_dask.experiments import repeated_splits
-from ppt_dask.serial import train_serial
-from ppt_dask.stopping import ErrorEstimate
+from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.core.stopping import ErrorEstimate
 
 
 def _data(n=96, seed=0):
@@ -144,7 +145,7 @@ def test_repeated_splits_report_mean_and_spread(client4, workers4):
     (lambda: ppt.Average(local_epochs=0), "local_epochs must be > 0"),
     (lambda: ppt.Average(momentum_policy="local"), "momentum_policy must be one of"),
     (lambda: ppt.Async(staleness=-1), "staleness must be an integer >= 0"),
-    (lambda: ppt.strategies.make("hogwild"), "unknown strategy 'hogwild'"),
+    (lambda: choose.make("hogwild"), "unknown strategy 'hogwild'"),
 ])
 def test_bad_strategy_parameters(make, match):
     with pytest.raises(ValueError, match=match):

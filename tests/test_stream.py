@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import localsgd, stream
+from ppt_dask.algorithms import localsgd
+from ppt_dask import stream
+from ppt_dask.core import tree
 
 from conftest import scheduler_keys
 from test_localsgd import NET, STRATEGY, _data
@@ -60,7 +62,7 @@ def test_stopping_mid_generation_keeps_the_state_of_that_round(client4, workers4
     """``on_round`` stops at a round inside the loops' run: the state the head builds from the
     mailboxes is bitwise the serial state after that round, every shard's model included."""
     X, y = _data()
-    shards_rows = [(X[a:b], y[a:b]) for a, b in ppt.tree.split_rows(len(X), 4)]
+    shards_rows = [(X[a:b], y[a:b]) for a, b in tree.split_rows(len(X), 4)]
     strategy = STRATEGY.check([48] * 4)
     start = NET.init_params(0)
     want, _ = localsgd.train_serial(NET, shards_rows, strategy, strategy.init(start), 6)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ppt_dask import tree
+from ppt_dask.core import tree
 from ppt_dask.graph import make_plan
 
 

@@ -1,4 +1,4 @@
-"""Tests for ppt_dask.validation: each bad input raises ValueError naming the value (and
+"""Tests for ppt_dask.core.validation: each bad input raises ValueError naming the value (and
 the position of the first bad entry); good input comes back unchanged."""
 
 import re
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppt_dask.validation import (
+from ppt_dask.core.validation import (
     check_finite,
     check_int_at_least,
     check_n_shards,

@@ -51,7 +51,7 @@ def rows(spec: dict, split: str, start: int = 0, stop: int | None = None):
 
 
 def split_rows(n_rows: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous rows of each part, as ``ppt_dask.tree.split_rows`` cuts shards."""
+    """Contiguous rows of each part, as ``ppt_dask.core.tree.split_rows`` cuts shards."""
     edges = [(s * n_rows) // parts for s in range(parts + 1)]
     return list(zip(edges[:-1], edges[1:]))
 

@@ -2,7 +2,7 @@
 
 Mini-batch SGD with momentum, ``block = batch`` rows taken in order, exactly the rounds of
 ``ppt_dask.Sync(block=batch)`` on one shard: ``strategy.work`` then ``strategy.apply``, as
-``ppt_dask.serial.train_serial`` runs them (001's T_serial). The BLAS threads come from
+``ppt_dask.algorithms.serial.train_serial`` runs them (001's T_serial). The BLAS threads come from
 the environment the driver sets (OPENBLAS_NUM_THREADS=1 or 2).
 
     python graphs/peers/numpy_serial.py SPEC.json RESULT.json

@@ -1,5 +1,6 @@
-"""Asynchronous training with bounded staleness (seed 003; Downpour and Hogwild! in 004's
-references): no global barrier, so a slow worker does not hold up the others.
+"""The head's loop of asynchronous training with bounded staleness (the strategy,
+:class:`ppt_dask.algorithms.asynchronous.Async`, says what a task computes): no global
+barrier, so a slow worker does not hold up the others.
 
 The pieces are the synchronous engine's: the same placed shards, the same map task
 (``graph.local_task``, one per worker over its block of shards, pre-combined along the
@@ -20,58 +21,20 @@ import functools
 import math
 import time
 import uuid
-from dataclasses import dataclass
 
 import numpy as np
 from distributed import wait
 
-from . import graph, waits
-from .stopping import ErrorEstimate, Stop
-from .validation import check_int_at_least
-from .strategies import Sync, block_rows, shard_share
-
-
-@dataclass(frozen=True)
-class Async(Sync):
-    """Bounded-staleness asynchronous SGD.
-
-    Parameters
-    ----------
-    lr, momentum, l2 : float
-        As :class:`~ppt_dask.strategies.Sync`; the head applies each worker's gradient as
-        one SGD step (momentum runs across the sequence of applied updates).
-    block : int or None
-        Patterns per *cluster-wide* block, split over the shards as in ``Sync``; a worker's
-        task covers its shards' parts, so each update sees about ``block / p`` patterns.
-        None = each worker's whole shards.
-    staleness : int
-        The largest staleness (in updates) a gradient may have and still be applied.
-    """
-
-    staleness: int = 4
-
-    name = "async"
-    asynchronous = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_int_at_least("staleness", self.staleness, 0)
-
-    @property
-    def exact_stats(self) -> bool:
-        return False
-
-    def work(self, net, params, shard, s: int, step: int) -> tuple:
-        X, y = shard
-        share = None if self.block is None else shard_share(self.block, self.n_shards, s)
-        rows = block_rows(len(X), share, step)
-        return net.loss_grad_stats(params, X[rows], y[rows])
+from ppt_dask import graph, waits
+from ppt_dask.core.stopping import ErrorEstimate, Stop
+from ppt_dask.algorithms.asynchronous import Async
+from ppt_dask.algorithms.strategies import shard_share
+from ppt_dask.result import ROUND_TIMEOUT, Result, evaluate, test_error
 
 
 def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, params=None,
-                fan_in: int = 2, progress=None, **_ignored):
-    """The asynchronous head loop; returns a :class:`ppt_dask.trainer.Result`."""
-    from .trainer import ROUND_TIMEOUT, Result, _test_error, evaluate
+                fan_in: int = 2, progress=None):
+    """The asynchronous head loop; returns a :class:`ppt_dask.result.Result`."""
 
     client = shards.client
     blocks = shards.worker_blocks()
@@ -159,7 +122,7 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
                       and (not stop.screen or (estimate.full and estimate.rate <= stop.target_error))):
                     next_check = record["epoch"] + stop.check_every
                     p = waits.result(state_v, ROUND_TIMEOUT, "the weights of an asynchronous update").params
-                    error = (_test_error(net, p, stop.test) if stop.test is not None else
+                    error = (test_error(net, p, stop.test) if stop.test is not None else
                              float(np.divide(*evaluate(net, shards, p, fan_in)[1:])))
                     record["verified_error_rate"] = error
                     if error <= stop.target_error:
@@ -172,7 +135,7 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
     params_out = waits.result(final, ROUND_TIMEOUT, "the final weights").params
     wall = time.perf_counter() - t_start
     train_stats = evaluate(net, shards, params_out, fan_in)
-    test_accuracy = None if stop.test is None else 1.0 - _test_error(net, params_out, stop.test)
+    test_accuracy = None if stop.test is None else 1.0 - test_error(net, params_out, stop.test)
     epochs = seen / shards.n_rows
     return Result(net, params_out, history, strategy, learned, stopped_because, epochs, wall,
                   head_total, float(train_stats[0] / train_stats[2]), float(train_stats[1] / train_stats[2]),

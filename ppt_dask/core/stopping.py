@@ -18,7 +18,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from .validation import check_int_at_least
+from ppt_dask.core.validation import check_int_at_least
 
 
 @dataclass(frozen=True)

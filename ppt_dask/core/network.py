@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .activations import HIDDEN, OUTPUT
-from .losses import LOSSES, check_pair, output_delta
+from ppt_dask.core.activations import HIDDEN, OUTPUT
+from ppt_dask.core.losses import LOSSES, check_pair, output_delta
 
 __all__ = ["MLP"]
 

@@ -1,7 +1,7 @@
 """The serial reference: the same rounds in one process, no Dask.
 
 It runs the strategy's own ``work`` on every shard, adds the partials along the same
-fixed tree (:func:`ppt_dask.tree.reduce_serial`) and applies the same update, so a seeded
+fixed tree (:func:`ppt_dask.core.tree.reduce_serial`) and applies the same update, so a seeded
 distributed run must end with bitwise the same weights. With ``n_shards=1`` it is also
 the plain serial program that speedups are measured against (001's T_serial).
 """
@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from . import localsgd, tree
+from ppt_dask.algorithms import localsgd
+from ppt_dask.core import tree
 
 
 def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_shards: int = 1,

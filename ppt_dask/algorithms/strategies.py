@@ -18,13 +18,12 @@ worker runs a shard. Pure numpy: no dask import.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from .optimizers import SGD, init_state, sgd_step
+from ppt_dask.core.optimizers import SGD, init_state, sgd_step
 
 
 @dataclass
@@ -121,7 +120,7 @@ class Sync(_Base):
     Parameters
     ----------
     lr, momentum, l2 : float
-        See :class:`ppt_dask.optimizers.SGD`.
+        See :class:`ppt_dask.core.optimizers.SGD`.
     block : int or None
         Patterns per update over all shards (split over them); None = the whole set.
     """
@@ -311,45 +310,6 @@ class Average(_Base):
         return ModelState(params, velocity, stats, state.round + 1)
 
 
-@dataclass(frozen=True)
-class Slowed:
-    """A test hook: ``inner`` with ``seconds`` of sleep added to the work of some shards.
-
-    Used to prove that a slow worker does not stall the asynchronous strategy, and that
-    the time breakdown attributes an artificial cost to compute. ``shards=None`` slows
-    every shard. Everything else is delegated to ``inner``.
-    """
-
-    inner: Any
-    seconds: float
-    shards: tuple | None = None
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Slowed":
-        return replace(self, inner=self.inner.check(shard_rows, seed, replicated))
-
-    def work(self, net, broadcast, shard, s: int, r: int) -> tuple:
-        if self.shards is None or s in self.shards:
-            time.sleep(self.seconds)
-        return self.inner.work(net, broadcast, shard, s, r)
-
-    def apply(self, net, state, total):
-        return self.inner.apply(net, state, total)
-
-    def broadcast(self, state):
-        return self.inner.broadcast(state)
-
-    def local_round(self, net, model, average, shard, s: int, r: int) -> tuple:
-        """The local strategy's round (:mod:`ppt_dask.localsgd`), slowed the same way."""
-        if self.shards is None or s in self.shards:
-            time.sleep(self.seconds)
-        return self.inner.local_round(net, model, average, shard, s, r)
-
-
 def evaluate_work(net, params, shard, s: int, r: int) -> tuple:
     """Forward pass only: the stats of ``params`` on a whole shard."""
     X, y = shard
@@ -358,25 +318,3 @@ def evaluate_work(net, params, shard, s: int, r: int) -> tuple:
 
 def evaluate_apply(state, total: tuple) -> ModelState:
     return ModelState(state, None, total[0])
-
-
-STRATEGIES = {"epoch": Sync, "block": Sync, "ppt": PPT, "average": Average}
-
-
-def make(name: str, **params):
-    """A strategy by the name users type (``--strategy``); None values take defaults."""
-    if name == "async":
-        from .asynchronous import Async  # the driver side imports dask
-        return Async(**{k: v for k, v in params.items() if v is not None})
-    if name == "local":
-        from .localsgd import LocalSGD  # it builds on this module
-        return LocalSGD(**{k: v for k, v in params.items() if v is not None and k in LocalSGD.__dataclass_fields__})
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; choose one of {sorted([*STRATEGIES, 'async', 'local'])}")
-    cls = STRATEGIES[name]
-    params = {k: v for k, v in params.items() if v is not None and k in cls.__dataclass_fields__}
-    if name == "epoch":
-        params.pop("block", None)
-    elif name == "block" and params.get("block") is None:
-        raise ValueError("strategy 'block' needs a block size (--block N)")
-    return cls(**params)

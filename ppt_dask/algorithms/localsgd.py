@@ -48,13 +48,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import tree
-from .optimizers import exact_scalar
-from .strategies import ModelState, _Base, _positive_int, block_rows
+from ppt_dask.core import tree
+from ppt_dask.core.optimizers import exact_scalar
+from ppt_dask.algorithms.strategies import ModelState, _Base, _positive_int, block_rows
 
 
 def momentum_step(params, velocity, grad_sum, count, lr: float, momentum: float, l2: float, mask) -> None:
-    """:func:`ppt_dask.optimizers.sgd_step` in place (the same operations in the same order,
+    """:func:`ppt_dask.core.optimizers.sgd_step` in place (the same operations in the same order,
     so the same bits), for the local loop's many small steps: ``grad_sum`` is used up."""
     if l2:
         grad_sum += l2 * (mask * params)
@@ -85,7 +85,7 @@ class LocalSGD(_Base):
     Parameters
     ----------
     lr, momentum, l2 : float
-        The local steps' SGD (:class:`ppt_dask.optimizers.SGD`).
+        The local steps' SGD (:class:`ppt_dask.core.optimizers.SGD`).
     block : int
         Rows per local step (the local mini-batch).
     interval : int or None

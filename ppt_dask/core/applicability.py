@@ -40,7 +40,7 @@ TABLE: dict[str, tuple[str, ...]] = {
     "initial_state": _SYNCHRONOUS,
 }
 
-# the rows that are arguments of a strategy object (strategies.make), not of train
+# the rows that are arguments of a strategy object (choose.make), not of train
 STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs", "sample_fraction",
                 "momentum_policy", "staleness")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .validation import check_n_shards
+from ppt_dask.core.validation import check_n_shards
 
 Node = tuple[int, int]  # (level, index at that level)
 

@@ -7,7 +7,7 @@ derivative of a hidden activation is written through the activation's *output*
 ``a = f(z)`` (e.g. tanh: ``1 - a**2``), so backpropagation keeps only the outputs.
 
 Output activations have no ``backward``: the derivative of the output layer is
-combined with the loss in :mod:`ppt_dask.losses` (softmax + cross-entropy gives
+combined with the loss in :mod:`ppt_dask.core.losses` (softmax + cross-entropy gives
 ``out - t``, without forming the softmax Jacobian).
 
 This module imports numpy only.

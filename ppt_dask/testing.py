@@ -1,0 +1,74 @@
+"""Test doubles: strategies made slow on purpose.
+
+A slowed strategy proves that a slow worker does not stall the asynchronous strategy, that
+the time breakdown puts an artificial cost under compute, and that a run survives a worker
+lost in the middle of a round. Nothing in a real run uses them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Slowed:
+    """A test hook: ``inner`` with ``seconds`` of sleep added to the work of some shards.
+
+    Used to prove that a slow worker does not stall the asynchronous strategy, and that
+    the time breakdown attributes an artificial cost to compute. ``shards=None`` slows
+    every shard. Everything else is delegated to ``inner``.
+    """
+
+    inner: Any
+    seconds: float
+    shards: tuple | None = None
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Slowed":
+        return replace(self, inner=self.inner.check(shard_rows, seed, replicated))
+
+    def work(self, net, broadcast, shard, s: int, r: int) -> tuple:
+        if self.shards is None or s in self.shards:
+            time.sleep(self.seconds)
+        return self.inner.work(net, broadcast, shard, s, r)
+
+    def apply(self, net, state, total):
+        return self.inner.apply(net, state, total)
+
+    def broadcast(self, state):
+        return self.inner.broadcast(state)
+
+    def local_round(self, net, model, average, shard, s: int, r: int) -> tuple:
+        """The local strategy's round (:mod:`ppt_dask.algorithms.localsgd`), slowed the same way."""
+        if self.shards is None or s in self.shards:
+            time.sleep(self.seconds)
+        return self.inner.local_round(net, model, average, shard, s, r)
+
+
+def slow_gradients(strategy, shards, seconds: float, slots=None):
+    """Test hook: ``strategy`` with each gradient task made ``seconds`` longer.
+
+    The sleep is added to the work of the first shard of each worker's block, so every
+    ``ppt-grad`` task (one per worker per round) takes ``seconds`` more, however many
+    shards it loops over; ``slots`` (worker slots, the second element of a gradient key)
+    limits it to some workers, to make a straggler. Nothing changes when the hook is not
+    used: it is a different strategy object (:class:`Slowed`).
+
+    Parameters
+    ----------
+    strategy : a strategy
+    shards : ShardSet
+        The shard set the run will use (gives each slot's first shard).
+    seconds : float
+    slots : iterable of int, optional
+    """
+    slots = None if slots is None else set(slots)
+    first = tuple(a for slot, (_label, a, _b) in enumerate(shards.worker_blocks())
+                  if slots is None or slot in slots)
+    return Slowed(strategy, float(seconds), first)

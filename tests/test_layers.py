@@ -1,0 +1,157 @@
+"""The package's layers: which part may import which, and no import circles.
+
+Read from the source (every ``import`` statement, at module level or inside a function),
+so a wrong-way import fails here, in CI, before anyone runs it. The allowed directions are
+the README's ("Layout"): the numpy layers (``core``, ``data``, ``algorithms``) import no
+other part of ppt_dask above them and load no dask or bokeh.
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ppt_dask
+
+PACKAGE = Path(ppt_dask.__file__).resolve().parent
+
+# subpackage -> the parts of ppt_dask it may import (itself always)
+ALLOWED = {
+    "core": set(),
+    "data": {"core"},
+    "algorithms": {"core"},
+}
+NUMPY_ONLY = ("core", "data", "algorithms")
+HEAVY = ("dask", "distributed", "bokeh")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules a file imports, absolute and dotted (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # from pkg import module
+    return found
+
+
+def modules() -> dict[str, set[str]]:
+    """Every module of the package -> the ppt_dask modules it imports (the front excluded:
+    it only re-exports, lazily)."""
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        if name == "ppt_dask":
+            continue
+        graph[name] = {m for m in imports_of(path) if m in files and m not in ("ppt_dask", name)}
+    return graph
+
+
+def part(module: str) -> str:
+    """``ppt_dask.core.network`` -> ``core``; a top-level module is its own part."""
+    return module.split(".")[1]
+
+
+def test_the_check_reads_the_imports_it_judges():
+    """The reader sees a known import of each kind: absolute, inside a function, from a package."""
+    graph = modules()
+    assert "ppt_dask.core.validation" in graph["ppt_dask.core.tree"]
+    assert "ppt_dask.algorithms.strategies" in graph["ppt_dask.algorithms.localsgd"]
+    assert "ppt_dask.asyncloop" in graph["ppt_dask.trainer"]  # imported inside train()
+    assert "ppt_dask.data.datasets" in graph["ppt_dask.cli"]  # from ppt_dask.data import datasets
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_a_layer_imports_only_what_lies_below_it(layer):
+    wrong = sorted(f"{name} imports {target}" for name, targets in modules().items()
+                   if part(name) == layer for target in targets
+                   if part(target) != layer and part(target) not in ALLOWED[layer])
+    assert wrong == [], f"{layer} may import only {sorted(ALLOWED[layer]) or 'nothing else of ppt_dask'}"
+
+
+def test_no_import_circles():
+    """Tarjan's strongly connected components of the import graph: each must be one module."""
+    graph = modules()
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_the_circle_check_can_fail(monkeypatch):
+    """The same check finds a circle planted in the graph it reads."""
+    graph = modules()
+    graph["ppt_dask.core.validation"] = {*graph["ppt_dask.core.validation"], "ppt_dask.core.tree"}
+    monkeypatch.setattr(sys.modules[__name__], "modules", lambda: graph)
+    with pytest.raises(AssertionError, match="ppt_dask.core.tree"):
+        test_no_import_circles()
+
+
+def test_the_numpy_layers_load_no_dask_or_bokeh():
+    """Importing every module of the numpy layers (in a fresh interpreter) loads none of them."""
+    names = sorted(m for m in modules() if part(m) in NUMPY_ONLY)
+    code = (f"import sys\nimport {', '.join(names)}\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", f"{run.stdout.strip()} loaded by {names}"
+
+
+def test_the_front_loads_nothing_until_asked():
+    """``import ppt_dask`` is cheap; a name is imported the first time it is used."""
+    code = ("import sys, ppt_dask as ppt\n"
+            "before = 'distributed' in sys.modules\n"
+            "ppt.MLP\n"
+            "middle = 'distributed' in sys.modules\n"
+            "ppt.train\n"
+            "print(before, middle, 'distributed' in sys.modules, set(ppt.__all__) <= set(dir(ppt)))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "False", "True", "True"]
+
+
+def test_the_direction_check_can_fail(monkeypatch):
+    """The same check finds a wrong-way import planted in the graph it reads."""
+    graph = modules()
+    graph["ppt_dask.core.network"] = {*graph["ppt_dask.core.network"], "ppt_dask.trainer"}
+    monkeypatch.setattr(sys.modules[__name__], "modules", lambda: graph)
+    with pytest.raises(AssertionError, match="ppt_dask.core.network imports ppt_dask.trainer"):
+        test_a_layer_imports_only_what_lies_below_it("core")
