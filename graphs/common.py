@@ -197,13 +197,13 @@ def addresses(client, p: int) -> list[str]:
 def cluster_terms(client, quick: bool = False) -> dict:
     """The cluster's terms of the run-time model (seed 001 eq. (4) plus the Dask head):
     ``Th = th0 + th1 * tasks`` from probe rounds over virtual cluster sizes and ``Tw, Ti``
-    from reductions over the real workers (:mod:`ppt_dask.calibrate`).
+    from reductions over the real workers (:mod:`ppt_dask.perf.calibrate`).
 
     The probes do not spin: on a machine shared with other work a probe that spins for a
     fixed CPU time takes several times longer in wall time, and the fit would charge that
     to the head. So the shortest gradient phase ``tq`` is folded into ``th0`` here."""
     import ppt_dask as ppt
-    from ppt_dask import calibrate
+    from ppt_dask.perf import calibrate
     rounds, warmup = (8, 2) if quick else (20, 5)
     head = calibrate.measure_head(client, p_values=(1, 2, 4) if quick else (1, 2, 4, 8, 16),
                                   rounds=rounds, warmup=warmup, spin_seconds=0.0)
@@ -216,10 +216,10 @@ def cluster_terms(client, quick: bool = False) -> dict:
 
 
 def model_constants(client, net, X, y, block: int, terms: dict, repeats: int = 5):
-    """:class:`ppt_dask.perfmodel.Constants` of ``net`` on this cluster: Tf, Tb, Tu, Tm, Ts,
+    """:class:`ppt_dask.perf.model.Constants` of ``net`` on this cluster: Tf, Tb, Tu, Tm, Ts,
     To, Ta, tc timed on a worker (001 sec. V-A: the real code, a few iterations), plus the
     cluster's ``terms`` (:func:`cluster_terms`)."""
-    from ppt_dask import calibrate
+    from ppt_dask.perf import calibrate
     n = min(len(X), max(4 * int(block), 2000))
     first = addresses(client, 1)
     data = client.scatter([np.asarray(X[:n]), np.asarray(y[:n])], workers=first)

@@ -15,7 +15,7 @@ Settings: 000's lr 0.1 and momentum 0.3 (FANN) do not learn parity in reasonable
 with our mean-gradient SGD; we use lr 2.0, momentum 0.9 and -1/+1 inputs, which do.
 Table 2 runs on the largest real p (2 workers, one local epoch per worker per round, as
 000's nodes); 4 and 8 workers in Table 1 oversubscribe the 2 cores. The model column
-(``ppt_dask.perfmodel``, constants measured here) gives the time the same rounds would
+(``ppt_dask.perf.model``, constants measured here) gives the time the same rounds would
 take on p real cores, such as 000's 8 nodes. Percent communicating = percent of the
 workers' time not computing gradients, from ``result.diagnostics``.
 Writes out/paper000_table1.{md,csv}, out/paper000_table2.{md,csv}, out/paper000_parity.html.
@@ -25,7 +25,7 @@ import numpy as np
 
 import common
 import ppt_dask as ppt
-from ppt_dask import perfmodel
+from ppt_dask.perf import model as perfmodel
 from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(
@@ -110,7 +110,7 @@ def main():
                               "the model column predicts p real cores."])
     common.write_table(args.out, "paper000_table2", table2, title="000 Table 2: local epoch size L (000: 8 nodes; ours: "
                        f"{args.workers[0]} workers)", notes=[settings, "epochs = patterns drawn / 256; model s: "
-                                                             "the same rounds predicted by ppt_dask.perfmodel.",
+                                                             "the same rounds predicted by ppt_dask.perf.model.",
                               "% comm.: percent of the workers' time not computing gradients (result.diagnostics)."])
     fig1 = common.figure("Time to learn vs nodes (000 Table 1)", "nodes", "seconds", y_log=True)
     rows = [r for r in table1 if r["nodes"] > 1]

@@ -24,7 +24,7 @@ import numpy as np
 
 import common
 import ppt_dask as ppt
-from ppt_dask import modelfit, paper001, perfmodel, planning
+from ppt_dask.perf import fit as modelfit, paper001, model as perfmodel, planning
 from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(
@@ -96,7 +96,7 @@ def main():
                  "ours": planning.min_block_for_speedup(p, n, net.n_params, constants[name], n_test=m)}
                 for name, (net, X, y, blocks, n, m) in probs.items() for p in (2, 8, 32)]
     common.write_table(args.out, "paper001_table7", table7, title="001 Table VII: predicted speedups, Function",
-                       notes=["001: Bat Cave (PIII, 100 MBit). 'model+001 constants': ppt_dask.perfmodel with 001's "
+                       notes=["001: Bat Cave (PIII, 100 MBit). 'model+001 constants': ppt_dask.perf.model with 001's "
                               "Tables II and V; 'model+ours': constants measured on this machine, p real cores."])
     common.write_table(args.out, "paper001_smallest_block", smallest, title="001 section V-C: smallest block with a "
                        "predicted speedup above 1", notes=["Blank: no block up to the whole training set gives one."])

@@ -15,7 +15,7 @@ fewer epochs than 002 (durations for 100 epochs are scaled from them). Head-work
 overhead: the percent of the workers' time not computing gradients and the head's time
 to build and submit a round (``result.diagnostics``). The serial program
 (``train_serial``, one process) times one epoch for the speedup against serial; the
-model (``ppt_dask.perfmodel``, constants measured here) predicts 002's 4 nodes and more
+model (``ppt_dask.perf.model``, constants measured here) predicts 002's 4 nodes and more
 real cores. 4 workers oversubscribe the 2 cores.
 Writes out/paper002_softmax.{md,csv} and out/paper002_softmax.html.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 import common
 import ppt_dask as ppt
-from ppt_dask import perfmodel
+from ppt_dask.perf import model as perfmodel
 from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(SIZES=(784, 3136, 12544), ROWS=60000, EPOCHS=10, WORKERS=(1, 2, 4), LR=0.5, MOMENTUM=0.9,

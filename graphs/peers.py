@@ -155,7 +155,7 @@ def prepare(cfg, work: Path) -> str:
 def environment(threads: int) -> dict:
     """The contender's environment: its BLAS/OpenMP threads and ppt_dask's malloc settings
     (the same for everyone; OPENBLAS_CORETYPE and the like are passed on unchanged)."""
-    from ppt_dask.cluster import WORKER_ENV
+    from ppt_dask.engine.cluster import WORKER_ENV
 
     env = dict(os.environ)
     env.update({k: v for k, v in WORKER_ENV.items() if k.startswith("MALLOC_")})
@@ -304,7 +304,7 @@ def render(rows, cfg, tuning, runs, skipped, reference, source, elapsed, loads) 
                  f"no: {t.get('stopped_because', '?')}" + (f", {t['epochs']:.3g} ep" if "epochs" in t else "")
                  for t in tries]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "ppt_dask's rounds (ppt_dask.breakdown of each contender's median race; ms per round, mean "
+    lines += ["", "ppt_dask's rounds (ppt_dask.observe.breakdown of each contender's median race; ms per round, mean "
               "over the workers; test checks: the stopping rule's test-set passes on the head, their count "
               "and their time in seconds):", "",
               "| contender | rounds | round ms | gradient | scheduler | idle | head | transfer | % not gradient "
@@ -324,7 +324,7 @@ def render(rows, cfg, tuning, runs, skipped, reference, source, elapsed, loads) 
     if ref_runs:
         mid = sorted(ref_runs, key=lambda r: r["seconds"])[len(ref_runs) // 2]
         lines += ["", f"Where {ref_label}'s time goes (its median race, {mid['rounds']} rounds, "
-                  "ppt_dask.breakdown: mean over the workers, per round):", "",
+                  "ppt_dask.observe.breakdown: mean over the workers, per round):", "",
                   "| phase | % of time | ms per round |", "|---|---|---|"]
         lines += [f"| {p['phase']} | {p['percent']:.1f} | {p['ms_per_round']:.2f} |" for p in mid["phases"]
                   if p["seconds"] > 0]

@@ -6,7 +6,7 @@ Linux network namespace, joined to the host's by a veth pair whose two ends are
 rate-limited (``tc``: ``netem rate R delay D`` where the kernel has netem, else ``tbf
 rate R`` and no delay), so a byte from one worker to another crosses two limited links, as
 through a switch. The scheduler and the head stay in the host's namespace. For each link
-the model is calibrated on that cluster (:func:`ppt_dask.calibrate.calibrate`: Tw and Ti
+the model is calibrated on that cluster (:func:`ppt_dask.perf.calibrate.calibrate`: Tw and Ti
 fitted there), then real ``Sync(block=b)`` rounds of MNIST 784-64-64-10 on 2 workers are
 timed and compared with the prediction.
 
@@ -138,7 +138,7 @@ def links(n_workers: int, rate: str, delay: str, netem: bool):
 @contextlib.contextmanager
 def cluster(names, ips, workdir: Path):
     """A scheduler in the host's namespace and one single-threaded worker per namespace."""
-    from ppt_dask.cluster import WORKER_ENV
+    from ppt_dask.engine.cluster import WORKER_ENV
 
     file = workdir / "scheduler.json"
     procs = []
@@ -146,7 +146,7 @@ def cluster(names, ips, workdir: Path):
     try:
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "0.0.0.0", "--port", "0",
-             "--dashboard-address", "127.0.0.1:0", "--preload", "ppt_dask.dashboard",
+             "--dashboard-address", "127.0.0.1:0", "--preload", "ppt_dask.observe.dashboard",
              "--scheduler-file", str(file)], stdout=log, stderr=log))
         deadline = time.monotonic() + START_TIMEOUT
         while not file.exists():
@@ -191,7 +191,7 @@ def median_round(net, shards, block, rounds, warmup) -> float:
 
 def one_link(rate: str, args, netem: bool, data, workdir: Path) -> list[dict]:
     import ppt_dask as ppt
-    from ppt_dask import calibrate, perfmodel as pm
+    from ppt_dask.perf import calibrate, model as pm
 
     X, y = data
     net = ppt.MLP((784, 64, 64, 10), hidden="tanh", output="softmax")
@@ -227,7 +227,7 @@ def main() -> int:
     # a SIGTERM (a CI run cancelled, say) unwinds like Ctrl-C, so the namespaces are removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from ppt_dask.data import datasets
-    from ppt_dask import modelfit
+    from ppt_dask.perf import fit as modelfit
 
     d = datasets.mnist(n_train=args.n_train, n_test=10)
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"pptl-{uuid.uuid4().hex[:6]}"

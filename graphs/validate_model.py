@@ -3,7 +3,7 @@
 Seed 001, section V-B: the constants are measured "by running it on a single processor of
 the clusters for a few iterations and by running a small test program" for the
 communication; then real runs over block and cluster sizes are compared with the model
-(Table VI: mean errors of about 5%). Here: calibrate (ppt_dask.calibrate), run
+(Table VI: mean errors of about 5%). Here: calibrate (ppt_dask.perf.calibrate), run
 ``ppt.train`` with ``Sync(block=b)`` for a few dozen rounds at each block size and
 p in {1, 2} workers (and, marked oversubscribed, 4 workers on the 2 cores), take the
 median seconds per round after a warm-up, and compare with
@@ -154,7 +154,7 @@ def median_round(net, shards, block: int, rounds: int, warmup: int) -> tuple[flo
     """Median seconds per round, and the median of each round's longest gradient task
     (the workers' own timing, from the run's task records)."""
     import ppt_dask as ppt
-    from ppt_dask import diagnostics
+    from ppt_dask.observe import diagnostics
 
     strategy = ppt.Sync(lr=0.05, momentum=0.9, block=block)
     result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=rounds * block / shards.n_rows))
@@ -182,7 +182,7 @@ def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
 def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
     """Append one row per (p, block): measured and predicted seconds per round."""
     import ppt_dask as ppt
-    from ppt_dask import perfmodel as pm
+    from ppt_dask.perf import model as pm
 
     c = cal.constants
     client = ppt.connect(n_workers=max(p_values), dashboard_address=None)
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     import ppt_dask as ppt
-    from ppt_dask import calibrate, modelfit, perfmodel as pm
+    from ppt_dask.perf import calibrate, fit as modelfit, model as pm
 
     X, y, source = load_data(cfg["N_TRAIN"])
     net = ppt.MLP((X.shape[1], *HIDDEN, 10), hidden="tanh", output="softmax")
@@ -292,8 +292,8 @@ def dataclass_replace(c, **changes):
 
 
 def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
-    from ppt_dask import perfmodel as pm, planning
-    from ppt_dask.modelcli import constants_table, grid_table
+    from ppt_dask.perf import model as pm, planning
+    from ppt_dask.cli.model import constants_table, grid_table
 
     c, w = cal.constants, net.n_params
     lines = [f"# Run-time model of 001 against measured rounds ({cfg['MODE']} run)",
@@ -354,7 +354,7 @@ def plot(c, n_weights: int, path: Path) -> None:
     from bokeh.palettes import Category10
     from bokeh.plotting import figure
 
-    from ppt_dask import perfmodel as pm
+    from ppt_dask.perf import model as pm
 
     by_p = figure(title="Predicted speedup S(p), MNIST 784-64-64-10, one line per block size",
                   x_axis_label="workers p", y_axis_label="speedup", x_axis_type="log", width=800, height=400)

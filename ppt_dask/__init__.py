@@ -26,19 +26,19 @@ _EXPORTS = {
     "MLP": "ppt_dask.core.network",
     "SGD": "ppt_dask.core.optimizers",
     "Stop": "ppt_dask.core.stopping",
-    "connect": "ppt_dask.cluster",
-    "ShardSet": "ppt_dask.shards", "enter_data": "ppt_dask.shards",
-    "enter_source": "ppt_dask.shards", "exit_data": "ppt_dask.shards",
+    "connect": "ppt_dask.engine.cluster",
+    "ShardSet": "ppt_dask.engine.shards", "enter_data": "ppt_dask.engine.shards",
+    "enter_source": "ppt_dask.engine.shards", "exit_data": "ppt_dask.engine.shards",
     "Async": "ppt_dask.algorithms.asynchronous",
     "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
     "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
     "LocalSGD": "ppt_dask.algorithms.localsgd",
-    "Result": "ppt_dask.result", "evaluate": "ppt_dask.result", "train": "ppt_dask.trainer",
-    "PPTClassifier": "ppt_dask.estimator", "PPTRegressor": "ppt_dask.estimator",
-    "Model": "ppt_dask.modelfile", "load_model": "ppt_dask.modelfile",
+    "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.engine.trainer",
+    "PPTClassifier": "ppt_dask.sklearn.estimator", "PPTRegressor": "ppt_dask.sklearn.estimator",
+    "Model": "ppt_dask.engine.modelfile", "load_model": "ppt_dask.engine.modelfile",
 }
 _MODULES = {
-    "cluster": "ppt_dask.cluster",
+    "cluster": "ppt_dask.engine.cluster",
     "datasets": "ppt_dask.data.datasets",
     "strategies": "ppt_dask.algorithms.strategies",
     "validation": "ppt_dask.core.validation",
@@ -63,22 +63,22 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
-    from ppt_dask import cluster
     from ppt_dask.algorithms import strategies
     from ppt_dask.algorithms.asynchronous import Async
-    from ppt_dask.cluster import connect
+    from ppt_dask.algorithms.localsgd import LocalSGD
+    from ppt_dask.algorithms.strategies import PPT, Average, Sync
     from ppt_dask.core import validation
     from ppt_dask.core.network import MLP
     from ppt_dask.core.optimizers import SGD
     from ppt_dask.core.stopping import Stop
     from ppt_dask.data import datasets
-    from ppt_dask.estimator import PPTClassifier, PPTRegressor
-    from ppt_dask.algorithms.localsgd import LocalSGD
-    from ppt_dask.modelfile import Model, load_model
-    from ppt_dask.shards import ShardSet, enter_data, enter_source, exit_data
-    from ppt_dask.algorithms.strategies import PPT, Average, Sync
+    from ppt_dask.engine import cluster
+    from ppt_dask.engine.cluster import connect
+    from ppt_dask.engine.modelfile import Model, load_model
+    from ppt_dask.engine.result import Result, evaluate
+    from ppt_dask.engine.shards import ShardSet, enter_data, enter_source, exit_data
+    from ppt_dask.engine.trainer import train
+    from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
     from ppt_dask.testing import Slowed
-    from ppt_dask.result import Result, evaluate
-    from ppt_dask.trainer import train
 
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.algorithms import choose
 from ppt_dask.core import applicability
-from ppt_dask import cli, cliflags
+from ppt_dask.cli import commands as cli, flags as cliflags
 from ppt_dask.core.applicability import STRATEGIES, STRATEGY_OWN, TABLE
 
 # a value for each row that is "given" (not the neutral default)
@@ -115,8 +115,8 @@ def test_train_refuses_what_does_not_apply_and_runs_what_does(strategy, threads_
     net = ppt.MLP((3, 4, 2))
     shards = ppt.enter_data(threads_client, X, y, n_shards=2)
     made = choose.make(strategy, lr=0.1, block=None if strategy in ("epoch", "ppt") else 8,
-                               local_epoch=8 if strategy == "ppt" else None,
-                               interval=16 if strategy == "local" else None)
+                       local_epoch=8 if strategy == "ppt" else None,
+                       interval=16 if strategy == "local" else None)
     values = {"exchange": "tree", "pipeline": 2, "checkpoint_dir": str(tmp_path), "resume": True,
               "on_round": lambda record: None, "snapshot_epochs": (0.5,),
               "initial_state": made.init(net.init_params(0))}

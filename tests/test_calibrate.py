@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import calibrate, calls, paper001, perfmodel as pm
+from ppt_dask.perf import calibrate, calls, paper001, model as pm
 
 from conftest import scheduler_keys
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ppt_dask import cli, clierrors
+from ppt_dask.cli import commands as cli, errors as clierrors
 
 
 def _run(*argv, env_extra=None, timeout=120):
@@ -31,6 +31,17 @@ def test_a_bad_value_names_its_flag_before_any_cluster_starts(flag, value, words
     assert flag in last and words in last, last
     assert "time breakdown" not in run.stderr  # no cluster was started
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("flag,value", [("--lr", "-1"), ("--momentum", "2"), ("--block", "0")])
+def test_a_bad_strategy_value_is_refused_before_the_data_is_read(flag, value, tmp_path):
+    """``ppt-dask train mnist --lr -1`` on a machine without MNIST: the flag is named, not
+    the missing data (the value is checked before a download would start)."""
+    run = _run("train", "mnist", flag, value, env_extra={"PPT_DASK_DATA": str(tmp_path), "PPT_DASK_OFFLINE": "1"})
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ppt-dask: error: {flag}") or f"{flag}:" in last, last
+    assert "MNIST" not in run.stderr and list(tmp_path.iterdir()) == []
 
 
 def test_too_few_probe_rounds_name_the_flag():

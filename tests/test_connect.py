@@ -11,7 +11,7 @@ import time
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import probe
+from ppt_dask.engine import probe
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_connect_timeout_is_refused_without_a_scheduler():
 def test_a_wait_that_times_out_says_what_it_waited_for(threads_client):
     import time as _time
 
-    from ppt_dask import waits
+    from ppt_dask.engine import waits
 
     slow = threads_client.submit(_time.sleep, 3, pure=False)
     t0 = _time.monotonic()

@@ -113,7 +113,7 @@ def test_report_is_one_self_contained_file_with_the_run_in_it(finished_run, tmp_
 def test_a_run_without_task_records_still_gets_a_report(finished_run, tmp_path):
     import dataclasses
 
-    from ppt_dask.dashboard import write_report
+    from ppt_dask.observe.dashboard import write_report
     bare = dataclasses.replace(finished_run, diagnostics=None)
     write_report(bare, tmp_path / "bare.html")
     assert "ppt-curves" in (tmp_path / "bare.html").read_text()
@@ -197,12 +197,12 @@ def test_cli_checks_the_report_folder_before_any_work(tmp_path):
 
 
 def test_a_scheduler_started_with_the_preload_serves_the_page(tmp_path):
-    """``dask scheduler --preload ppt_dask.dashboard``: page at /ppt, records for the report."""
+    """``dask scheduler --preload ppt_dask.observe.dashboard``: page at /ppt, records for the report."""
     import urllib.request
 
     dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
     scheduler_file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([*dask, "--preload", "ppt_dask.dashboard", "--host", "127.0.0.1",
+    procs = [subprocess.Popen([*dask, "--preload", "ppt_dask.observe.dashboard", "--host", "127.0.0.1",
                                "--port", "0", "--dashboard-address", "127.0.0.1:0",
                                "--scheduler-file", str(scheduler_file)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]

@@ -1,7 +1,7 @@
 """Deployment over ssh with TLS, against a real OpenSSH server on 127.0.0.1.
 
 Each test starts its own sshd (tests/sshd.py) on a free high port with generated keys, starts
-a cluster through it (SSHCluster via ppt_dask.sshcluster, the ``dask ssh`` command line, the
+a cluster through it (SSHCluster via ppt_dask.deploy.ssh, the ``dask ssh`` command line, the
 ``ppt-dask cluster ssh`` command), trains, stops, and checks that no process started through
 the server is left (every session carries a token in its environment) and that sshd is gone.
 
@@ -27,7 +27,8 @@ import pytest
 from distributed import Client, Security
 
 import ppt_dask as ppt
-from ppt_dask import cluster, sshcluster
+from ppt_dask.engine.cluster import DASHBOARD_PRELOAD, preloads
+from ppt_dask.deploy import ssh as sshcluster
 
 import system
 from sshd import INSTALL_HINT, SSHServer, find_sshd, free_port
@@ -36,7 +37,7 @@ from sshd import INSTALL_HINT, SSHServer, find_sshd, free_port
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 EXAMPLE_CERTS = "/opt/ppt-dask/certs"  # the placeholder path of deploy/dask-config*.yaml
-HAS_DASHBOARD = importlib.util.find_spec(cluster.DASHBOARD_PRELOAD) is not None
+HAS_DASHBOARD = importlib.util.find_spec(DASHBOARD_PRELOAD) is not None
 REFUSE_WITHIN = 10.0  # seconds a refused client may take to get its error
 
 
@@ -103,8 +104,8 @@ def _host_config(directory: Path, certs_dir: Path, template: str) -> Path:
     text = (DEPLOY / template).read_text().replace(EXAMPLE_CERTS, str(certs_dir))
     assert str(certs_dir) in text
     if not HAS_DASHBOARD:
-        assert "preload: [ppt_dask.dashboard]" in text or template.endswith("client.yaml")
-        text = text.replace("preload: [ppt_dask.dashboard]", "preload: []")
+        assert "preload: [ppt_dask.observe.dashboard]" in text or template.endswith("client.yaml")
+        text = text.replace("preload: [ppt_dask.observe.dashboard]", "preload: []")
     (directory / "ppt-dask.yaml").write_text(text)
     return directory
 
@@ -229,7 +230,7 @@ def test_security_from_a_certs_directory(certs, no_tls_config):
 
 
 def test_cli_train_checks_security_first(no_tls_config, tmp_path, capsys):
-    from ppt_dask import cli
+    from ppt_dask.cli import commands as cli
 
     t0 = time.monotonic()
     assert cli.main(["train", "parity8", "--scheduler", "tls://127.0.0.1:9", "--quiet"]) == 2
@@ -260,8 +261,8 @@ def test_host_files_and_remote_settings(tmp_path, certs, no_tls_config):
         sshcluster.start(["node1"])
     with pytest.raises(ValueError, match="n_workers"):
         sshcluster.start(["node1"], certs_dir=certs["cluster"], n_workers=0)
-    assert cluster.preloads(False) == [] and cluster.preloads("a.b") == ["a.b"]
-    assert cluster.preloads(True) == ([cluster.DASHBOARD_PRELOAD] if HAS_DASHBOARD else [])
+    assert preloads(False) == [] and preloads("a.b") == ["a.b"]
+    assert preloads(True) == ([DASHBOARD_PRELOAD] if HAS_DASHBOARD else [])
 
 
 def test_example_dask_configs_give_tls(certs):
@@ -278,7 +279,7 @@ def test_example_dask_configs_give_tls(certs):
             if name == "dask-config.yaml":
                 assert sec.require_encryption is True
                 assert dask.config.get("distributed.comm.default-scheme") == "tls"
-                assert cluster.DASHBOARD_PRELOAD in dask.config.get("distributed.scheduler.preload")
+                assert DASHBOARD_PRELOAD in dask.config.get("distributed.scheduler.preload")
                 env = dask.config.get("distributed.nanny.pre-spawn-environ")
                 assert str(env["MALLOC_TRIM_THRESHOLD_"]) == ppt.cluster.WORKER_ENV["MALLOC_TRIM_THRESHOLD_"]
                 for role in ("scheduler", "worker"):
@@ -340,7 +341,7 @@ def test_sshcluster_tls_trains_parity8_and_refuses_strangers(certs, sshd):
         assert state["require_encryption"] is True
         assert set(state["dashboard_hosts"]) == {"127.0.0.1"}, state
         if HAS_DASHBOARD:
-            assert cluster.DASHBOARD_PRELOAD in state["preloads"], state
+            assert DASHBOARD_PRELOAD in state["preloads"], state
         for settings in ppt.cluster.worker_report(client).values():
             assert settings["MALLOC_TRIM_THRESHOLD_"] == ppt.cluster.WORKER_ENV["MALLOC_TRIM_THRESHOLD_"]
             assert all(b["threads"] == 1 for b in settings["blas"])
@@ -450,7 +451,7 @@ def test_dask_ssh_command_line_with_host_config(certs, sshd, tmp_path):
             state = _scheduler_state(client)
             assert state["require_encryption"] is True
             if HAS_DASHBOARD:
-                assert cluster.DASHBOARD_PRELOAD in state["preloads"], state
+                assert DASHBOARD_PRELOAD in state["preloads"], state
             for settings in ppt.cluster.worker_report(client).values():  # from the hosts' YAML
                 assert settings["MALLOC_TRIM_THRESHOLD_"] == "1073741824", settings
             _refused(lambda: Client(address.replace("tls://", "tcp://"), timeout="5s"))

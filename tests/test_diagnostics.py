@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppt_dask.breakdown import (PHASES, TaskRecord, bar_columns, breakdown, curve_columns,
+from ppt_dask.observe.breakdown import (PHASES, TaskRecord, bar_columns, breakdown, curve_columns,
                                 format_table, phase_table, summarize, trace_events)
 
 A, B = "tcp://a:1", "tcp://b:1"
@@ -119,13 +119,13 @@ def test_trace_has_a_track_per_worker_plus_the_head_and_is_json():
 
 
 def test_records_and_transforms_do_without_bokeh_and_the_transforms_without_dask():
-    code = ("import sys, ppt_dask, ppt_dask.diagnostics, ppt_dask.breakdown; "
+    code = ("import sys, ppt_dask, ppt_dask.observe.diagnostics, ppt_dask.observe.breakdown; "
             "print('bokeh' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
     import ast
-    import ppt_dask.breakdown
-    tree = ast.parse(open(ppt_dask.breakdown.__file__).read())
+    import ppt_dask.observe.breakdown
+    tree = ast.parse(open(ppt_dask.observe.breakdown.__file__).read())
     imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
                 for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                 for a in (n.names if isinstance(n, ast.Import) else [None])}
@@ -136,13 +136,14 @@ def test_only_the_dashboard_module_imports_bokeh():
     import pathlib
 
     import ppt_dask
-    users = sorted(p.name for p in pathlib.Path(ppt_dask.__file__).parent.glob("*.py")
+    package = pathlib.Path(ppt_dask.__file__).parent
+    users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
                    if "import bokeh" in p.read_text() or "from bokeh" in p.read_text())
-    assert users == ["dashboard.py"]
+    assert users == ["observe/dashboard.py"]
 
 
 def test_collector_memory_is_bounded():
-    from ppt_dask.diagnostics import Collector
+    from ppt_dask.observe.diagnostics import Collector
 
     c = Collector(max_tasks=50, max_runs=2)
     for run in ("00000001", "00000002", "00000003"):
@@ -154,7 +155,7 @@ def test_collector_memory_is_bounded():
 
 
 def test_a_result_without_task_records_keeps_its_history():
-    from ppt_dask.diagnostics import records_of
+    from ppt_dask.observe.diagnostics import records_of
 
     class Finished:  # what a loop that records nothing on the scheduler returns
         history = [{"try": 0, "round": 0, "loss": 0.7, "wall_seconds": 0.1}]
@@ -249,7 +250,7 @@ def test_trace_and_records_of_a_real_run(client4, workers4, tmp_path, exchange, 
 def test_fused_tasks_time_their_own_parts(client4, workers4):
     """The one-hop task records its reduce, update and gradient seconds through the one module
     that touches distributed's worker internals; the breakdown splits the task by them."""
-    from ppt_dask import taskmeta
+    from ppt_dask.observe import taskmeta
 
     assert client4.submit(taskmeta.applies, pure=False).result(timeout=60) is True
     assert taskmeta.applies() is False  # not inside a task

@@ -6,6 +6,7 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.data import datasets
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.engine.result import Outcome
 
 from conftest import scheduler_keys
 
@@ -98,6 +99,7 @@ def test_parity8_is_learned_on_processes(client4, workers4):
                        ppt.Stop(max_epochs=2000, target_error=0.0))
     ppt.exit_data(shards)
     assert result.learned and result.stopped_because == "target_error"
+    assert result.outcome is Outcome.TARGET_ERROR
     assert (net.predict(result.params, d.X) == d.y).all()  # all 256 patterns right
 
 

@@ -1,4 +1,4 @@
-"""The estimators' epoch bookkeeping (ppt_dask.epochs) against scikit-learn's own rule."""
+"""The estimators' epoch bookkeeping (ppt_dask.sklearn.epochs) against scikit-learn's own rule."""
 
 import inspect
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.neural_network import MLPClassifier
 
-from ppt_dask.epochs import EpochCurve, ToleranceRule
+from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
 
 
 def sklearn_stop_epoch(losses, tol, n_iter_no_change):

@@ -227,7 +227,7 @@ def test_digits_epochs_count_once_and_the_warning_only_after_max_iter(client):
     its own replay over loss_curve_ names, and no ConvergenceWarning when it stopped early."""
     from sklearn.datasets import load_digits
 
-    from ppt_dask.epochs import ToleranceRule
+    from ppt_dask.sklearn.epochs import ToleranceRule
 
     X, y = load_digits(return_X_y=True)
     with warnings.catch_warnings(record=True) as caught:
@@ -310,7 +310,7 @@ def test_defaults_are_local_sgd_in_float32_and_match_the_serial_reference(client
     a round at most a pass over a shard, lr 0.05, float32; its weights are bitwise those of
     the serial reference run with that strategy. One shard for a set smaller than 60
     batches. PPTRegressor keeps float64."""
-    from ppt_dask.estimator_contract import seed_of
+    from ppt_dask.sklearn.contract import seed_of
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.serial import train_serial
 

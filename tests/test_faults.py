@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import checkpoint
+from ppt_dask.engine import checkpoint
 from ppt_dask.data import datasets
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.engine.result import Outcome
 
 from conftest import scheduler_keys
 
@@ -148,6 +149,7 @@ def test_divergence_stops_and_keeps_the_last_good_weights(client4, workers4):
     result = ppt.train(net, shards, ppt.Sync(lr=50.0, momentum=0.9), ppt.Stop(max_epochs=500))
     ppt.exit_data(shards)
     assert result.stopped_because.startswith("diverged at round")
+    assert result.outcome is Outcome.DIVERGED and not result.learned
     assert np.isfinite(result.params).all()
     assert all(np.isfinite(r["loss"]) for r in result.history)
 

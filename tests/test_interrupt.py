@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from ppt_dask import checkpoint, interrupt
+from ppt_dask.engine import checkpoint, interrupt
 
 
 def _cli(*args):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import checkpoint
+from ppt_dask.engine import checkpoint
 from ppt_dask.algorithms import localsgd, serial
 
 from conftest import scheduler_keys

@@ -1,10 +1,10 @@
-"""Message batching turned off on the clusters ppt_dask connects to (ppt_dask.messages)."""
+"""Message batching turned off on the clusters ppt_dask connects to (ppt_dask.engine.messages)."""
 
 import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask import messages
+from ppt_dask.engine import messages
 from ppt_dask.algorithms.serial import train_serial
 
 

@@ -20,7 +20,8 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.data import datasets
-from ppt_dask import modelfile, textout
+from ppt_dask.engine import modelfile
+from ppt_dask.cli import textout
 
 CLI = [sys.executable, "-m", "ppt_dask.cli"]
 REPO = Path(__file__).resolve().parents[1]

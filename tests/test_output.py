@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import ppt_dask
-from ppt_dask import textout
+from ppt_dask.cli import textout
 
 
 def run(*args, timeout=300):
@@ -83,7 +83,7 @@ def test_the_bar_on_a_terminal_and_plain_lines_elsewhere():
 
 
 def _train_flags():
-    from ppt_dask import cli
+    from ppt_dask.cli import commands as cli
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     return [o for a in sub.choices["train"]._actions for o in a.option_strings if o not in ("-h", "--help")]

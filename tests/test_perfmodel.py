@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from ppt_dask import modelfit as fit
-from ppt_dask import paper001, perfmodel as pm, planning
+from ppt_dask.perf import fit as fit
+from ppt_dask.perf import paper001, model as pm, planning
 
 BAT_FN = paper001.CONSTANTS["bat_cave", "function"]
 FN = paper001.PROBLEMS["function"]
@@ -349,7 +349,7 @@ def test_fits_stay_non_negative():
 
 @pytest.mark.parametrize("fan_in", [2, 3, 4])
 def test_tasks_per_round_counts_the_real_round_graph(fan_in):
-    from ppt_dask import graph
+    from ppt_dask.engine import graph
     from ppt_dask.core import tree
 
     def real(p, s):

@@ -26,7 +26,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.data import datasets
-from ppt_dask import slurmcluster
+from ppt_dask.deploy import slurm as slurmcluster
 from ppt_dask.algorithms.serial import train_serial
 
 import slurm as local_slurm

@@ -6,7 +6,7 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.algorithms import choose
 from ppt_dask.data import datasets
-from ppt_dask.experiments import repeated_splits
+from ppt_dask.engine.experiments import repeated_splits
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.core.stopping import ErrorEstimate
 

@@ -8,7 +8,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd
-from ppt_dask import stream
+from ppt_dask.engine import stream
 from ppt_dask.core import tree
 
 from conftest import scheduler_keys

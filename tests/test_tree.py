@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ppt_dask.core import tree
-from ppt_dask.graph import make_plan
+from ppt_dask.engine.graph import make_plan
 
 
 def _parts(values):

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ppt_dask as ppt
 from ppt_dask.core.validation import (
     check_finite,
     check_int_at_least,
@@ -158,3 +159,19 @@ def test_check_int_at_least_rejects(value, shown):
     with pytest.raises(ValueError,
                        match=rf"^epochs must be an integer >= 1; got {re.escape(shown)}"):
         check_int_at_least("epochs", value, 1)
+
+
+@pytest.mark.parametrize("bad", ["float16", "int32", None, 3, np.float32])
+def test_one_dtype_rule_for_network_shards_and_estimator(bad, threads_client):
+    """The same choices, named the same way, wherever a dtype is taken."""
+    from ppt_dask.core.validation import DTYPES
+
+    with pytest.raises(ValueError, match="^dtype must be 'float32' or 'float64', got"):
+        ppt.MLP((2, 3, 2), dtype=bad)
+    with pytest.raises(ValueError, match="^dtype must be 'float32' or 'float64', got"):
+        ppt.enter_data(threads_client, np.zeros((8, 2)), np.zeros(8), n_shards=2, dtype=bad)
+    if bad is not None:  # None is the estimator's "the data's own"
+        with pytest.raises(ValueError, match="^dtype must be None, 'float32' or 'float64', got"):
+            ppt.PPTClassifier(dtype=bad, max_iter=1).fit(np.zeros((8, 2)), np.arange(8) % 2)
+    for good in DTYPES:
+        assert ppt.MLP((2, 3, 2), dtype=good).dtype == good

@@ -65,7 +65,7 @@ def main():
     import functools
 
     import ppt_dask as ppt
-    from ppt_dask.breakdown import phase_table, summarize
+    from ppt_dask.observe.breakdown import phase_table, summarize
 
     p = spec["p"]
     client = ppt.connect(n_workers=p, dashboard_address=None)

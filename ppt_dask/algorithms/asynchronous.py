@@ -1,6 +1,6 @@
 """Bounded-staleness asynchronous SGD as a strategy (seed 003; Downpour and Hogwild! in
 004's references): what a worker's task computes. The head's loop that applies the
-gradients as they arrive is :mod:`ppt_dask.asyncloop`.
+gradients as they arrive is :mod:`ppt_dask.engine.asyncloop`.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ bitwise; the average is combined along the fixed shard tree, so runs are bitwise
 any number of workers.
 
 Pure numpy: no dask import. The rounds run on the cluster as one long task per worker
-(:mod:`ppt_dask.stream`, the default) or one task per worker per round
-(:mod:`ppt_dask.overlap`).
+(:mod:`ppt_dask.engine.stream`, the default) or one task per worker per round
+(:mod:`ppt_dask.engine.overlap`).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ppt_dask.algorithms.strategies import ModelState, _Base, _positive_int, block_rows
 from ppt_dask.core import tree
 from ppt_dask.core.optimizers import exact_scalar
-from ppt_dask.algorithms.strategies import ModelState, _Base, _positive_int, block_rows
 
 
 def momentum_step(params, velocity, grad_sum, count, lr: float, momentum: float, l2: float, mask) -> None:
@@ -104,7 +104,7 @@ class LocalSGD(_Base):
     ema: float = 0.0
 
     name = "local"
-    shard_models = True  # every shard keeps a model of its own (rounds: ppt_dask.stream, ppt_dask.overlap)
+    shard_models = True  # every shard keeps a model of its own (rounds: ppt_dask.engine.stream, ppt_dask.engine.overlap)
 
     def __post_init__(self):
         super().__post_init__()

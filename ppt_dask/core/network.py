@@ -36,10 +36,10 @@ import numpy as np
 
 from ppt_dask.core.activations import HIDDEN, OUTPUT
 from ppt_dask.core.losses import LOSSES, check_pair, output_delta
+from ppt_dask.core.validation import check_dtype
 
 __all__ = ["MLP"]
 
-_DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,7 @@ class MLP:
         if self.loss not in LOSSES:
             raise ValueError(f"unknown loss {self.loss!r}; valid: {sorted(LOSSES)}")
         check_pair(self.output, self.loss)
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+        check_dtype("dtype", self.dtype)
         tol = self.tolerance
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
             raise ValueError(f"tolerance must be a finite number >= 0, got {tol!r}")

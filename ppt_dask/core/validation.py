@@ -101,6 +101,18 @@ def check_int_at_least(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+DTYPES = ("float32", "float64")  # what the network, the shards and the estimators compute in
+
+
+def check_dtype(name: str, value, allow_none: bool = False):
+    """``value`` if it is one of :data:`DTYPES` (or None when ``allow_none``), else a
+    ValueError naming ``name`` and the choices."""
+    if (value is None and allow_none) or (isinstance(value, str) and value in DTYPES):
+        return value
+    choices = ["None", *map(repr, DTYPES)] if allow_none else list(map(repr, DTYPES))
+    raise ValueError(f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
+
+
 def check_n_shards(n_shards, n_rows: int) -> int:
     """Return `n_shards` as an int if 1 <= n_shards <= n_rows, else raise ValueError."""
     n_shards = check_int_at_least("n_shards", n_shards, 1)

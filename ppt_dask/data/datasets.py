@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ppt_dask.data import fetch
 from ppt_dask.core.validation import TASKS, check_int_at_least, check_nonneg
+from ppt_dask.data import fetch
 
 DATA_ENV = "PPT_DASK_DATA"
 HOW_TO_PROVIDE = (

@@ -1,0 +1,345 @@
+"""The ``ppt-dask`` command line.
+
+    ppt-dask train parity8 --workers 2 --json out.json
+    ppt-dask train mnist --workers 2 --strategy block --block 1000 --epochs 5
+
+Runs on a LocalCluster it starts (one single-threaded worker process per core) unless
+``--scheduler ADDRESS`` names an existing one. Everything is checked before the cluster
+starts; a bad value exits with status 2 and a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from ppt_dask import __version__
+from ppt_dask.cli import errors as clierrors, flags as cliflags, textout
+from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
+from ppt_dask.data import datasets
+from ppt_dask.engine import interrupt
+from ppt_dask.observe.breakdown import phase_table
+
+SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
+STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
+                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema")
+
+
+def _checkpoints(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise ValueError(f"--split-epochs takes epochs like 100,200; got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise ValueError(f"--split-epochs must be positive epochs; got {text!r}")
+    return values
+
+
+def _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints) -> int:
+    """004's repeated experiment: mean and spread of test accuracy over random splits."""
+    from ppt_dask.engine.experiments import repeated_splits
+
+    def show(record):
+        if not args.quiet:
+            print("split {split}: ".format(**record) + "  ".join(
+                f"{k}={v:.4f}" for k, v in record.items() if k != "split"), file=sys.stderr)
+    X = data.X if data.X_test is None else np.concatenate([data.X, data.X_test])
+    y = data.y if data.y_test is None else np.concatenate([data.y, data.y_test])
+    out = repeated_splits(client, net, X, y, strategy, stop, args.splits, checkpoints=checkpoints,
+                          seed=args.seed, n_shards=n_shards, workers=addresses, fan_in=args.fan_in,
+                          progress=show)
+    print(f"test accuracy over {args.splits} random 70/30 splits (mean ± std):")
+    for epoch, mean, std in zip(out["checkpoints"], out["mean"], out["std"]):
+        print(f"  epoch {epoch:6g}: {100 * mean:6.2f}% ± {100 * std:.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"dataset": args.dataset, "strategy": strategy.name, "splits": args.splits,
+                       "checkpoints": list(out["checkpoints"]), "mean": out["mean"].tolist(),
+                       "std": out["std"].tolist(), "wall_seconds": out["wall_seconds"]}, fh, indent=2)
+    return 0
+
+
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ppt-dask", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"ppt-dask {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train a network on a data set")
+    t.add_argument("dataset", choices=sorted(PRESETS))
+    t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
+    t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
+                   help="threads of each worker process ppt-dask starts (default: 1)")
+    t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
+    t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "local", "async"], default=None,
+                   help="epoch: full batch; block: --block patterns per update (001); ppt: random "
+                        "local epochs (000); average: weight averaging (001, 004); local: local SGD, "
+                        "the average applied one round late (overlapped); async: bounded staleness")
+    t.add_argument("--block", type=_int_at_least(1), default=None,
+                   help="patterns per update (block, async), or the local mini-batch (average, local)")
+    t.add_argument("--local-epoch", type=_int_at_least(1), default=None,
+                   help="ppt: patterns each shard draws per round (000's local epoch size)")
+    t.add_argument("--replicate", action=argparse.BooleanOptionalAction, default=None,
+                   help="ppt: every worker holds the whole set and draws from all of it (000)")
+    t.add_argument("--interval", type=_int_at_least(1), default=None,
+                   help="average, local: patterns per shard between averages (001's a)")
+    t.add_argument("--pull", type=_positive_float, default=None,
+                   help="local: the share of the gap to the (one round late) average a shard closes, in (0, 1]")
+    t.add_argument("--ema", type=_fraction, default=None,
+                   help="local: report the running mean of the averages, the old mean weighted EMA "
+                        "in [0, 1) (0: the last average)")
+    t.add_argument("--local-epochs", type=_positive_float, default=None,
+                   help="average: passes over each shard between averages (004: 5)")
+    t.add_argument("--sample-fraction", type=_positive_float, default=None,
+                   help="average: each local step draws this fraction of the shard with replacement (004: 0.9)")
+    t.add_argument("--momentum-policy", choices=["reset", "average"], default=None,
+                   help="average: the velocity across averages")
+    t.add_argument("--staleness", type=_int_at_least(0), default=None,
+                   help="async: the largest staleness (updates) a gradient may have")
+    t.add_argument("--restarts", type=_int_at_least(0), default=0,
+                   help="tries from new random weights when one ends without learning (000)")
+    t.add_argument("--window-epochs", type=_positive_float, default=None,
+                   help="with a target error: the error estimate covers the last k*n patterns "
+                        "(000's k; default 1; mnist: 0.4)")
+    t.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="write a checkpoint (atomically) every --checkpoint-every rounds and at the end")
+    t.add_argument("--checkpoint-every", type=_int_at_least(1), default=None,
+                   help="rounds between checkpoints (also what a run rolls back to when a worker dies; default 25)")
+    t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
+    t.add_argument("--splits", type=_int_at_least(1), default=None,
+                   help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")
+    t.add_argument("--split-epochs", default=None,
+                   help="with --splits: epochs at which to measure test accuracy (default 100,200,250,500)")
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--momentum", type=float, default=None)
+    t.add_argument("--l2", type=float, default=None)
+    t.add_argument("--epochs", type=_positive_float, default=None)
+    t.add_argument("--target-error", type=float, default=None, help="error rate to reach (verified)")
+    t.add_argument("--check-every", type=_positive_float, default=None,
+                   help="epochs between two verifications of the target on the test set (default: 1; mnist: 0.2)")
+    t.add_argument("--screen", choices=["on", "off"], default=None,
+                   help="on: verify only once the training-error estimate is at or below the target "
+                        "(000's rule); off: verify every --check-every epochs (default: on)")
+    t.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths, e.g. 64,64")
+    t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
+    t.add_argument("--dtype", choices=["float64", "float32"], default=None,
+                   help="default: the data set's preset (mnist: float32; the others float64)")
+    t.add_argument("--exchange", choices=["auto", "all", "doubling", "tree", "stream"], default="auto",
+                   help="the round graph: all (one hop, the default), doubling (log2 p hops), "
+                        "tree (the papers' reduce tasks, three hops); local: stream (one long "
+                        "task per worker, its default) or all")
+    t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
+    t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
+    t.add_argument("--seed", type=_int_at_least(0), default=0)
+    t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
+    t.add_argument("--connect-timeout", type=_positive_float, default=None, metavar="SECONDS",
+                   help="with --scheduler: seconds to wait for it to answer (default 10)")
+    t.add_argument("--security", default=None, metavar="DIR",  # deploy
+                   help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
+    t.add_argument("--data-dir", default=None, help="folder holding mnist/ and digits5000/")
+    t.add_argument("--json", default=None, metavar="PATH", help="write a summary here")
+    t.add_argument("--quiet", action="store_true", help="no progress lines")
+    t.add_argument("--report", default=None, metavar="PATH",  # diagnostics
+                   help="write a standalone HTML report of the run (time breakdown, curves, settings)")
+    t.add_argument("--trace", default=None, metavar="PATH",  # diagnostics
+                   help="write the run as a Chrome trace (one track per worker plus the head)")
+    t.add_argument("--save", default=None, metavar="PATH",  # model files
+                   help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
+    from ppt_dask.deploy.slurm import add_slurm_parser
+    from ppt_dask.deploy.ssh import add_ssh_parser
+    c = sub.add_parser("cluster", help="start a cluster (over ssh or on Slurm, with TLS)")
+    kinds = c.add_subparsers(dest="cluster_kind", required=True)
+    add_ssh_parser(kinds)  # ppt-dask cluster ssh HOSTFILE --certs DIR
+    add_slurm_parser(kinds)  # ppt-dask cluster slurm --jobs N ...
+    from ppt_dask.cli.model import add_model_parser  # model: ppt-dask model calibrate|predict|recommend
+    add_model_parser(sub)  # model
+    from ppt_dask.cli.predict import add_predict_parser  # model files: ppt-dask predict MODEL DATASET
+    add_predict_parser(sub)
+    return parser
+
+
+def _settings(args) -> dict:
+    s = dict(PRESETS[args.dataset])
+    s.update(STRATEGY_PRESETS.get((args.dataset, args.strategy or s["strategy"]), {}))
+    for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
+                 "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
+                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "dtype", "check_every", "screen",
+                 "window_epochs"):
+        value = getattr(args, name)
+        if value is not None:
+            s[name] = value
+    return s
+
+
+class Progress:
+    """Epochs of the total, rate and time left: a bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, total_epochs: float, stream=None):
+        self.bar = textout.Bar(total_epochs, "epoch", stream=stream or sys.stderr)
+
+    def __call__(self, record: dict) -> None:
+        self.bar.update(record["epoch"], f"loss {record['loss']:.4g}  error {100 * record['error_rate']:.2f} %  "
+                        f"{1e3 * record['wall_seconds']:.4g} ms/round", elapsed=record.get("elapsed_seconds"))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def train_command(args) -> int:
+    import ppt_dask as ppt
+    from ppt_dask.algorithms import choose
+    from ppt_dask.engine.result import Outcome  # loads dask: after the arguments are read
+
+    s = _settings(args)
+    cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
+    if args.scheduler:
+        ppt.cluster.check_address(args.scheduler)
+    security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
+        args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
+    if args.save and args.splits:  # model files: --splits trains one model per split
+        raise ValueError("--save applies to one run, not to --splits")
+    for flag, path in (("--report", args.report), ("--trace", args.trace), ("--save", args.save)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
+    strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # its values checked
+    dtype = s.get("dtype", "float64")
+    data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
+    n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
+                 else 1 if data.y.ndim == 1 else data.y.shape[1])
+    net = ppt.MLP((data.X.shape[1], *s["hidden"], n_outputs), hidden=s["activation"],
+                  output=s["output"], dtype=dtype)
+    test = (data.X_test, data.y_test) if data.X_test is not None else None
+    stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
+                    window_epochs=s.get("window_epochs", 1.0), restarts=args.restarts,
+                    check_every=s.get("check_every", 1.0), screen=s.get("screen", "on") == "on")
+    workers = args.workers
+    # ppt and average: one shard per worker, as in 000 (local epoch per node) and 001/004
+    # (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8 workers)
+    per_worker = s["strategy"] in ("ppt", "average", "local")
+    n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
+    checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
+    try:
+        ppt.validation.check_n_shards(n_shards, len(data.X))
+    except ValueError as exc:  # name the flag when the count is the user's
+        raise ValueError(f"--shards: {exc}" if args.shards else str(exc)) from None
+    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker or 1,
+                         security=security, timeout=args.connect_timeout or 10.0)  # deploy
+    url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
+    if url:
+        print(f"time breakdown, live: {url}", file=sys.stderr)
+    progress = None if args.quiet else Progress(s["epochs"])
+    watch = interrupt.Watch(progress)  # Ctrl-C says where the run was
+    try:
+        with interrupt.sigint_at_safe_points(watch):  # a Ctrl-C in a finalizer is not lost
+            known = ppt.cluster.worker_addresses(client)
+            # all workers (None: the shards may spread to workers that join), or the first N
+            addresses = known[:workers] if workers and workers < len(known) else None
+            if args.splits:
+                return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
+            shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=dtype, workers=addresses,
+                                    replicate=bool(s.get("replicate")))
+            result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
+                               checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
+                               resume=args.resume, exchange=args.exchange,
+                               pipeline=args.pipeline, progress=watch)
+            ppt.exit_data(shards)
+            if watch.pending:  # held in a finalizer after the last round
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.close()
+        interrupt.close_quietly(ppt.cluster.close, client)
+        client = None
+        raise interrupt.Interrupted(watch.line(args.checkpoint)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+        if client is not None:
+            ppt.cluster.close(client)
+    summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
+               "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
+               "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
+    times = result.diagnostics.summary() if result.diagnostics is not None else {}  # diagnostics
+    summary["percent_not_gradient"] = times.get("percent_not_gradient")
+    rows = result.breakdown()  # diagnostics: where a round's time goes, per phase
+    summary["phases"] = phase_table(rows) if rows else None
+    summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
+    print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
+    if args.report:  # diagnostics: the report names the data set too
+        result.settings["dataset"] = args.dataset
+        result.report(args.report)
+    if args.trace:
+        result.trace(args.trace)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(summary, fh, indent=2)
+    if args.save:  # model files: the dataset's name and the network go into the file's summary
+        from ppt_dask.engine.modelfile import save_result
+        print(f"saved the model to {save_result(result, args.save, summary=summary)}")
+    if result.outcome is Outcome.DIVERGED:
+        print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _command(args) -> int:
+    if args.command == "train":
+        return train_command(args)
+    if args.command == "cluster":  # deploy
+        if args.cluster_kind == "slurm":  # workers as batch jobs
+            from ppt_dask.deploy.slurm import slurm_command
+            return slurm_command(args)
+        from ppt_dask.deploy.ssh import ssh_command
+        return ssh_command(args)
+    if args.command == "model":  # model
+        from ppt_dask.cli.model import model_command
+        return model_command(args)
+    if args.command == "predict":  # model files
+        from ppt_dask.cli.predict import predict_command
+        return predict_command(args)
+    return 1
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    clierrors.add_debug_flag(parser)
+    args = parser.parse_args(argv)
+    return clierrors.run(_command, args, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""``ppt-dask model``: calibrate 001's run-time model, predict speedup, recommend a layout.
+
+    ppt-dask model calibrate mnist --workers 2 --block 1000 --out calib.json
+    ppt-dask model predict --calibration calib.json --p 1,2,4,8,16,32,64 --block 100,1000,10000
+    ppt-dask model recommend --calibration calib.json --p-max 64
+    ppt-dask model recommend --constants mycluster.json --n-patterns 60000 --network 784,64,64,10
+
+``calibrate`` measures the constants on the cluster (a LocalCluster it starts, or
+``--scheduler``) and writes them with the sizes they hold for; ``predict`` prints
+speedups like 001's Table VII; ``recommend`` prints the block size and number of workers
+of least time per epoch and the smallest block that gives any speedup. ``--constants``
+takes a JSON object of :class:`ppt_dask.perf.model.Constants` fields (seconds) for a
+cluster you do not have yet. Only ``calibrate`` needs a cluster (and imports dask).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import numpy as np
+
+from ppt_dask.cli import flags as cliflags, textout
+from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
+from ppt_dask.perf import model as perfmodel, planning
+
+DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
+_CALIBRATED = -1  # --shards not given: the calibration's layout
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1 like 1,2,4; got {text!r}")
+    return values
+
+
+def _positive(text: str) -> int:
+    value = _int_list(text)
+    if len(value) != 1:
+        raise argparse.ArgumentTypeError(f"expected one integer >= 1, got {text!r}")
+    return value[0]
+
+
+def _shards(text: str):
+    return None if text.lower() in ("none", "p") else _positive(text)
+
+
+def add_model_parser(subparsers) -> None:
+    """Add ``model calibrate | predict | recommend`` to the ``ppt-dask`` subcommands."""
+    m = subparsers.add_parser("model", help="run-time model of 001: calibrate, predict, recommend")
+    msub = m.add_subparsers(dest="model_command", required=True)
+
+    c = msub.add_parser("calibrate", help="measure the constants on a cluster, write JSON")
+    c.add_argument("dataset", choices=sorted(PRESETS))
+    c.add_argument("--workers", type=_positive, default=None, help="worker processes (default: one per core)")
+    c.add_argument("--block", type=_positive, default=None, help="block size to centre the fits on (default 1000)")
+    c.add_argument("--shards", type=_shards, default=None, help="shards of the layout to model (default: 8, or the workers if more)")
+    c.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths (default: the data set's preset)")
+    c.add_argument("--fan-in", type=_positive, default=2)
+    c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point (at least 8: 5 warm up)")
+    c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
+    c.add_argument("--scheduler", default=None, help="address of an existing scheduler")
+    c.add_argument("--data-dir", default=None)
+    c.add_argument("--out", default="calibration.json", help="where to write the calibration")
+
+    for name, text in (("predict", "predicted time and speedup over block and cluster sizes"),
+                       ("recommend", "block size and workers of least time per epoch")):
+        q = msub.add_parser(name, help=text)
+        src = q.add_mutually_exclusive_group(required=True)
+        src.add_argument("--calibration", metavar="JSON", help="from `ppt-dask model calibrate`")
+        src.add_argument("--constants", metavar="JSON", help="Constants fields in seconds, by hand")
+        q.add_argument("--n-patterns", type=_positive, default=None, help="training patterns n")
+        q.add_argument("--n-test", type=int, default=None, help="test patterns m (001's Ts term)")
+        q.add_argument("--network", type=_int_list, default=None,
+                       help="layer widths, e.g. 784,64,64,10 (sets w; time constants stay as given)")
+        q.add_argument("--n-weights", type=_positive, default=None, help="w directly (instead of --network)")
+        q.add_argument("--shards", type=_shards, default=_CALIBRATED,
+                       help="shards of the layout (default: the calibration's; 'none': one per worker)")
+        q.add_argument("--fan-in", type=_positive, default=None)
+        q.add_argument("--json", default=None, metavar="PATH", help="also write the numbers here")
+        if name == "predict":
+            q.add_argument("--p", type=_int_list, default=DEFAULT_P, help="cluster sizes, e.g. 1,2,4,8")
+            q.add_argument("--block", type=_int_list, default=None, help="block sizes (default: powers of 4 up to n)")
+        else:
+            q.add_argument("--p-max", type=_positive, default=64)
+            q.add_argument("--blocks", type=_int_list, default=None,
+                           help="block sizes whose convergence you accept (default: powers of 2 up to n, and n)")
+
+
+# ---- the three commands ----------------------------------------------------------------
+
+
+def model_command(args) -> int:
+    if args.model_command == "calibrate":
+        return _calibrate(args)
+    setting = _setting(args)
+    if args.model_command == "predict":
+        return _predict(args, setting)
+    return _recommend(args, setting)
+
+
+def _step_printer():
+    """Each step of the calibration on standard error, with the time so far."""
+    import time
+    t0 = time.perf_counter()
+
+    def say(line: str) -> None:
+        print(f"[{textout.duration(time.perf_counter() - t0)}] {line}", file=sys.stderr, flush=True)
+    return say
+
+
+def _calibrate(args) -> int:
+    import ppt_dask as ppt
+    from ppt_dask.data import datasets
+    from ppt_dask.perf import calibrate
+
+    preset = PRESETS[args.dataset]
+    if args.scheduler:
+        ppt.cluster.check_address(args.scheduler)
+    data = datasets.load(args.dataset, data_dir=args.data_dir)
+    n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
+                 else 1 if data.y.ndim == 1 else data.y.shape[1])
+    net = ppt.MLP((data.X.shape[1], *(args.hidden or preset["hidden"]), n_outputs),
+                  hidden=preset["activation"], output=preset["output"])
+    # the model is of synchronous block rounds: the data set's block preset
+    sync_block = STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
+    block = min(args.block or sync_block or 1000, len(data.X))
+    calibrate.check_rounds(args.rounds, flag="--rounds")  # before the cluster: a median needs rounds
+    client = ppt.connect(args.scheduler, n_workers=args.workers)
+    try:
+        workers = ppt.cluster.worker_addresses(client)[: args.workers or None]
+        shards = args.shards if args.shards is not None else max(8, len(workers))
+        n_test = 0 if data.X_test is None else len(data.X_test)
+        result = calibrate.calibrate(client, net, data.X, data.y, block=block, workers=workers,
+                                     n_shards=shards, fan_in=args.fan_in, n_test=n_test,
+                                     rounds=args.rounds, p_values=args.p_values,
+                                     progress=_step_printer())
+    finally:
+        ppt.cluster.close(client)
+    result.save(args.out)
+    print(constants_table(result.constants))
+    print("\nhead/scheduler cost per round against tasks per round (probe rounds; p above the "
+          "real workers are virtual)")
+    print("| p | tasks | spin ms | round ms | fitted Th ms |\n|---:|---:|---:|---:|---:|")
+    for p, tasks, spin, seconds in result.measurements["head"]:
+        fitted = perfmodel.head_seconds(p, result.constants, result.fan_in)
+        print(f"| {p} | {tasks} | {spin * 1e3:.0f} | {seconds * 1e3:.2f} | {fitted * 1e3:.2f} |")
+    print(f"\nnetwork {'-'.join(map(str, result.network))} (w = {result.n_weights}), n = "
+          f"{result.n_patterns}, m = {result.n_test}, {result.workers} workers; written to {args.out}")
+    return 0
+
+
+def _setting(args) -> dict:
+    """Constants and sizes from the file, overridden by the flags; checked here."""
+    from ppt_dask.perf.calibrate import Calibration
+
+    path = args.calibration or args.constants
+    try:
+        cal = Calibration.load(path)
+    except FileNotFoundError:
+        raise ValueError(f"no such file: {path}") from None
+    n = args.n_patterns or cal.n_patterns
+    w = (args.n_weights or (perfmodel.count_weights(args.network) if args.network else None)
+         or cal.n_weights)
+    if n is None or w is None:
+        raise ValueError("constants alone do not say the problem size: pass --n-patterns and "
+                         "--network (or --n-weights)")
+    m = cal.n_test if args.n_test is None else args.n_test
+    if m < 0:
+        raise ValueError(f"--n-test must be >= 0, got {m}")
+    shards = cal.n_shards if args.shards == _CALIBRATED else args.shards
+    return dict(c=cal.constants, n=int(n), w=int(w), m=int(m), n_shards=shards,
+                fan_in=args.fan_in or cal.fan_in)
+
+
+def _predict(args, s: dict) -> int:
+    n = s["n"]
+    blocks = np.array(args.block or sorted({min(4**j, n) for j in range(1, 12)} | {n}))
+    if blocks.max() > n:
+        raise ValueError(f"--block must be <= n_patterns = {n}, got {int(blocks.max())}")
+    ps = np.array(args.p)
+    kw = dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"])
+    speed = np.asarray(perfmodel.speedup(ps[None, :], blocks[:, None], n, s["w"], s["c"], **kw))
+    rnd = np.asarray(perfmodel.iteration_seconds(ps[None, :], blocks[:, None], s["w"], s["c"],
+                                                 s["fan_in"], n_shards=s["n_shards"]))
+    epoch = np.asarray(perfmodel.epoch_seconds(ps[None, :], blocks[:, None], n, s["w"], s["c"], **kw))
+    print(_problem_line(s))
+    print("\nPredicted speedup S(p), 001 eq. (7) (like 001 Table VII)")
+    print(grid_table(blocks, ps, speed, "{:.2f}"))
+    print("\nPredicted efficiency E(p) = S(p)/p, 001 eq. (8)")
+    print(grid_table(blocks, ps, speed / ps[None, :], "{:.2f}"))
+    print("\nPredicted seconds per round (one weight update)")
+    print(grid_table(blocks, ps, rnd, "{:.4g}"))
+    print("\nPredicted seconds per epoch (001's iteration)")
+    print(grid_table(blocks, ps, epoch, "{:.4g}"))
+    _write(args.json, {"problem": _problem(s), "p": ps.tolist(), "block": blocks.tolist(),
+                       "speedup": speed.tolist(), "round_seconds": rnd.tolist(),
+                       "epoch_seconds": epoch.tolist()})
+    return 0
+
+
+def _recommend(args, s: dict) -> int:
+    n, w, c = s["n"], s["w"], s["c"]
+    kw = dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"])
+    blocks = np.array(args.blocks) if args.blocks else planning.default_blocks(n)
+    if blocks.max() > n:
+        raise ValueError(f"--blocks must be <= n_patterns = {n}, got {int(blocks.max())}")
+    best = planning.recommend(n, w, c, args.p_max, blocks, **kw)
+    p_best, t_best, s_best = planning.best_workers(blocks, n, w, c, args.p_max, **kw)
+    ps = [p for p in (2, 4, 8, 16, 32, 64, 128, 256) if p <= args.p_max] or [1]
+    smallest = {p: planning.min_block_for_speedup(p, n, w, c, **kw) for p in ps}
+    print(_problem_line(s))
+    print(f"\nrecommended: block {best.block} on {best.p} workers: {best.epoch_seconds:.4g} s per epoch, "
+          f"speedup {best.speedup:.2f}, efficiency {best.efficiency:.2f}")
+    print("(larger blocks always cost less per epoch but converge slower, 001 sec. VI: "
+          "pass --blocks to limit the choice)")
+    print("\nbest number of workers for each block (p <= %d)" % args.p_max)
+    print("| block | workers | s/epoch | speedup |\n|---:|---:|---:|---:|")
+    for b, p, t, sp in zip(blocks, p_best, t_best, s_best):
+        print(f"| {b} | {p} | {t:.4g} | {sp:.2f} |")
+    print("\nsmallest block with any speedup (S > 1), like 001's 'no speedup below block 50'")
+    print("| workers | smallest block |\n|---:|---:|")
+    for p, b in smallest.items():
+        print(f"| {p} | {'none up to n' if b is None else b} |")
+    _write(args.json, {"problem": _problem(s), "recommended": dataclasses.asdict(best), "blocks": blocks.tolist(), "best_p": p_best.tolist(),
+                       "best_epoch_seconds": t_best.tolist(), "best_speedup": s_best.tolist(),
+                       "smallest_block_for_speedup": {str(k): v for k, v in smallest.items()}})
+    return 0
+
+
+# ---- formatting (pure) -----------------------------------------------------------------
+
+
+def grid_table(blocks, ps, values, fmt: str) -> str:
+    """A Markdown table: one row per block size, one column per cluster size."""
+    head = "| block | " + " | ".join(f"p={p}" for p in ps) + " |"
+    rule = "|---:|" + "---:|" * len(ps)
+    rows = ["| %d | " % b + " | ".join(fmt.format(v) for v in row) + " |"
+            for b, row in zip(blocks, np.asarray(values))]
+    return "\n".join([head, rule, *rows])
+
+
+def constants_table(c: perfmodel.Constants) -> str:
+    """The constants in milliseconds, as 001 prints them in Tables II, III and V."""
+    names = {"tf_seconds": "Tf (forward, per pattern)", "tb_seconds": "Tb (backward, per pattern)",
+             "tu_seconds": "Tu (update)", "tm_seconds": "Tm (copy of the weights)",
+             "ts_seconds": "Ts (squared error, per test pattern)", "to_seconds": "To (per epoch)",
+             "tw_seconds_per_weight": "Tw (per weight per tree level)",
+             "ti_seconds": "Ti (per reduction)", "ta_seconds": "Ta (weight averaging)",
+             "th0_seconds": "th0 (head, per round)", "th1_seconds": "th1 (head, per task)",
+             "tc_seconds": "tc (per gradient call)", "tq_seconds": "tq (shortest gradient phase)"}
+    rows = [f"| {label} | {getattr(c, f) * 1e3:.6g} |" for f, label in names.items()]
+    table = "\n".join(["| constant | ms |", "|---|---:|", *rows])
+    if not c.call_rows:
+        return table
+    n = len(c.call_rows)
+    first, more = c.call_task_seconds or c.call_seconds, c.call_more_seconds or c.call_seconds
+    factor = c.call_shared_factor or (1.0,) * n
+    curve = [f"| {int(r)} | {a * 1e3:.4g} | {t * 1e3:.4g} | {m * 1e3:.4g} | {f:.2f} |"
+             for r, a, t, m, f in zip(c.call_rows, c.call_seconds, first, more, factor)]
+    return "\n".join([table, "", "Call curve (ms)", "", "| rows | one call (serial) | first call of a task "
+                      "(in rounds) | each further call of a task | x with all workers at once |",
+                      "|---:|---:|---:|---:|---:|", *curve])
+
+
+def _problem(s: dict) -> dict:
+    return {"n_patterns": s["n"], "n_weights": s["w"], "n_test": s["m"], "n_shards": s["n_shards"],
+            "fan_in": s["fan_in"], "constants": perfmodel.constants_to_dict(s["c"])}
+
+
+def _problem_line(s: dict) -> str:
+    layout = "one shard per worker" if s["n_shards"] is None else f"{s['n_shards']} shards"
+    return (f"n = {s['n']} patterns, m = {s['m']} test, w = {s['w']} weights, {layout}, "
+            f"fan-in {s['fan_in']}")
+
+
+def _write(path, data) -> None:
+    if path:
+        with open(path, "w") as fh:
+            json.dump(data, fh, indent=2, default=float)
+
+
+if __name__ == "__main__":  # for a quick look without the integrated CLI
+    parser = argparse.ArgumentParser(prog="ppt-dask")
+    add_model_parser(parser.add_subparsers(dest="command", required=True))
+    sys.exit(model_command(parser.parse_args()))

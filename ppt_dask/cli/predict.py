@@ -1,0 +1,133 @@
+"""``ppt-dask predict``: a saved model on a data set, or on arrays of one's own.
+
+    ppt-dask predict model.npz parity8 --split train
+    ppt-dask predict model.npz mnist --json scores.json
+    ppt-dask predict model.npz --input X.npy --output y.npy
+
+With a data set it prints the accuracy (R^2 for regression) and, for classifiers, the
+confusion counts; with ``--input`` it writes the predictions to ``--output``. No cluster
+is started: the model predicts with numpy (:class:`ppt_dask.Model`). Every argument is
+checked before the data is read; a bad one ends with one line naming it (status 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ppt_dask.data import datasets
+
+
+def add_predict_parser(subparsers) -> None:
+    """Register ``ppt-dask predict`` on the ``ppt-dask`` command line."""
+    p = subparsers.add_parser("predict", help="predict with a model saved by train --save",
+                              description="Score a saved model on a data set, or predict the rows "
+                                          "of an .npy array (no cluster needed).")
+    p.add_argument("model", help="model file written by `ppt-dask train ... --save PATH`")
+    p.add_argument("dataset", nargs="?", choices=sorted(datasets.DATASETS), default=None,
+                   help="score on this data set")
+    p.add_argument("--split", choices=["test", "train"], default=None,
+                   help="with DATASET: which part (default: test when the data set has one, else train)")
+    p.add_argument("--data-dir", default=None, help="with DATASET: folder holding mnist/ and digits5000/")
+    p.add_argument("--json", default=None, metavar="PATH", help="with DATASET: write the scores here")
+    p.add_argument("--input", default=None, metavar="X.npy", help="rows to predict, a 2-D .npy array")
+    p.add_argument("--output", default=None, metavar="Y.npy", help="with --input: where the predictions go")
+
+
+def _check(args) -> None:
+    """Refuse a combination of arguments that does not apply, before any reading."""
+    if (args.dataset is None) == (args.input is None):
+        raise ValueError("give a DATASET to score on, or --input X.npy to predict (one of them)")
+    if args.input is not None:
+        for flag, value in (("--split", args.split), ("--json", args.json), ("--data-dir", args.data_dir)):
+            if value is not None:
+                raise ValueError(f"{flag} applies to a DATASET, not to --input")
+        if args.output is None:
+            raise ValueError("--input needs --output PATH (an .npy file for the predictions)")
+    elif args.output is not None:
+        raise ValueError("--output applies to --input, not to a DATASET (use --json for scores)")
+    for flag, path in (("--json", args.json), ("--output", args.output)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
+
+
+def _read_input(path: str) -> np.ndarray:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--input: no file {path!r}")
+    try:
+        X = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"--input {path}: not a readable .npy array ({exc})") from None
+    if not isinstance(X, np.ndarray):
+        raise ValueError(f"--input {path}: an .npz archive; give one 2-D .npy array")
+    return X
+
+
+def _describe(model, path: str) -> str:
+    net, s = model.net, model.summary
+    trained = f", trained on {s['dataset']}" if s.get("dataset") else ""
+    epochs = s.get("epochs")
+    how = (f" ({s['strategy']}, {epochs:.4g} epochs)" if isinstance(epochs, (int, float))
+           else f" ({s['strategy']})") if s.get("strategy") else ""
+    return (f"{path}: {'-'.join(map(str, net.sizes))} {net.hidden}/{net.output} {net.dtype}, "
+            f"{model.task}{trained}{how}")
+
+
+def _confusion_lines(classes, counts) -> list[str]:
+    labels = [str(c) for c in classes.tolist()]
+    width = max(6, *(len(x) + 1 for x in labels), len(str(int(counts.max()))) + 1)
+    head = " " * width + "".join(x.rjust(width) for x in labels)
+    return [head] + [x.rjust(width) + "".join(str(int(n)).rjust(width) for n in row)
+                     for x, row in zip(labels, counts)]
+
+
+def predict_command(args) -> int:
+    from ppt_dask.engine.modelfile import load_model
+
+    _check(args)
+    model = load_model(args.model)
+    print(f"model     {_describe(model, args.model)}")
+    if args.input is not None:
+        X = _read_input(args.input)
+        if X.ndim != 2:
+            raise ValueError(f"--input {args.input}: expected a 2-D array (rows, {model.n_features}), "
+                             f"got shape {X.shape}")
+        try:
+            pred = model.predict(X)
+        except ValueError as exc:
+            raise ValueError(f"--input {args.input}: {exc}") from None
+        np.save(args.output, pred)
+        print(f"wrote     {len(pred)} predictions, shape {pred.shape}, to {args.output}")
+        return 0
+    seed = model.settings.get("seed", 0)
+    data = datasets.load(args.dataset, data_dir=args.data_dir, seed=seed if isinstance(seed, int) else 0,
+                         dtype=model.net.dtype)
+    split = args.split or ("test" if data.X_test is not None else "train")
+    if split == "test" and data.X_test is None:
+        raise ValueError(f"{args.dataset} has no test set; use --split train")
+    X, y = (data.X, data.y) if split == "train" else (data.X_test, data.y_test)
+    if X.shape[1] != model.n_features:
+        raise ValueError(f"{args.dataset} has {X.shape[1]} features per row, but the model takes "
+                         f"{model.n_features}: it was not trained on this data set")
+    scores = {"model": os.path.abspath(args.model), "dataset": args.dataset, "split": split, "rows": len(X)}
+    print(f"data      {args.dataset} {split}: {len(X)} rows")
+    if model.task == "regression":
+        scores["r2"] = model.score(X, y)
+        print(f"r2        {scores['r2']:.4f}")
+    else:
+        pred = model.predict(X)
+        right = pred == np.asarray(y).reshape(pred.shape)
+        right = right.all(axis=1) if right.ndim == 2 else right
+        scores["accuracy"], scores["correct"] = float(right.mean()), int(right.sum())
+        print(f"accuracy  {scores['accuracy']:.4f} ({scores['correct']} of {len(X)})")
+    if model.classes is not None:
+        counts = model.confusion(X, y)
+        scores["classes"], scores["confusion"] = model.classes.tolist(), counts.tolist()
+        print("confusion rows: true class, columns: predicted")
+        print("\n".join(_confusion_lines(model.classes, counts)))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(scores, fh, indent=2)
+    return 0

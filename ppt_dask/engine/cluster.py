@@ -1,0 +1,284 @@
+"""Connect to a Dask cluster, or start a local one laid out for training.
+
+The layout: one single-threaded worker process per core, BLAS limited
+to that thread, so workers do not fight over cores. Workers that ppt_dask starts also get
+glibc malloc settings that keep the hot loop from returning memory to the system after
+every mini-batch (the nanny's default ``MALLOC_TRIM_THRESHOLD_=65536`` made mini-batch
+numpy training about 2.5x slower when measured). Clusters that ppt_dask does not start
+keep their own settings; :func:`worker_report` shows them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+from pathlib import Path  # deploy
+
+import dask
+from distributed import Client, LocalCluster, Security  # deploy: Security
+
+from ppt_dask.engine import interrupt, messages, probe
+
+logger = logging.getLogger(__name__)
+
+# The scheduler preload that adds the ppt_dask page to the dashboard.
+DASHBOARD_PRELOAD = "ppt_dask.observe.dashboard"
+
+DEFAULT_DASHBOARD_ADDRESS = "127.0.0.1:8787"
+
+def preloads(preload=True) -> list[str]:
+    """The scheduler preload modules: ``True`` means the dashboard page when it is installed."""
+    if preload is True:
+        try:
+            found = importlib.util.find_spec(DASHBOARD_PRELOAD) is not None
+        except ImportError:
+            found = False
+        if not found:
+            logger.info("%s is not installed: the scheduler starts without the ppt_dask page",
+                        DASHBOARD_PRELOAD)
+        return [DASHBOARD_PRELOAD] if found else []
+    if not preload:
+        return []
+    return [preload] if isinstance(preload, str) else list(preload)
+
+
+# Environment of the worker processes ppt_dask starts (set before the process spawns).
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    # A large trim threshold and a fixed mmap threshold (the largest glibc accepts) keep
+    # freed mini-batch buffers in the heap for reuse instead of unmapping them each time.
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 25),
+}
+
+# Tasks pinned to a worker that is gone fail after this long instead of waiting forever.
+NO_WORKERS_TIMEOUT = "60s"
+
+_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^/\s]+$")
+
+# deploy: the files of a TLS directory made by deploy/make_certs.py
+CERT_FILES = {
+    "ca": "ca.pem",
+    "scheduler": ("scheduler.pem", "scheduler-key.pem"),
+    "worker": ("worker.pem", "worker-key.pem"),
+    "client": ("client.pem", "client-key.pem"),
+}
+_TLS_SCHEMES = ("tls", "wss")  # deploy
+
+
+def tls_security(certs_dir) -> Security:  # deploy
+    """TLS settings from a directory made by ``deploy/make_certs.py``; encryption required.
+
+    The CA and the client certificate must be there. The scheduler and worker certificates
+    are used when present (a LocalCluster started with these settings needs them).
+    """
+    base = Path(certs_dir).expanduser().resolve()
+    if not base.is_dir():
+        raise FileNotFoundError(f"TLS directory {str(base)!r} not found: make it with deploy/make_certs.py")
+    ca = base / CERT_FILES["ca"]
+    missing = [str(p) for p in (ca, *(base / n for n in CERT_FILES["client"])) if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"TLS directory {str(base)!r} lacks {', '.join(missing)} "
+                                "(deploy/make_certs.py makes them)")
+    kwargs = {"tls_ca_file": str(ca)}
+    for role in ("client", "scheduler", "worker"):
+        cert, key = (base / n for n in CERT_FILES[role])
+        if cert.is_file() and key.is_file():
+            kwargs[f"tls_{role}_cert"], kwargs[f"tls_{role}_key"] = str(cert), str(key)
+    return Security(require_encryption=True, **kwargs)
+
+
+def resolve_security(security, address: str | None = None):  # deploy
+    """``security`` as given to :func:`connect`, checked against the address's scheme."""
+    if isinstance(security, (str, os.PathLike)):
+        security = tls_security(security)
+    elif security is not None and not isinstance(security, (bool, Security)):
+        raise TypeError("security must be a distributed.Security, a TLS directory made by "
+                        f"deploy/make_certs.py, or None (the dask configuration); got {type(security).__name__}")
+    if address is None:
+        return security
+    scheme = address.split("://", 1)[0]
+    if scheme in _TLS_SCHEMES:
+        if security is None and dask.config.get("distributed.client.security-loader", None):
+            return security
+        effective = security if isinstance(security, Security) else Security()
+        if not (effective.tls_ca_file and effective.tls_client_cert):
+            raise ValueError(
+                f"{address!r} uses TLS but no client certificate is set: pass security=CERTS_DIR "
+                "(made by deploy/make_certs.py) or a distributed.Security, or set "
+                "distributed.comm.tls.ca-file and distributed.comm.tls.client.cert/.key in the dask "
+                "configuration")
+    elif isinstance(security, Security) and security.require_encryption and scheme not in ("inproc",):
+        raise ValueError(f"{address!r} is not encrypted but the TLS settings require encryption: "
+                         f"use tls://{address.split('://', 1)[1]}")
+    return security
+
+
+def check_address(address: str) -> str:
+    """Reject what is not a Dask scheduler address, before any network work."""
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"scheduler address must be a non-empty string, got {address!r}")
+    if "://" not in address:
+        address = "tcp://" + address
+    if not _ADDRESS.match(address):
+        raise ValueError(
+            f"bad scheduler address {address!r}: expected PROTOCOL://HOST:PORT with "
+            "PROTOCOL one of tcp, tls, inproc, ucx, ws, wss (for example tls://host:8786)"
+        )
+    return address
+
+
+def connect(
+    address: str | None = None,
+    *,
+    n_workers: int | None = None,
+    threads_per_worker: int = 1,
+    processes: bool = True,
+    dashboard_address: str | None = "127.0.0.1:0",
+    security=None,
+    timeout: float = 10.0,
+    batch_interval: float | None = messages.INTERVAL,
+    **cluster_kwargs,
+) -> Client:
+    """A Dask client: to the scheduler at ``address``, or to a new LocalCluster.
+
+    Parameters
+    ----------
+    address : str, optional
+        ``tcp://host:8786``, ``tls://host:8786`` ... When None, start a LocalCluster with
+        ``n_workers`` processes (default: one per core) of ``threads_per_worker`` threads.
+    dashboard_address : str or None
+        Where the LocalCluster's dashboard listens (None: a free port on 127.0.0.1);
+        localhost unless asked otherwise.
+    security : distributed.Security, path or bool, optional
+        TLS settings: a ``Security``, or a directory made by ``deploy/make_certs.py`` (its CA
+        and client certificate); None uses the dask configuration (``distributed.comm.tls``).
+    timeout : float
+        Seconds to wait for the scheduler before raising ``OSError`` (a ``tcp://`` address
+        that does not answer like a Dask scheduler, an HTTP port for one, is named as such).
+    batch_interval : float or None
+        Seconds between the batches of small messages of scheduler, workers and this
+        client (:func:`ppt_dask.engine.messages.fast_messages`; default 0, send at once: a round
+        of tiny compute takes about half the time); None keeps distributed's timers.
+
+    The client closes the LocalCluster it started when the client is closed.
+    """
+    if address is not None:
+        address = check_address(address)
+        security = resolve_security(security, address)  # deploy
+        probe.check_scheduler(address, timeout)  # an HTTP port would keep the Client waiting in silence
+        try:
+            client = Client(address, timeout=f"{timeout}s", security=security)
+        except (OSError, TimeoutError) as exc:
+            hint = ""  # deploy: say what to check when TLS is involved
+            if address.split("://", 1)[0] in _TLS_SCHEMES:
+                hint = (" (TLS: is the client certificate signed by the cluster's CA, and the CA file "
+                        "the one that signed the scheduler's? see deploy/make_certs.py)")
+            elif address.startswith("tcp://"):
+                hint = " (if the scheduler uses TLS, connect to tls://... with its certificates)"
+            raise OSError(f"cannot reach the Dask scheduler at {address!r} within {timeout} s: {exc}{hint}") from exc
+        if batch_interval is not None:
+            messages.fast_messages(client, batch_interval)
+        return client
+    if batch_interval is not None:  # checked before a cluster starts
+        messages.check_interval(batch_interval)
+    security = resolve_security(security)  # deploy
+    n_workers = n_workers or os.cpu_count() or 1
+    if int(n_workers) != n_workers or n_workers < 1:
+        raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
+    if int(threads_per_worker) != threads_per_worker or threads_per_worker < 1:
+        raise ValueError(f"threads_per_worker must be a positive integer, got {threads_per_worker!r}")
+    env = dict(WORKER_ENV)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads_per_worker)
+    config = {
+        "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
+        "distributed.nanny.pre-spawn-environ": env,
+    }
+    # diagnostics: the scheduler preloads the /ppt page and its collector
+    scheduler_kwargs = dict(cluster_kwargs.pop("scheduler_kwargs", None) or {})
+    scheduler_kwargs["preload"] = [*scheduler_kwargs.get("preload", ()), "ppt_dask.observe.dashboard"]
+    # the workers ignore Ctrl-C: it stops the head, which closes them (ppt_dask.engine.interrupt)
+    with dask.config.set(config), interrupt.sigint_ignored():
+        cluster = LocalCluster(
+            n_workers=int(n_workers),
+            threads_per_worker=int(threads_per_worker),
+            processes=processes,
+            # None would mean distributed's default, port 8787 on every interface: keep it local
+            dashboard_address=dashboard_address or "127.0.0.1:0",
+            security=security,
+            **({"host": "127.0.0.1"} if processes else {}),  # threads talk in-process
+            scheduler_kwargs=scheduler_kwargs,  # diagnostics
+            **cluster_kwargs,
+        )
+    client = Client(cluster, security=security)
+    client._ppt_owns_cluster = True  # close() of the client also closes the cluster
+    if batch_interval is not None:
+        messages.fast_messages(client, batch_interval)
+    return client
+
+
+def scheduler_identity(client: Client) -> dict:
+    """The scheduler's identity with every worker's entry, asked of the scheduler now.
+
+    ``Client.scheduler_info()`` returns the client's cached identity: it refreshes the
+    cache with every worker and then reads it, but the client's periodic refresh
+    (``distributed.client.scheduler-info-interval``) stores identities *without*
+    per-worker entries, and when it lands between that refresh and the read the caller
+    sees ``"workers": {}`` while every worker is alive. This call returns the
+    scheduler's answer itself and never touches the cache.
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1)
+
+
+def workers(client: Client) -> dict[str, dict]:
+    """Per worker address, the scheduler's record of it (name, resources, status ...)."""
+    return dict(scheduler_identity(client)["workers"])
+
+
+def worker_addresses(client: Client) -> list[str]:
+    """The addresses of the workers the scheduler knows now, sorted."""
+    return sorted(workers(client))
+
+
+def page_url(client: Client) -> str | None:
+    """Where the ppt_dask page of the client's dashboard is (None without a dashboard).
+
+    Schedulers that ppt_dask starts have it; start others with
+    ``dask scheduler --preload ppt_dask.observe.dashboard`` (diagnostics).
+    """
+    services = scheduler_identity(client).get("services", {})
+    link = client.dashboard_link if services.get("dashboard") else None
+    return link.rsplit("/", 1)[0] + "/ppt" if link else None
+
+
+def close(client: Client) -> None:
+    """Close the client, and the LocalCluster too when :func:`connect` started it."""
+    cluster = client.cluster if getattr(client, "_ppt_owns_cluster", False) else None
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def _worker_settings() -> dict:
+    from threadpoolctl import threadpool_info
+
+    blas = [
+        {"api": p.get("internal_api"), "threads": p.get("num_threads")}
+        for p in threadpool_info()
+        if p.get("user_api") == "blas"
+    ]
+    return {
+        "blas": blas,
+        "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    }
+
+
+def worker_report(client: Client) -> dict:
+    """Per worker: BLAS thread pools (threadpoolctl) and the malloc and OMP settings."""
+    return client.run(_worker_settings)

@@ -1,0 +1,206 @@
+"""Ctrl-C: stop in one line that says where the run was and how to go on.
+
+The worker processes that ppt_dask starts ignore SIGINT (they inherit it ignored while the
+LocalCluster spawns them), so a Ctrl-C at the terminal, which reaches the whole process
+group, interrupts the head alone; the head then closes the cluster with its log quiet and
+further Ctrl-C held off, and names the round its checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+EXIT_STATUS = 130  # 128 + SIGINT, what shells report for a run stopped by Ctrl-C
+
+
+class Interrupted(Exception):
+    """The run was stopped by Ctrl-C; the message is the line to print."""
+
+
+@contextlib.contextmanager
+def sigint_ignored():
+    """SIGINT ignored in this block (only the main thread can change signal handlers).
+
+    Processes spawned inside inherit the ignored signal: Python installs its
+    KeyboardInterrupt handler only where SIGINT starts at its default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _in_finalizer(frame) -> bool:
+    """Is ``frame`` (or a caller) a ``__del__`` or a weakref finalizer? An exception raised
+    there is printed as "Exception ignored" and dropped, so a Ctrl-C would be lost."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith("weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+RESEND_SECONDS = 0.05  # a Ctrl-C that lands in a finalizer comes again this much later
+
+
+@contextlib.contextmanager
+def sigint_never_dropped():
+    """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
+    thread runs a finalizer, where Python would drop the exception: there the signal is
+    sent again a moment later, once the finalizer has returned. For the whole of a command
+    (a download, the cluster's start, the end); during rounds :func:`sigint_at_safe_points`
+    takes over. Only the main thread can install it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if not _in_finalizer(frame):
+            raise KeyboardInterrupt
+        again = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signal.SIGINT))
+        again.daemon = True
+        again.start()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def sigint_at_safe_points(watch: "Watch"):
+    """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
+    thread runs a finalizer (a released Future's ``__del__``, say), where the exception would
+    be dropped and the run would go on: there it is held and raised by ``watch`` at the next
+    round. A second Ctrl-C raises at once. Only the main thread can install it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if watch.pending or not _in_finalizer(frame):
+            watch.pending = False
+            raise KeyboardInterrupt
+        watch.pending = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """For a command that serves a cluster until Ctrl-C: SIGINT and SIGTERM set the Event
+    this yields instead of raising; the previous handlers come back after the block."""
+    stopping = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopping
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve_until_stopped(stopping: threading.Event, went_away) -> bool:
+    """Wait for ``stopping`` (True), looking every second whether ``went_away()`` says the
+    scheduler is gone (False, said in one line on standard error)."""
+    while not stopping.wait(1.0):
+        if went_away():
+            print("ppt-dask: the scheduler went away", file=sys.stderr)
+            return False
+    return True
+
+
+class Watch:
+    """A progress callback that remembers the last round it saw (and passes records on); it
+    raises a Ctrl-C held by :func:`sigint_at_safe_points`."""
+
+    def __init__(self, inner=None):
+        self.inner, self.last, self.pending = inner, None, False
+
+    def __call__(self, record: dict) -> None:
+        self.last = record
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+        if self.inner is not None:
+            self.inner(record)
+
+    def line(self, checkpoint_dir) -> str:
+        where = ("before the first round" if self.last is None else
+                 f"at epoch {self.last['epoch']:.2f}, round {self.last['round']}")
+        if not checkpoint_dir:
+            return f"interrupted {where} (no checkpoint; --checkpoint DIR keeps one to resume from)"
+        saved = saved_round(checkpoint_dir)
+        if saved is None:
+            return f"interrupted {where}; checkpoint {checkpoint_dir} holds none yet (start again without --resume)"
+        return f"interrupted {where}; checkpoint {checkpoint_dir} holds round {saved} (go on with --resume)"
+
+
+def saved_round(directory) -> int | None:
+    """The round of the checkpoint in ``directory`` (None when there is no readable one)."""
+    from ppt_dask.engine.checkpoint import FILE
+
+    try:
+        with np.load(Path(directory) / FILE, allow_pickle=False) as archive:
+            return int(json.loads(archive["header"].tobytes().decode())["round"])
+    except Exception:  # missing or unreadable: the line says there is none
+        return None
+
+
+QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+QUIET_SECONDS = 5.0  # how long the workers may take to quiet their logs before the close goes on
+
+
+def _quiet_logs() -> None:
+    """On a worker: no warnings about the tasks the close cancels."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _quiet_workers(client) -> None:
+    """:func:`_quiet_logs` on every worker of ``client``, waiting at most ``QUIET_SECONDS``
+    (a stuck worker must not hold up the close: it is closed with the rest)."""
+    def run():
+        try:
+            client.run(_quiet_logs)
+        except Exception:  # a worker already gone: nothing to quiet there
+            pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(QUIET_SECONDS)
+
+
+def close_quietly(close, client, workers_too: bool = True) -> None:
+    """``close(client)`` with distributed's shutdown log silenced (here and, when
+    ``workers_too``, on the workers) and Ctrl-C held off."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with sigint_ignored():
+            if workers_too and getattr(client, "_ppt_owns_cluster", False):
+                _quiet_workers(client)  # only the workers of a cluster this run started
+            close(client)
+    except Exception:  # the cluster may already be half gone; its processes end with us
+        pass
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

@@ -1,0 +1,321 @@
+"""Trained models as files: ``result.save(path)``, :func:`load_model`, :class:`Model`.
+
+A model file is a numpy ``.npz`` archive holding three arrays and nothing executable
+(it is read with ``allow_pickle=False``):
+
+``params``
+    The weights, one flat vector in the layout of :class:`ppt_dask.MLP`, in the run's dtype.
+``classes``
+    The labels the outputs stand for (numbers or strings), empty for a regression model.
+``meta``
+    UTF-8 JSON as a ``uint8`` array: the file format and its version, the ppt_dask version
+    that wrote it, the network description (widths, activations, loss, dtype, tolerance),
+    the task, the number of input features, a SHA-256 of ``params`` and ``classes``, and the
+    run's settings and summary (the ``--json`` summary of the command line).
+
+:func:`load_model` checks all of it before returning a :class:`Model`: a file that is not a
+model, comes from another format version, or whose arrays do not match their checksum
+(corrupted) is refused with a ``ValueError`` naming the file and the reason. A
+:class:`Model` predicts with numpy alone: no Dask cluster is needed.
+
+>>> result.save("parity8.npz")                                   # doctest: +SKIP
+>>> model = ppt.load_model("parity8.npz")                        # doctest: +SKIP
+>>> model.score(X, y)                                            # doctest: +SKIP
+1.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ppt_dask.core import validation
+from ppt_dask.core.network import MLP
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "Model", "load_model", "save_result"]
+
+FORMAT = "ppt_dask.model"
+FORMAT_VERSION = 1
+ARRAYS = ("params", "classes", "meta")
+NETWORK_FIELDS = ("sizes", "hidden", "output", "loss", "dtype", "tolerance")
+
+
+def _task_of(net: MLP) -> str:
+    """The task a network's output layer solves (the names of ``validation.TASKS``)."""
+    if net.output == "softmax":
+        return "classification"
+    if net.output == "sigmoid":
+        return "binary" if net.n_outputs == 1 else "multilabel"
+    return "regression"
+
+
+def _default_classes(net: MLP) -> np.ndarray:
+    """The labels the trainer uses: 0..k-1 (softmax), 0/1 (one sigmoid), none otherwise."""
+    task = _task_of(net)
+    if task == "classification":
+        return np.arange(net.n_outputs)
+    return np.array([0, 1]) if task == "binary" else np.array([], dtype=np.int64)
+
+
+def _jsonable(value):
+    """Settings and summaries as JSON: numpy scalars and arrays, tuples, anything else as text."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _digest(params: np.ndarray, classes: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in (params, classes):
+        h.update(str(a.dtype).encode() + str(a.shape).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    """A trained network and what it was trained on; predicts with numpy only.
+
+    Parameters
+    ----------
+    net : MLP
+        The network description.
+    params : ndarray, shape (net.n_params,)
+        The weights.
+    classes : ndarray or None
+        The label of each softmax output, or the two labels (negative, positive) of a
+        single sigmoid output (None: 0..k-1, or 0 and 1); None for regression and
+        multilabel models (their predictions are values and 0/1 rows).
+    settings, summary : dict
+        The run's settings (strategy, workers, seed ...) and its summary (epochs, loss,
+        accuracy, wall seconds ...), as saved.
+    """
+
+    net: MLP
+    params: np.ndarray
+    classes: np.ndarray | None = None
+    settings: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", self.net._check_params(self.params))
+        if self.classes is None and self.task in ("classification", "binary"):
+            object.__setattr__(self, "classes", _default_classes(self.net))
+        if self.classes is not None:
+            classes = np.asarray(self.classes)
+            want = {"classification": self.net.n_outputs, "binary": 2}.get(self.task)
+            if want is None or classes.shape != (want,) or classes.dtype == object:
+                raise ValueError(f"a {self.task} model with {self.net.n_outputs} outputs takes "
+                                 f"{want or 'no'} class labels (numbers or strings), got {classes!r}")
+            object.__setattr__(self, "classes", classes)
+
+    @property
+    def task(self) -> str:
+        """"classification", "binary", "multilabel" or "regression"."""
+        return _task_of(self.net)
+
+    @property
+    def n_features(self) -> int:
+        return self.net.n_inputs
+
+    def _X(self, X) -> np.ndarray:
+        X = validation.check_X(X, "X")
+        if X.shape[1] != self.n_features:
+            raise ValueError(f"X has {X.shape[1]} features per row, but the model takes {self.n_features}")
+        return X
+
+    def predict(self, X) -> np.ndarray:
+        """Labels (classification, binary), 0/1 rows (multilabel) or values (regression).
+
+        Parameters
+        ----------
+        X : array-like, shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray, shape (n_samples,), or (n_samples, n_outputs) for several outputs
+        """
+        out = self.net.predict(self.params, self._X(X))
+        return out if self.classes is None else self.classes[out]
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Probabilities, shape (n_samples, n_classes) in ``classes`` order.
+
+        A single sigmoid output gives two columns (negative, positive), as scikit-learn's
+        binary classifiers; multilabel models one column per output.
+        """
+        out = self.net.predict_proba(self.params, self._X(X))
+        return np.hstack([1 - out, out]) if self.task == "binary" else out
+
+    def score(self, X, y) -> float:
+        """Accuracy (whole rows for multilabel), or R^2 averaged over the targets."""
+        pred, y = self.predict(X), np.asarray(y)
+        if len(y) != len(pred):
+            raise ValueError(f"y has {len(y)} rows but X has {len(pred)}")
+        if self.task == "regression":
+            from ppt_dask.core.metrics import r2_score
+            return float(r2_score(y.reshape(pred.shape), pred))
+        right = pred == y.reshape(pred.shape)
+        return float(np.mean(right.all(axis=1) if right.ndim == 2 else right))
+
+    def confusion(self, X, y) -> np.ndarray:
+        """Counts ``C[i, j]`` of rows of class ``classes[i]`` predicted as ``classes[j]``."""
+        if self.classes is None:
+            raise ValueError(f"a {self.task} model has no classes to count confusions of")
+        y, pred = np.asarray(y).ravel(), self.predict(X)
+        if len(y) != len(pred):
+            raise ValueError(f"y has {len(y)} rows but X has {len(pred)}")
+        unknown = np.setdiff1d(y, self.classes)
+        if unknown.size:
+            raise ValueError(f"y holds labels {unknown[:5].tolist()} the model does not know "
+                             f"(its classes: {self.classes.tolist()})")
+        k = len(self.classes)
+        index = {c: i for i, c in enumerate(self.classes.tolist())}
+        rows = np.array([index[v] for v in y.tolist()], dtype=np.intp)
+        cols = np.array([index[v] for v in pred.tolist()], dtype=np.intp)
+        return np.bincount(rows * k + cols, minlength=k * k).reshape(k, k)
+
+    def save(self, path) -> str:
+        """Write the model to ``path`` (a ``.npz``; written to a temporary name, then renamed)."""
+        net = self.net
+        classes = np.array([], dtype=np.int64) if self.classes is None else self.classes
+        from ppt_dask import __version__
+        meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "ppt_dask_version": __version__,
+                "network": {"sizes": list(net.sizes), "hidden": net.hidden, "output": net.output,
+                            "loss": net.loss, "dtype": net.dtype, "tolerance": net.tolerance},
+                "task": self.task, "n_features": net.n_inputs, "sha256": _digest(self.params, classes),
+                "settings": _jsonable(self.settings), "summary": _jsonable(self.summary)}
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ValueError(f"cannot save the model to {path!r}: the folder {folder!r} does not exist")
+        tmp = f"{path}.tmp-{os.getpid()}.npz"
+        try:
+            with open(tmp, "wb") as fh:  # a file object: numpy adds no second .npz suffix
+                np.savez(fh, params=self.params, classes=classes,
+                         meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return path
+
+
+def save_result(result, path, classes=None, summary=None) -> str:
+    """Write a finished run (:class:`ppt_dask.Result`) as a model file; see :meth:`Model.save`.
+
+    ``classes`` are the labels of the outputs when they are not the trainer's 0..k-1;
+    ``summary`` replaces ``result.summary()`` (the command line adds the data set's name).
+    """
+    model = Model(result.net, np.asarray(result.params), classes,
+                  dict(result.settings), result.summary() if summary is None else summary)
+    return model.save(path)
+
+
+def load_model(path) -> Model:
+    """Read a model file written by ``Result.save`` or :meth:`Model.save`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        The file is not a ppt_dask model, was written in another format version, or is
+        corrupted (unreadable archive, bad JSON, arrays that do not match the checksum).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no model file {path!r}")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"PK\x03\x04":  # every .npz is a zip archive; anything else is refused unread
+        raise ValueError(f"{path}: not a ppt_dask model file (not an .npz archive)")
+    try:
+        archive = np.load(path, allow_pickle=False)
+        with archive:
+            names = set(archive.files)
+            if not set(ARRAYS) <= names:
+                raise ValueError(f"{path}: not a ppt_dask model file (arrays {sorted(names)}; "
+                                 f"a model holds {list(ARRAYS)})")
+            arrays = {name: archive[name] for name in ARRAYS}
+        meta = json.loads(arrays["meta"].tobytes().decode())
+    except ValueError as exc:
+        if str(exc).startswith(path):
+            raise
+        raise ValueError(f"{path}: not a readable ppt_dask model file ({exc})") from None
+    except (zipfile.BadZipFile, EOFError, OSError, UnicodeDecodeError, KeyError) as exc:
+        raise ValueError(f"{path}: not a readable ppt_dask model file ({type(exc).__name__}: {exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a ppt_dask model file (no {FORMAT!r} header)")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: model file format version {meta.get('format_version')!r} (written by "
+                         f"ppt_dask {meta.get('ppt_dask_version')}); this ppt_dask reads version {FORMAT_VERSION}")
+    params, classes = arrays["params"], arrays["classes"]
+    if meta.get("sha256") != _digest(params, classes):
+        raise ValueError(f"{path}: corrupted model file (the weights do not match their checksum)")
+    try:
+        net = MLP(**{k: (tuple(v) if k == "sizes" else v) for k, v in meta["network"].items()
+                     if k in NETWORK_FIELDS})
+        return Model(net, params, classes if classes.size else None,
+                     meta.get("settings", {}), meta.get("summary", {}))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: inconsistent model file ({exc})") from None
+
+
+_ACTIVATION_NAMES = {"relu": "relu", "tanh": "tanh", "sigmoid": "logistic"}  # ours -> scikit-learn's
+
+
+def fitted_estimator(cls, model, **params):
+    """A fitted :class:`~ppt_dask.PPTClassifier` or :class:`~ppt_dask.PPTRegressor` from a model.
+
+    Parameters
+    ----------
+    cls : the estimator class
+    model : Model or path of a model file
+    **params : more constructor parameters (``scheduler``, ``max_iter`` ...) for later fits
+
+    A single sigmoid output (a "binary" model, as the parity8 preset trains) becomes the
+    classifier's two softmax outputs with the same probabilities: softmax of (0, z) is
+    (1 - sigmoid(z), sigmoid(z)), so the first class gets a zero column of weights.
+    """
+    model = model if isinstance(model, Model) else load_model(model)
+    net, task = model.net, model.task
+    kind = getattr(cls, "_estimator_kind", None)
+    wanted = {"classifier": ("classification", "binary"), "regressor": ("regression",)}.get(kind, ())
+    if task not in wanted:
+        raise ValueError(f"a {task} model cannot become a {cls.__name__} (it takes {' or '.join(wanted)} models)")
+    if net.loss != ("mse" if kind == "regressor" else "cross_entropy"):
+        raise ValueError(f"a model trained with the {net.loss} loss cannot become a {cls.__name__}")
+    layers = [(W.copy(), b.copy()) for W, b in net.unflatten(model.params)]
+    if task == "binary":  # one sigmoid unit -> two softmax units with the same probabilities
+        W, b = layers[-1]
+        layers[-1] = (np.hstack([np.zeros_like(W), W]), np.concatenate([np.zeros_like(b), b]))
+    sizes = (*net.sizes[:-1], layers[-1][0].shape[1])
+    est = cls(hidden_layer_sizes=tuple(net.sizes[1:-1]), activation=_ACTIVATION_NAMES[net.hidden],
+              dtype=net.dtype, **params)
+    est._net = MLP(sizes, hidden=net.hidden, output=est._output, dtype=net.dtype)
+    est.params_ = np.concatenate([np.concatenate([W.ravel(), b]) for W, b in layers]).astype(net.dtype)
+    est.coefs_ = [W for W, _ in layers]
+    est.intercepts_ = [b for _, b in layers]
+    if kind == "classifier":
+        est.classes_ = model.classes
+    summary = model.summary
+    est.loss_curve_, est.best_loss_ = [], float(summary.get("train_loss") or np.inf)
+    est.n_iter_, est.t_, est.history_, est._no_improvement_count = 0, 0, [], 0
+    est.n_features_in_, est.n_outputs_, est.n_layers_ = net.n_inputs, sizes[-1], len(sizes)
+    est.out_activation_ = "identity" if est._output == "linear" else est._output
+    est.batch_size_, est.n_shards_ = summary.get("block"), model.settings.get("shards")
+    return est

@@ -1,0 +1,114 @@
+"""What a run leaves: the :class:`Result`, and the evaluations of weights it is built from."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ppt_dask.algorithms import strategies
+from ppt_dask.core.network import MLP
+from ppt_dask.engine import graph
+from ppt_dask.engine.shards import ShardSet
+from ppt_dask.observe import keys
+
+ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
+
+
+class Outcome(enum.Enum):
+    """Why a run stopped (``Result.outcome``; ``Result.stopped_because`` says it in words)."""
+
+    TARGET_ERROR = "target_error"  # the verified error reached the target: learned
+    MAX_EPOCHS = "max_epochs"  # the epochs ran out
+    DIVERGED = "diverged"  # a loss was not finite: the weights before it are kept
+    STOPPED = "stopped"  # an ``on_round`` call-back asked to stop
+
+    def words(self, where: str | None = None) -> str:
+        """``stopped_because``: the value, with where it happened for a divergence."""
+        return f"{self.value} at {where}" if where else self.value
+
+
+@dataclass
+class Result:
+    """A finished run: final weights, per-round history and totals."""
+
+    net: MLP
+    params: np.ndarray
+    history: list[dict]
+    strategy: object
+    learned: bool
+    stopped_because: str
+    epochs: float
+    wall_seconds: float
+    head_seconds: float
+    train_loss: float
+    train_error_rate: float
+    test_accuracy: float | None
+    settings: dict = field(default_factory=dict)
+    snapshots: dict = field(default_factory=dict)  # epoch -> weights pulled then
+    diagnostics: object = field(default=None, repr=False)  # diagnostics: RunRecords or None
+    state: object = field(default=None, repr=False)  # final ModelState (weights + optimizer state)
+    outcome: Outcome = Outcome.MAX_EPOCHS
+
+    @property
+    def rounds(self) -> int:
+        return len(self.history)
+
+    def predict(self, X):
+        return self.net.predict(self.params, X)
+
+    def summary(self) -> dict:
+        """The JSON summary of the CLI (``--json``)."""
+        return {**self.settings, "strategy": getattr(self.strategy, "name", str(self.strategy)),
+                "epochs": self.epochs, "rounds": self.rounds, "train_loss": self.train_loss,
+                "train_error_rate": self.train_error_rate, "test_accuracy": self.test_accuracy,
+                "wall_seconds": self.wall_seconds, "head_seconds": self.head_seconds,
+                "learned": self.learned, "stopped_because": self.stopped_because}
+
+    def save(self, path, classes=None) -> str:
+        """Write the trained model to a ``.npz`` file (:mod:`ppt_dask.engine.modelfile`); returns the path.
+
+        ``classes``: the labels of the outputs when they are not 0..k-1 (softmax) or 0/1
+        (one sigmoid output). Read it back with :func:`ppt_dask.load_model`.
+        """
+        from ppt_dask.engine.modelfile import save_result
+        return save_result(self, path, classes)
+
+    # where the time went (ppt_dask.observe.breakdown, ppt_dask.observe.dashboard)
+    def breakdown(self) -> list[dict]:
+        """Per-round time breakdown rows (see :mod:`ppt_dask.observe.breakdown`); [] without records."""
+        return self.diagnostics.rows() if self.diagnostics is not None else []
+
+    def report(self, path) -> None:
+        """Write a standalone HTML report of the run (opens without a server or network)."""
+        from ppt_dask.observe.dashboard import write_report
+        write_report(self, path)
+
+    def trace(self, path) -> None:
+        """Write the run as a Chrome trace (one track per worker plus the head)."""
+        from ppt_dask.observe.diagnostics import write_trace
+        write_trace(self, path)
+
+
+def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
+             timeout: float = ROUND_TIMEOUT) -> np.ndarray:
+    """Stats ``[loss_sum, n_wrong, n]`` of ``weights`` (array or future) over all shards."""
+    client = shards.client
+    tag = f"eval-{uuid.uuid4().hex[:8]}"
+    if isinstance(weights, np.ndarray):
+        weights = client.scatter(weights, hash=False)
+    plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
+    _, _, stats = graph.submit_round(
+        client, plan, shards.futures, functools.partial(strategies.evaluate_work, net),
+        strategies.evaluate_apply, weights, weights, 0, tag, prefix=keys.EVAL)
+    return stats.result(timeout=timeout)
+
+
+def test_error(net: MLP, params: np.ndarray, test: tuple) -> float:
+    """The error rate of ``params`` on the held-out ``test = (X, y)``, on the head."""
+    X, y = test
+    stats = net.stats(params, np.asarray(X, dtype=net.dtype), np.asarray(y))
+    return float(stats[1] / stats[2])

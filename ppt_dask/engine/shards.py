@@ -1,0 +1,419 @@
+"""Enter data / exit data: logical shards placed once on the workers, pinned.
+
+OmpCluster's ``target enter data`` (seed 002) copies each block to its device once; the
+tasks of every round then run where the data already is. Here the rows are split into
+``n_shards`` logical shards, a number fixed at entry and independent of the number of
+workers. The workers are given contiguous blocks of shards, so each worker's share is a
+run of leaves of the fixed reduction tree (see :mod:`ppt_dask.core.tree`).
+
+Pinning uses worker *resources* rather than addresses: each worker gets a label
+``ppt-<set>-w<slot>`` (set with ``Worker.set_resources``) and every task of that slot asks
+for it. An address stops matching when a nanny restarts a worker on a new port (the task
+would wait in ``no-worker``); a label can be given to the replacement.
+
+Three sources:
+
+* numpy arrays on the head: validated there, scattered to the slot's worker; the head
+  keeps references to them (re-sent if a worker is lost);
+* dask arrays: each shard is a task over the array's graph, computed on its worker, so
+  the head never holds the data and Dask can rebuild a lost shard;
+* a loader ``loader(start, stop) -> (X, y)`` run on the workers (for example
+  ``functools.partial(datasets.mnist_rows, data_dir, "train")``), recomputable too.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from distributed import Client, Future, wait
+
+from ppt_dask.core import validation
+from ppt_dask.core.tree import split_rows, split_shards
+from ppt_dask.engine.cluster import worker_addresses
+from ppt_dask.observe import keys
+
+SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
+REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What the head knows of one shard without holding it."""
+
+    index: int
+    start: int  # rows [start, stop) of the training set
+    stop: int
+    n_features: int
+    dtype: str
+    y_shape: tuple  # shape[1:] of y: () for labels, (k,) for targets
+    y_min: float
+    y_max: float
+    y_integral: bool
+
+
+@dataclass
+class ShardSet:
+    """Logical shards resident on workers (the result of :func:`enter_data`)."""
+
+    client: Client
+    futures: list[Future]
+    info: list[ShardInfo]
+    workers: list[str]  # addresses, by slot
+    blocks: list[tuple[int, int]]  # per slot: shards [first, stop)
+    name: str  # the label prefix, unique per shard set
+    source: str  # "numpy", "dask" or "loader"
+    head_copy: tuple | None = field(default=None, repr=False)
+    replicated: bool = False  # every worker holds the whole set; shards are random streams
+    chosen: bool = False  # the workers were named at entry: the set never spreads to others
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.futures)
+
+    @property
+    def n_rows(self) -> int:
+        return self.info[0].stop if self.replicated else self.info[-1].stop
+
+    @property
+    def n_features(self) -> int:
+        return self.info[0].n_features
+
+    @property
+    def dtype(self) -> str:
+        return self.info[0].dtype
+
+    def label(self, slot: int) -> str:
+        return f"{self.name}-w{slot}"
+
+    def worker_blocks(self) -> list[tuple[str, int, int]]:
+        """Per worker holding shards: (resource label, first shard, stop shard)."""
+        return [(self.label(w), a, b) for w, (a, b) in enumerate(self.blocks) if b > a]
+
+    def lost_workers(self) -> list[str]:
+        """Addresses of this set's workers that the scheduler no longer knows."""
+        alive = worker_addresses(self.client)
+        return [w for w in self.workers if w not in alive]
+
+    def repair(self, timeout: float = 60.0) -> list[dict]:
+        """Give each lost worker's slot to another worker and put its shards back.
+
+        A replacement is a worker that holds no slot (a restarted or a new one), waited for
+        a few seconds, else the surviving worker with the fewest slots. The slot's resource
+        label moves to it, so everything pinned to the slot runs there. Shards built on the
+        workers (dask arrays, loaders) are rebuilt there by Dask from their recipes;
+        shards scattered from the head are re-sent from the head's copy.
+
+        Returns one event per moved slot. Raises ``RuntimeError`` when scattered shards
+        were lost and the head kept no copy, ``TimeoutError`` when no worker is left.
+        """
+        lost = set(self.lost_workers())
+        if not lost:
+            return []
+        if self.source == "numpy" and self.head_copy is None:
+            raise RuntimeError(
+                f"shards scattered from memory were lost with worker(s) {sorted(lost)} and the head "
+                "kept no copy; use enter_data(..., keep_copy=True) or build the shards on the "
+                "workers (enter_source, or a dask array) so they can be rebuilt")
+        deadline = time.monotonic() + timeout
+        grace = time.monotonic() + REPLACEMENT_GRACE
+        while True:
+            alive = worker_addresses(self.client)
+            fresh = [w for w in alive if w not in self.workers]
+            if (len(fresh) >= len(lost) or time.monotonic() > grace) and alive:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no worker left to take the shards of {sorted(lost)} after {timeout} s")
+            time.sleep(0.2)
+        events = []
+        for slot, address in enumerate(self.workers):
+            if address not in lost:
+                continue
+            if fresh:
+                replacement = fresh.pop(0)
+            else:
+                survivors = [w for w in self.workers if w not in lost]
+                replacement = min(survivors, key=self.workers.count)
+            self.client.run(_label_worker, {self.label(slot): 1e9}, workers=[replacement])
+            self.client.run_on_scheduler(_reschedule_unrunnable, replacement)
+            self.workers[slot] = replacement
+            a, b = self.blocks[slot]
+            if self.source == "numpy":
+                self._resend(slot, replacement)
+            events.append({"event": "worker_lost", "lost": address, "slot": slot,
+                           "replacement": replacement, "shards": list(range(a, b)),
+                           "resent": self.source == "numpy"})
+        return events
+
+    @property
+    def can_grow(self) -> bool:
+        """Whether shards can be moved to new workers: not when the workers were named at
+        entry (``workers=``), not for dask-array sources, nor for scattered shards without
+        a head copy."""
+        if self.chosen:
+            return False
+        return self.source == "loader" or (self.source == "numpy" and self.head_copy is not None)
+
+    def joined_workers(self) -> list[str]:
+        """Workers of the cluster that hold no slot of this set."""
+        alive = worker_addresses(self.client)
+        return [w for w in alive if w not in self.workers]
+
+    def rebalance(self) -> list[dict]:
+        """Spread the shards over the current workers when new ones have joined.
+
+        New workers get new slots; the blocks of shards are cut again for the larger
+        number of slots and every shard whose worker changes is placed anew (re-sent from
+        the head's copy, or reloaded on the new worker for a loader). Shards from a dask
+        array stay where they are. Returns one event, or none when nothing changed.
+        """
+        joined = self.joined_workers() if self.can_grow else []
+        if not joined:
+            return []
+        old_owner = {s: self.workers[slot] for slot, (a, b) in enumerate(self.blocks) for s in range(a, b)}
+        for address in joined:
+            self.workers.append(address)
+            self.client.run(_label_worker, {self.label(len(self.workers) - 1): 1e9}, workers=[address])
+        self.blocks = split_shards(self.n_shards, len(self.workers))
+        moved = []
+        for slot, (a, b) in enumerate(self.blocks):
+            for s in range(a, b):
+                if old_owner[s] != self.workers[slot]:
+                    self._place(s, slot)
+                    moved.append(s)
+        return [{"event": "workers_joined", "joined": joined, "moved_shards": moved,
+                 "workers": len(self.workers)}]
+
+    def _place(self, s: int, slot: int) -> None:
+        """Place shard ``s`` anew on the worker of ``slot``."""
+        info, label = self.info[s], self.label(slot)
+        if self.source == "numpy":
+            X, y = self.head_copy
+            lo, hi = (0, len(X)) if self.replicated else (info.start, info.stop)
+            self.futures[s] = _scatter(self.client, _make_shard(X[lo:hi], y[lo:hi], self.dtype),
+                                       self.workers[slot], label)
+        else:
+            old = self.futures[s]
+            self.futures[s] = self.client.submit(_settle, old, resources={label: 1},
+                                                 key=keys.name(keys.SHARD, f"{label}-s{s}-moved"), pure=False)
+
+    def _resend(self, slot: int, address: str) -> None:
+        """Scatter the slot's shards again from the head's copy."""
+        X, y = self.head_copy
+        dtype = self.dtype
+        a, b = self.blocks[slot]
+        copy = None
+        for s in range(a, b):
+            info = self.info[s]
+            if copy is None or not self.replicated:
+                shard = _make_shard(X[info.start:info.stop], y[info.start:info.stop], dtype)
+                copy = _scatter(self.client, shard, address, self.label(slot))
+            self.futures[s] = copy
+
+    def who_has(self) -> dict[int, tuple[str, ...]]:
+        """The scheduler's own view: shard index -> addresses holding it."""
+        held = self.client.who_has(self.futures)
+        return {i.index: tuple(held[f.key]) for i, f in zip(self.info, self.futures)}
+
+
+def _check_y(y, n_rows: int) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim not in (1, 2):
+        raise ValueError(f"y must be 1-D labels or 2-D targets, got shape {y.shape}")
+    if len(y) != n_rows:
+        raise ValueError(f"X has {n_rows} rows but y has {len(y)}")
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"y must be numeric, got dtype {y.dtype}")
+    return validation.check_finite(y, "y")
+
+
+# ---- worker side -----------------------------------------------------------------------
+
+
+async def _label_worker(labels: dict, dask_worker=None):
+    await dask_worker.set_resources(**labels)
+
+
+def _reschedule_unrunnable(address: str, dask_scheduler=None) -> int:
+    """Let tasks waiting for a label that ``address`` now carries run there.
+
+    The scheduler looks at waiting ("no-worker") tasks again when a worker joins, not when
+    a worker's resources change; this does for a relabelled worker what it does for a new
+    one.
+    """
+    ws = dask_scheduler.workers.get(address)
+    if ws is None:
+        return 0
+    waiting = len(dask_scheduler.unrunnable)
+    dask_scheduler.transitions(dask_scheduler.bulk_schedule_unrunnable_after_adding_worker(ws),
+                               stimulus_id=f"ppt-relabel-{time.time()}")
+    return waiting - len(dask_scheduler.unrunnable)
+
+
+def _shard_info(shard, index: int, start: int, stop: int) -> ShardInfo:
+    X, y = shard
+    if X.ndim != 2 or X.shape[0] != stop - start or len(y) != stop - start:
+        raise ValueError(
+            f"shard {index} (rows {start}:{stop}) has X of shape {X.shape} and y of length "
+            f"{len(y)}; expected {stop - start} rows")
+    for name, arr in (("X", X), ("y", y)):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            row = start + int(np.argwhere(bad)[0][0])
+            raise ValueError(f"{name} has {int(bad.sum())} NaN/inf values; the first in row {row} (shard {index})")
+    y_integral = bool(np.all(np.mod(y, 1) == 0)) if y.size else True
+    return ShardInfo(index, start, stop, X.shape[1], str(X.dtype), tuple(y.shape[1:]),
+                     float(y.min()) if y.size else 0.0, float(y.max()) if y.size else 0.0, y_integral)
+
+
+def _make_shard(X, y, dtype: str):
+    return np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(y)
+
+
+def _settle(shard):
+    """The worker's own, aligned copy of a scattered shard.
+
+    Scattered arrays are deserialized in place from the message's buffer and may start at
+    any byte (seen here: 4 bytes past a 64-byte boundary); numpy's matmul on unaligned
+    data ran 1.5x slower in every round. One copy at entry fixes it for the whole run.
+    """
+    return tuple(a if a.flags.aligned else np.array(a, order="C") for a in shard)
+
+
+def _load_shard(loader: Callable, start: int, stop: int, dtype: str):
+    X, y = loader(start, stop)
+    return _make_shard(X, y, dtype)
+
+
+# ---- head side ---------------------------------------------------------------------------
+
+
+def _scatter(client: Client, shard: tuple, address: str, label: str) -> Future:
+    """Send a shard to ``address``; keep the worker's aligned copy of it (see _settle)."""
+    sent = client.scatter([shard], workers=[address], hash=False)[0]
+    return client.submit(_settle, sent, resources={label: 1}, key=keys.name(keys.SHARD, sent.key))
+
+
+def _choose_workers(client: Client, workers) -> list[str]:
+    known = worker_addresses(client)
+    if workers is None:
+        if not known:
+            raise ValueError("the cluster has no workers")
+        return known
+    missing = [w for w in workers if w not in known]
+    if missing:
+        raise ValueError(f"unknown worker addresses {missing}; the cluster has {known}")
+    return list(workers)
+
+
+def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
+               workers: list[str] | None = None, keep_copy: bool = True,
+               replicate: bool = False) -> ShardSet:
+    """Place ``(X, y)`` on the workers as ``n_shards`` logical shards, once.
+
+    Parameters
+    ----------
+    X : ndarray or dask array, shape (n_rows, n_features)
+    y : ndarray or dask array, shape (n_rows,) or (n_rows, n_outputs)
+    n_shards : int
+        Logical shards, fixed for the run; independent of the number of workers.
+    dtype : {"float64", "float32"}
+        Feature dtype on the workers (match the network's).
+    workers : list of addresses, optional
+        Workers to use (default: all, in address order). Named workers are kept: the
+        set does not spread to other workers, nor to workers that join later (it still
+        moves to a replacement when one of them dies).
+    keep_copy : bool
+        For numpy input, keep references on the head so lost shards can be re-sent.
+    replicate : bool
+        Give every worker one copy of the whole set (seed 000's setting); each logical
+        shard is then a random stream over all the rows (strategy ``PPT``).
+
+    Returns
+    -------
+    ShardSet
+    """
+    validation.check_dtype("dtype", dtype)
+    is_dask = hasattr(X, "dask") or hasattr(y, "dask")
+    if not is_dask:
+        X = validation.check_X(X)
+        y = _check_y(y, X.shape[0])
+    elif len(X.shape) != 2 or len(y.shape) not in (1, 2) or X.shape[0] != y.shape[0]:
+        raise ValueError(f"X must be 2-D and y 1-D or 2-D with as many rows; got {X.shape} and {y.shape}")
+    rows = split_rows(int(X.shape[0]), n_shards)
+    if replicate:
+        rows = [(0, int(X.shape[0]))] * n_shards
+    copies: dict = {}  # with replication: one copy per worker, shared by its shards
+    if is_dask:
+        def place(s, a, b, label):
+            import dask
+            if label not in copies or not replicate:
+                shard = dask.delayed(_make_shard)(X[a:b], y[a:b], dtype)
+                copies[label] = client.compute(shard, resources={label: 1})
+            return copies[label]
+        return _enter(client, rows, place, workers, "dask", None, replicated=replicate)
+
+    def place(s, a, b, label):
+        if label not in copies or not replicate:
+            copies[label] = _scatter(client, _make_shard(X[a:b], y[a:b], dtype), addr_of[label], label)
+        return copies[label]
+    addr_of: dict = {}
+    return _enter(client, rows, place, workers, "numpy", (X, y) if keep_copy else None, addr_of,
+                  replicated=replicate)
+
+
+def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *,
+                 dtype: str = "float64", workers: list[str] | None = None) -> ShardSet:
+    """Shards built on the workers by ``loader(start, stop) -> (X_rows, y_rows)``."""
+    if not callable(loader):
+        raise ValueError(f"loader must be callable, got {loader!r}")
+    validation.check_dtype("dtype", dtype)
+    rows = split_rows(int(n_rows), n_shards)
+
+    def place(s, a, b, label):
+        return client.submit(_load_shard, loader, a, b, dtype, key=keys.name(keys.SHARD, f"{label}-s{s}"),
+                             resources={label: 1}, pure=False)
+    return _enter(client, rows, place, workers, "loader", None)
+
+
+def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replicated=False) -> ShardSet:
+    chosen = workers is not None
+    workers = _choose_workers(client, workers)
+    name = f"ppt-{uuid.uuid4().hex[:8]}"
+    blocks = split_shards(len(rows), len(workers))
+    for slot, address in enumerate(workers):
+        client.run(_label_worker, {f"{name}-w{slot}": 1e9}, workers=[address])
+        if addr_of is not None:
+            addr_of[f"{name}-w{slot}"] = address
+    futures: list = [None] * len(rows)
+    for slot, (a, b) in enumerate(blocks):
+        for s in range(a, b):
+            futures[s] = place(s, *rows[s], f"{name}-w{slot}")
+    slot_of = {s: slot for slot, (a, b) in enumerate(blocks) for s in range(a, b)}
+    infos = [client.submit(_shard_info, f, s, *rows[s], key=keys.name(keys.SHARD_INFO, f"{name}-s{s}"),
+                           resources={f"{name}-w{slot_of[s]}": 1})
+             for s, f in enumerate(futures)]
+    try:
+        wait(infos, timeout=SCATTER_TIMEOUT)
+        info = client.gather(infos)
+    except BaseException:
+        client.cancel(futures + infos)
+        raise
+    finally:
+        del infos
+    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated, chosen)
+
+
+def exit_data(shards: ShardSet) -> None:
+    """Release the shards and the workers' labels; nothing is left on the scheduler."""
+    client = shards.client
+    client.cancel(shards.futures)
+    shards.futures = []
+    for slot, address in enumerate(shards.workers):
+        try:
+            client.run(_label_worker, {shards.label(slot): 0}, workers=[address])
+        except (OSError, ValueError, KeyError):
+            pass  # the worker is gone; its labels went with it

@@ -1,0 +1,482 @@
+"""The head's round loop: submit rounds ahead, read scalars, stop.
+
+The weights never come back to the head inside the loop: round ``r + 1`` is submitted
+against round ``r``'s weights future before round ``r``'s loss is read (``pipeline`` rounds
+ahead), so the scheduler always has the next round queued and the workers do not wait for
+the head. The head pulls a three-number stats vector per round and, at the end, the final
+weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+import uuid
+from collections import deque
+from concurrent.futures import CancelledError
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from distributed import Future, KilledWorker
+
+from ppt_dask.algorithms import strategies
+from ppt_dask.core import applicability
+from ppt_dask.core.network import MLP
+from ppt_dask.core.stopping import ErrorEstimate, Stop
+from ppt_dask.core.validation import check_int_at_least
+from ppt_dask.engine import checkpoint, graph, onehop, overlap, stream
+from ppt_dask.engine.result import ROUND_TIMEOUT, Outcome, Result, evaluate, test_error
+from ppt_dask.engine.shards import ShardSet
+from ppt_dask.observe import diagnostics, keys
+
+POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
+MAX_RECOVERIES = 20
+
+
+class WorkerLost(RuntimeError):
+    """A worker holding shards left the cluster while a round was waiting on it."""
+
+
+def _result(future, shards: ShardSet, timeout: float = ROUND_TIMEOUT):
+    """``future.result()``, checking every few seconds that the shards' workers are alive.
+
+    Shards with a recipe are rebuilt by Dask on the slot's resource label; while that
+    label has no worker a pinned task would wait, so the head looks for lost workers
+    itself instead of waiting for ``no-workers-timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return future.result(timeout=min(POLL_SECONDS, max(0.01, deadline - time.monotonic())))
+        except TimeoutError:
+            lost = shards.lost_workers()
+            if lost:
+                raise WorkerLost(f"worker(s) {lost} left the cluster") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"a round did not finish within {timeout} s") from None
+
+
+def check_compatible(net: MLP, shards: ShardSet) -> None:
+    """The network must fit the data: raised before any training work."""
+    if net.n_inputs != shards.n_features:
+        raise ValueError(f"the network takes {net.n_inputs} inputs but the data has {shards.n_features} features")
+    if net.dtype != shards.dtype:
+        raise ValueError(f"the network is {net.dtype} but the shards hold {shards.dtype} (enter_data(dtype=...))")
+    y_shape = shards.info[0].y_shape
+    lo = min(i.y_min for i in shards.info)
+    hi = max(i.y_max for i in shards.info)
+    if y_shape == () and net.output == "softmax":
+        if not all(i.y_integral for i in shards.info) or lo < 0 or hi >= net.n_outputs:
+            raise ValueError(f"labels must be integers in [0, {net.n_outputs}) for {net.n_outputs} "
+                             f"softmax outputs; the data has labels in [{lo:g}, {hi:g}]")
+    elif y_shape == () and net.n_outputs != 1:
+        raise ValueError(f"1-D targets need a network with 1 output, not {net.n_outputs}")
+    elif y_shape not in ((), (net.n_outputs,)):
+        raise ValueError(f"targets have {y_shape[0]} columns; the network has {net.n_outputs} outputs")
+    if net.output == "sigmoid" and net.loss == "cross_entropy" and (lo < 0 or hi > 1):
+        raise ValueError(f"sigmoid/cross-entropy targets must lie in [0, 1]; the data has [{lo:g}, {hi:g}]")
+
+
+EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
+DOUBLING_FROM = 4  # "auto" combines by recursive doubling from this many workers on (graphs/out/round_latency.md)
+
+
+def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
+    """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
+
+    The local strategy has rounds of its own: "stream" (and "auto") runs one long task per
+    worker whose averages go straight between workers (:mod:`ppt_dask.engine.stream`, no scheduler
+    hop a round); "all" is one task per worker per round whose exchange overlaps the next
+    round's steps (:mod:`ppt_dask.engine.overlap`, one hop a round)."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    if getattr(strategy, "shard_models", False):
+        if exchange not in ("auto", "all", "stream"):
+            raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
+                             "(streamed rounds) or 'all' (one task per worker per round)")
+        return "overlap" if exchange == "all" else "stream"
+    if exchange == "stream":
+        raise ValueError("exchange='stream' applies to the local strategy only")
+    if exchange == "auto":
+        doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
+        return "doubling" if doubling else "all"
+    return exchange
+
+
+@dataclass
+class _Kept:
+    """The head's copy of the state after ``round`` (-1: before the first), to go back to."""
+
+    round: int
+    state: strategies.ModelState
+    n_history: int
+
+
+@dataclass
+class _End:
+    """How a try ended: the state to keep (a future or a value), after which round, why."""
+
+    state: object
+    round: int
+    outcome: Outcome
+    where: str | None = None  # the round a divergence happened in
+
+    @property
+    def learned(self) -> bool:
+        return self.outcome is Outcome.TARGET_ERROR
+
+
+@dataclass
+class _Grow:
+    """New workers joined: spread the shards over them and go on from ``kept``."""
+
+    kept: _Kept
+
+
+@dataclass
+class _Run:
+    """What a run accumulates over its tries and generations."""
+
+    net: MLP
+    shards: ShardSet
+    strategy: object
+    stop: Stop
+    fan_in: int
+    pipeline: int
+    exchange: str
+    rounds_per_epoch: float
+    max_rounds: int
+    snapshot_rounds: dict
+    checkpoint_dir: object
+    checkpoint_every: int
+    meta: dict
+    progress: Callable | None
+    on_round: Callable | None
+    diag: object
+    run_id: str
+    t_start: float
+    history: list = field(default_factory=list)
+    snapshots: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    head_seconds: float = 0.0
+    recoveries: int = 0
+    gen: int = 0
+    used_exchange: str = ""
+    last_kept: _Kept | None = None
+
+
+def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: int = 0,
+          params: np.ndarray | None = None, fan_in: int = 2, pipeline: int = 1,
+          progress: Callable[[dict], None] | None = None,
+          on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
+          checkpoint_dir=None, checkpoint_every: int = 25, resume: bool = False,
+          initial_state=None, exchange: str = "auto") -> Result:
+    """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
+
+    Parameters
+    ----------
+    net : MLP
+    shards : ShardSet
+        From :func:`ppt_dask.enter_data`.
+    strategy : a strategy from :mod:`ppt_dask.algorithms.strategies`
+    stop : Stop
+        Max epochs, target error (windowed estimate, then verified), restarts.
+    seed : int
+        Seeds the initial weights (try ``t`` of a restarted run uses ``seed + t``) and the
+        strategies' random streams.
+    params : ndarray, shape (net.n_params,), optional
+        Initial weights (first try only).
+    fan_in : int
+        Children per node of the reduction tree (>= 2).
+    pipeline : int
+        Rounds submitted ahead of the one whose loss the head reads (>= 0).
+    progress : callable, optional
+        Called with each round's record.
+    on_round : callable, optional
+        Called with each round's record after the round's checks; when it returns True the
+        run stops there, keeping the state after that round (``stopped_because="stopped"``).
+    snapshot_epochs : tuple of float
+        Epochs after which the head pulls a copy of the weights (``Result.snapshots``).
+    checkpoint_dir : path, optional
+        Write a checkpoint there every ``checkpoint_every`` rounds and at the end.
+    checkpoint_every : int
+        Rounds between the head's copies of the state: what a run rolls back to when a
+        worker is lost (and what is written to ``checkpoint_dir``).
+    resume : bool
+        Continue from the checkpoint in ``checkpoint_dir`` when there is one.
+    initial_state : ModelState, optional
+        Weights *and* optimizer state to start from (a previous ``Result.state``), so a
+        run continues another one without resetting momentum.
+    exchange : {"auto", "all", "doubling", "tree", "stream"}
+        How a round's partial sums meet. "all" and "doubling" run the reduce and the update
+        inside the next round's gradient tasks (one scheduler hop per round; "doubling"
+        pairs workers over ``log2 p`` hops, see :mod:`ppt_dask.engine.onehop`); "tree" is the
+        explicit graph of map, reduce and update tasks (:mod:`ppt_dask.engine.graph`, three hops).
+        "auto" takes "all", and "doubling" from 4 workers on where it applies. The local
+        strategy (:class:`ppt_dask.LocalSGD`) has rounds of its own: "stream" (its "auto")
+        runs one long task per worker and sends the averages straight between workers
+        (:mod:`ppt_dask.engine.stream`, no scheduler hop a round); "all" is its one-hop graph, one
+        task per worker per round, the exchange overlapping the next round's local steps
+        (:mod:`ppt_dask.engine.overlap`).
+
+    Returns
+    -------
+    Result
+    """
+    # -- check everything before any cluster work --
+    name = applicability.strategy_name(strategy)
+    applicability.refuse(name, {  # refused, never ignored
+        "exchange": exchange, "pipeline": pipeline, "checkpoint": checkpoint_dir, "resume": resume,
+        "restarts": stop.restarts, "on_round": on_round, "snapshot_epochs": tuple(snapshot_epochs),
+        "initial_state": initial_state})
+    fan_in = check_int_at_least("fan_in", fan_in, 2)
+    pipeline = check_int_at_least("pipeline", pipeline, 0)
+    checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    if resume and not checkpoint_dir:
+        raise ValueError("resume=True needs checkpoint_dir")
+    applicability.refuse_pipeline(name, exchange, pipeline)
+    check_compatible(net, shards)
+    strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
+    if params is not None and np.shape(params) != (net.n_params,):
+        raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
+    if getattr(strategy, "asynchronous", False):
+        from ppt_dask.engine.asyncloop import train_async
+        _refuse_for_async(pipeline=pipeline, on_round=on_round, snapshot_epochs=snapshot_epochs,
+                          checkpoint_dir=checkpoint_dir, resume=resume, initial_state=initial_state,
+                          exchange=exchange, restarts=stop.restarts)
+        return train_async(net, shards, strategy, stop, seed=seed, params=params, fan_in=fan_in,
+                           progress=progress)
+    rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
+    max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
+    if initial_state is not None:
+        max_rounds += initial_state.round + 1
+    run_id = uuid.uuid4().hex[:8]
+    meta = {"network": list(net.sizes), "hidden": net.hidden, "output": net.output, "loss": net.loss,
+            "dtype": net.dtype, "strategy": repr(strategy), "rows": shards.n_rows,
+            "shards": shards.n_shards, "fan_in": fan_in, "seed": seed}
+    saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
+    diag = diagnostics.Recorder(shards.client, run_id, diagnostics.run_settings(  # diagnostics
+        net, shards, strategy, fan_in=fan_in, pipeline=pipeline, seed=seed, exchange=exchange))
+    run = _Run(net, shards, strategy, stop, fan_in, pipeline, exchange, rounds_per_epoch, max_rounds,
+               {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
+               checkpoint_dir, checkpoint_every, meta, progress, on_round, diag, run_id,
+               time.perf_counter())
+
+    attempt, end = 0, None
+    for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):
+        if saved:  # resume: the state after round saved["round"], and the history up to it
+            run.history[:] = saved["history"]
+            kept = _Kept(saved["round"], saved["state"], len(run.history))
+            saved = None
+        elif initial_state is not None and attempt == 0:  # continue its round numbering
+            kept = _Kept(initial_state.round, initial_state, len(run.history))
+        else:
+            start = params if (params is not None and attempt == 0) else net.init_params(seed + attempt)
+            kept = _Kept(-1, strategy.init(np.asarray(start, dtype=net.dtype)), len(run.history))
+        end = _one_try(run, attempt, kept)
+        if end.outcome is not Outcome.MAX_EPOCHS or stop.target_error is None:
+            break
+        run.gen += 1
+    return _finish(run, attempt, end)
+
+
+def _refuse_for_async(**given) -> None:
+    """The asynchronous loop keeps no copies, checkpoints or snapshots: say so, never ignore."""
+    defaults = {"pipeline": 1, "on_round": None, "snapshot_epochs": (), "checkpoint_dir": None,
+                "resume": False, "initial_state": None, "exchange": "auto", "restarts": 0}
+    for name, value in given.items():
+        if value != defaults[name] and not (name == "snapshot_epochs" and not value):
+            raise ValueError(f"{name}={value!r} does not apply to the asynchronous strategy "
+                             "(it applies to Sync, PPT and Average)")
+
+
+def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
+    """One try from ``kept``: generations of rounds until it ends; a lost worker or a joined
+    one starts a new generation from the head's last copy."""
+    while True:
+        engine = _engine(run, kept)
+        try:
+            end = _rounds(run, attempt, engine, kept)
+            if isinstance(end, _End):
+                end.state = _result(end.state, run.shards)  # before the round futures are cancelled
+                return end
+            # new workers: the rounds after the kept state are resubmitted over the larger
+            # cluster; the fixed shard tree makes the result the same
+            kept = end.kept
+            for event in run.shards.rebalance():
+                run.events.append({**event, "round": kept.round + 1,
+                                   "elapsed_seconds": time.perf_counter() - run.t_start})
+        except (CancelledError, KilledWorker, WorkerLost) as exc:
+            # a worker died: put its shards back, roll back to the head's copy, replay
+            run.recoveries += 1
+            if run.recoveries > MAX_RECOVERIES:
+                raise
+            engine.cancel()
+            moved = run.shards.repair()
+            kept = run.last_kept
+            run.events.append({"event": "recovered", "round": engine.submitted, "rolled_back_to": kept.round,
+                               "elapsed_seconds": time.perf_counter() - run.t_start,
+                               "error": repr(exc)[:200], "moved": moved})
+        finally:
+            engine.cancel()
+        run.gen += 1
+
+
+def _engine(run: _Run, kept: _Kept):
+    """The round graph of a new generation, starting from the kept state."""
+    client = run.shards.client
+    plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
+    exchange = choose_exchange(run.exchange, plan, run.strategy)
+    run.used_exchange = exchange
+    run.last_kept = kept
+    del run.history[kept.n_history:]
+    tag = keys.generation(run.run_id, run.gen)
+    start = client.scatter(kept.state, hash=False)
+    if exchange == "stream":
+        return stream.StreamRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                                   kept.round + 1, kept.state, run.max_rounds - 1)
+    if exchange == "overlap":
+        return overlap.OverlapRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                                     kept.round + 1)
+    if exchange == "tree":
+        return graph.TreeRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                                kept.round + 1)
+    return onehop.OneHopRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
+                               kept.round + 1, exchange)
+
+
+BATCH_SECONDS = 0.05  # the head reads rounds in batches of about this long
+
+
+def _batch_size(size: int, seconds: float, limit: int) -> int:
+    """Rounds to read at once next: about ``BATCH_SECONDS`` of rounds (the head's messages
+    then cost a few percent of a round, however short the rounds are)."""
+    per_round = seconds / size if size else 0.0
+    want = BATCH_SECONDS / per_round if per_round > 0 else 2 * size
+    return max(1, min(limit, 2 * size, int(want)))
+
+
+def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End | _Grow:
+    """Submit batches of rounds ahead, read each batch's stats, keep copies, check the target;
+    how the generation ends (an :class:`_End`, or a :class:`_Grow` when workers joined)."""
+    shards, stop = run.shards, run.stop
+    wait = functools.partial(_result, shards=shards)
+    estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
+    for h in run.history:
+        if h["try"] == attempt:
+            estimate.add(h["error_rate"] * h["patterns"], h["patterns"])
+    batches: deque = deque()  # (first, last, head seconds) submitted, not read
+    size, next_first, last_done = 1, kept.round + 1, time.perf_counter()
+    checks = {"next_check": -math.inf if stop.screen else run.history[-1]["epoch"] + stop.check_every
+              if run.history and run.history[-1]["try"] == attempt else stop.check_every}
+    while batches or next_first < run.max_rounds:
+        # keep `pipeline` batches queued behind the one being read (one-hop rounds need the
+        # next round to read a round's stats)
+        while next_first < run.max_rounds and len(batches) <= run.pipeline + engine.lag:
+            last = min(next_first + size, run.max_rounds) - 1
+            seconds = engine.submit(next_first, last)
+            run.head_seconds += seconds
+            batches.append((next_first, last, seconds))
+            next_first = last + 1
+        first, last, seconds = batches.popleft()
+        stats = engine.read_stats(first, last, wait)
+        now = time.perf_counter()
+        n = last - first + 1
+        for i, r in enumerate(range(first, last + 1)):
+            record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)
+            run.history.append(record)
+            if run.progress is not None:
+                run.progress(record)
+            run.diag.round_done(record)  # diagnostics
+            end = _check(run, attempt, engine, r, record, estimate, checks)
+            if end is not None:
+                return end
+        size = _batch_size(n, now - last_done, engine.max_batch)
+        last_done = now
+        engine.release(last)
+    return _End(engine.state_after(run.max_rounds - 1), run.max_rounds - 1, Outcome.MAX_EPOCHS)
+
+
+def _record(run: _Run, attempt: int, r: int, stats, estimate, wall: float, head: float) -> dict:
+    loss_sum, n_wrong, n = (float(v) for v in stats)
+    estimate.add(n_wrong, n)
+    return {"try": attempt, "gen": run.gen, "round": r, "epoch": (r + 1) / run.rounds_per_epoch,
+            "loss": loss_sum / n, "error_rate": n_wrong / n, "error_estimate": estimate.rate,
+            "patterns": n, "wall_seconds": wall, "head_seconds": head,
+            "elapsed_seconds": time.perf_counter() - run.t_start}
+
+
+def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate,
+           checks: dict) -> _End | _Grow | None:
+    """After round ``r``'s record: an _End when the run stops there, a _Grow when new workers
+    joined, else None (keeping a copy of the state every ``checkpoint_every`` rounds)."""
+    shards, stop, strategy = run.shards, run.stop, run.strategy
+    if not math.isfinite(record["loss"]):  # keep the weights this round started from
+        run.history.pop()
+        return _End(engine.state_before(r), r - 1, Outcome.DIVERGED, f"round {r}")
+    if r in run.snapshot_rounds:
+        run.snapshots[run.snapshot_rounds[r]] = _result(engine.state_after(r), shards).params
+    if (r + 1) % run.checkpoint_every == 0 and r + 1 < run.max_rounds:
+        kept = _keep(run, attempt, r, _result(engine.state_after(r), shards))
+        if shards.can_grow and shards.joined_workers():  # use new workers from here on
+            return _Grow(kept)
+    screened = (estimate.full or strategy.exact_stats) and estimate.rate <= (stop.target_error or 0)
+    due = record["epoch"] >= checks["next_check"] - 1e-9 or (stop.screen and strategy.exact_stats)
+    if stop.target_error is not None and (screened or not stop.screen) and due:
+        checks["next_check"] = record["epoch"] + stop.check_every  # verify every check_every epochs
+        record["verified_error_rate"] = _verify(run, engine.state_before(r), record)
+        if record["verified_error_rate"] <= stop.target_error:
+            return _End(engine.state_before(r), r - 1, Outcome.TARGET_ERROR)
+    if run.on_round is not None and run.on_round(record):
+        return _End(engine.state_after(r), r, Outcome.STOPPED)
+    return None
+
+
+def _keep(run: _Run, attempt: int, r: int, state) -> _Kept:
+    """The head's copy to roll back to (and, when asked, the checkpoint file)."""
+    kept = _Kept(r, state, len(run.history))
+    run.last_kept = kept
+    if run.checkpoint_dir:
+        checkpoint.save(run.checkpoint_dir, state, round_index=r, attempt=attempt,
+                        history=run.history, meta=run.meta)
+    return kept
+
+
+def _verify(run: _Run, state_future, record: dict) -> float:
+    """The error of the state a round started from: on the test set, else the whole training
+    set (the round's own stats when they already cover it)."""
+    if run.stop.test is not None:
+        return test_error(run.net, _result(state_future, run.shards).params, run.stop.test)
+    if run.strategy.exact_stats:
+        return record["error_rate"]
+    client = run.shards.client
+    if not isinstance(state_future, Future):  # a state the head builds (streamed rounds)
+        s = evaluate(run.net, run.shards, _result(state_future, run.shards).params, run.fan_in)
+        return float(s[1] / s[2])
+    s = evaluate(run.net, run.shards, client.submit(graph.weights_of, state_future), run.fan_in)
+    return float(s[1] / s[2])
+
+
+def _finish(run: _Run, attempt: int, end: _End) -> Result:
+    shards, net, stop = run.shards, run.net, run.stop
+    final = end.state
+    if run.checkpoint_dir:
+        checkpoint.save(run.checkpoint_dir, final, round_index=end.round, attempt=attempt,
+                        history=run.history, meta=run.meta)
+    wall = time.perf_counter() - run.t_start
+    records = run.diag.finish()  # diagnostics
+    train_stats = evaluate(net, shards, final.params, run.fan_in)
+    test_accuracy = None if stop.test is None else 1.0 - test_error(net, final.params, stop.test)
+    epochs = sum(1 for r in run.history if r["try"] == attempt) / run.rounds_per_epoch
+    return Result(net, final.params, run.history, run.strategy, end.learned, end.outcome.words(end.where),
+                  epochs, wall, run.head_seconds, float(train_stats[0] / train_stats[2]),
+                  float(train_stats[1] / train_stats[2]), test_accuracy,
+                  {"workers": len(shards.worker_blocks()), "shards": shards.n_shards,
+                   "fan_in": run.fan_in, "pipeline": run.pipeline, "exchange": run.used_exchange,
+                   "seed": run.meta["seed"], "target_error": stop.target_error, "tries": attempt + 1,
+                   "recoveries": run.recoveries, "events": run.events},
+                  run.snapshots, records, final, end.outcome)

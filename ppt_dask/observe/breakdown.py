@@ -1,0 +1,433 @@
+"""Where the time goes: pure transforms of per-task records into per-round rows.
+
+Plain data in, plain data out: no dask, no bokeh. The records come from the scheduler
+plugin in :mod:`ppt_dask.observe.diagnostics` (one :class:`TaskRecord` per finished ``ppt-*``
+task, from the workers' own start/stop records) and from the head (one dict per round).
+
+Clocks
+------
+Timestamps are read on one clock only, the scheduler's: when a round's graph arrived
+(``submitted``), when a task was sent to its worker (``sent``, its transition to
+``processing``) and when the worker's result was reported (``done``, its transition to
+``memory``). What the workers measure enters as durations only: ``compute`` and the
+``io`` (transfer, deserialization, spill) times from their own start/stop records.
+Worker timestamps are not used even though distributed shifts them by an estimated offset
+to the scheduler's clock: on a loaded machine that estimate was off by tens of
+milliseconds between two workers of one host, which made a reduce task appear to start
+before its inputs ended. Inside a task's window ``[sent, done]`` the compute is placed at
+the end, the transfers just before it, and the rest of the window is scheduling latency.
+The head's numbers are durations too (``head_seconds``, ``wall_seconds``).
+
+The breakdown of a round
+------------------------
+Round ``k`` covers, on the scheduler's clock, the interval from the end of round ``k-1``
+to its own end ``T_k`` (the last ``done`` among its tasks; for the first round, from the
+arrival of its graph minus the head's time to build and send it). Each worker's time in
+that interval is cut into phases, one phase at each instant, taken in this order:
+
+``gradient``, ``reduce``, ``update``, ``evaluate``, ``other``
+    the worker runs a task of that kind (``ppt-grad``; ``ppt-reduce``; ``ppt-update`` and
+    the ``ppt-weights``/``ppt-stats`` picks; verification rounds; any other ``ppt-*``);
+``transfer``
+    it fetches inputs from another worker (or deserializes, or reads/writes spill);
+``head``
+    the round's graph has not reached the scheduler yet: the head is reading the last
+    round's scalars, deciding, building and sending the next graph;
+``scheduler``
+    one of its tasks has been sent to it (its inputs are done) but is not running: the
+    message to the worker, the worker's queue, and the report of the result back;
+``idle``
+    none of these: it waits for other workers (the barrier of a synchronous round).
+
+A row gives each phase as the mean over the workers in seconds, so the phases add up to
+the round's ``wall`` exactly, by construction. ``head_submit_seconds`` (the head's own
+time to build and submit the round) is reported beside them but is not a part of the sum:
+with rounds submitted ahead it overlaps the workers' compute.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import NamedTuple
+
+from ppt_dask.observe import keys
+
+# Phases in priority order (the first active one wins at each instant), then idle.
+PHASES = ("gradient", "reduce", "update", "evaluate", "other", "transfer", "head", "scheduler", "idle")
+COMPUTE = PHASES[:5]
+DESCRIPTIONS = {
+    "gradient": "forward + backward over the resident shards (ppt-grad)",
+    "reduce": "tree-reduce tasks (ppt-reduce)",
+    "update": "optimizer step and weight/stat picks (ppt-update, -weights, -stats)",
+    "evaluate": "verification passes (ppt-eval)",
+    "other": "other ppt tasks",
+    "transfer": "fetching inputs from other workers",
+    "head": "waiting for the head to send the round",
+    "scheduler": "task sent to the worker, not running (scheduling latency)",
+    "idle": "waiting for other workers",
+}
+# ``ppt-loop``: one task running many rounds (the local strategy's streamed rounds); its row
+# covers the head's rounds from its own to the next row's, and per-round figures count them
+CATEGORY_OF_PREFIX = {keys.GRAD: "gradient", keys.LOOP: "gradient", keys.REDUCE: "reduce",
+                      keys.UPDATE: "update", keys.WEIGHTS: "update", keys.STATS: "update",
+                      keys.EVAL: "evaluate"}
+_PRIORITY = {p: i for i, p in enumerate(PHASES)}
+
+
+class TaskRecord(NamedTuple):
+    """One finished ``ppt-*`` task, as the scheduler saw it (seconds).
+
+    ``key`` is the key as text; ``prefix`` its ``ppt-<word>`` part; ``run``, ``gen`` and
+    ``round`` come from the key (None where it has none); ``submitted``, ``sent`` and
+    ``done`` are scheduler timestamps (graph arrived, task sent to ``worker``, result
+    reported); ``compute`` is the worker's own measure of the task's run time; ``nbytes``
+    the size of its result; ``deps`` the keys (as text) of its ``ppt-*`` inputs; ``io``
+    holds ``(action, seconds, source)`` for each transfer, deserialization or spill the
+    worker recorded for it; ``phases`` holds ``(phase, seconds)`` pairs, in the order they
+    ran, that a task doing several things timed itself (a one-hop task: reduce, update,
+    gradient; see :mod:`ppt_dask.engine.onehop`).
+    """
+
+    key: str
+    prefix: str
+    run: str | None
+    gen: int | None
+    round: int | None
+    worker: str
+    submitted: float
+    sent: float
+    done: float
+    compute: float
+    nbytes: int
+    deps: tuple = ()
+    io: tuple = ()
+    phases: tuple = ()
+
+    def layout(self) -> tuple:
+        """``(start, stop)`` of the compute and of the io placed in ``[sent, done]``."""
+        stop = self.done
+        start = max(self.sent, stop - self.compute)
+        io_seconds = sum(x[1] for x in self.io)
+        return start, stop, max(self.sent, start - io_seconds), start
+
+    def compute_parts(self) -> list:
+        """``(start, stop, phase)`` pieces of the compute: the task's own phases in the order
+        they ran (the last one takes what is left), or the whole compute as its category."""
+        start, stop, _, _ = self.layout()
+        if not self.phases:
+            return [(start, stop, category(self))]
+        parts, a = [], start
+        for phase, seconds in self.phases[:-1]:
+            b = min(stop, a + max(0.0, seconds))
+            parts.append((a, b, phase if phase in _PRIORITY else "other"))
+            a = b
+        last = self.phases[-1][0]
+        parts.append((a, stop, last if last in _PRIORITY else "other"))
+        return parts
+
+    @classmethod
+    def from_list(cls, row) -> "TaskRecord":
+        """Rebuild from the list a msgpack round trip makes of it."""
+        *head, deps, io, phases = row if len(row) == len(cls._fields) else (*row, ())
+        return cls(*head, tuple(deps), tuple(tuple(x) for x in io), tuple(tuple(x) for x in phases))
+
+
+def category(task: TaskRecord) -> str:
+    """The phase a task's compute counts as (verification rounds carry ``eval`` in the key)."""
+    if task.prefix == keys.EVAL or "-eval-" in task.key:
+        return "evaluate"
+    return CATEGORY_OF_PREFIX.get(task.prefix, "other")
+
+
+def _segments(intervals: list) -> list:
+    """``(start, stop, priority)`` intervals -> disjoint ``(start, stop, priority)`` pieces,
+    each labelled with the highest-priority interval covering it (gaps left out)."""
+    events = []
+    for a, b, p in intervals:
+        if b > a:
+            events.append((a, 1, p))
+            events.append((b, -1, p))
+    events.sort()
+    counts = [0] * len(PHASES)
+    out: list = []
+    prev = None
+    for t, delta, p in events:
+        if prev is not None and t > prev:
+            active = next((i for i, c in enumerate(counts) if c > 0), None)
+            if active is not None:
+                if out and out[-1][2] == active and out[-1][1] == prev:
+                    out[-1] = (out[-1][0], t, active)
+                else:
+                    out.append((prev, t, active))
+        counts[p] += delta
+        prev = t
+    return out
+
+
+def _round_ids(tasks, heads) -> list:
+    have = {(t.gen or 0, t.round) for t in tasks if t.round is not None and category(t) != "evaluate"}
+    if heads:
+        have &= {(h.get("gen", 0), h["round"]) for h in heads}
+    return sorted(have)
+
+
+def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
+    """Per-round rows: the phases of each round's wall time (see the module docstring).
+
+    Parameters
+    ----------
+    tasks : list of TaskRecord
+        The run's finished tasks, any order.
+    heads : list of dict, optional
+        The head's per-round records (``gen``, ``round``, ``head_seconds``,
+        ``wall_seconds``, ``loss``, ``error_rate``, ``patterns``, ``epoch``...). When given,
+        only rounds the head completed get a row, and the row carries its numbers.
+
+    Returns
+    -------
+    list of dict
+        One per round in (generation, round) order: ``gen``, ``round``, ``wall``, one key
+        per phase in :data:`PHASES` (mean seconds per worker; they sum to ``wall``),
+        ``rounds`` (1; for a ``ppt-loop`` task, the head's rounds it ran, up to the next row),
+        ``workers``, ``transfer_bytes``, ``head_submit_seconds``, ``head_wall_seconds``,
+        and the head's ``loss``, ``error_rate``, ``error_estimate``, ``patterns``,
+        ``epoch``, ``patterns_per_second`` where known.
+    """
+    heads = heads or []
+    ids = _round_ids(tasks, heads)
+    if not ids:
+        return []
+    head_of = {(h.get("gen", 0), h["round"]): h for h in heads}
+    by_round: dict = defaultdict(list)
+    for t in tasks:
+        if t.round is not None and category(t) != "evaluate":
+            by_round[(t.gen or 0, t.round)].append(t)
+    starts, ends, arrivals = _boundaries(ids, by_round, head_of)
+    workers = sorted({t.worker for rid in ids for t in by_round[rid]})
+    seconds = _worker_seconds(tasks, workers, starts, ends, arrivals)
+    nbytes_of = {t.key: (t.worker, t.nbytes) for t in tasks}
+
+    rows = []
+    idle = _PRIORITY["idle"]
+    head_ids = sorted(head_of)
+    for k, rid in enumerate(ids):
+        wall = ends[k] - starts[k]
+        parts = [s / len(workers) for s in seconds[k]]
+        parts[idle] = max(0.0, wall - sum(parts[:idle]))  # the rest; >= 0 up to rounding
+        covered = 1
+        if any(t.prefix == keys.LOOP for t in by_round[rid]):
+            covered = max(1, sum(1 for h in head_ids if h >= rid and (k + 1 == len(ids) or h < ids[k + 1])))
+        row = {"gen": rid[0], "round": rid[1], "wall": wall, **dict(zip(PHASES, parts)), "rounds": covered,
+               "workers": len(workers), "transfer_bytes": _moved(by_round[rid], nbytes_of)}
+        h = head_of.get(rid)
+        if h is not None:
+            row["head_submit_seconds"] = h.get("head_seconds")
+            row["head_wall_seconds"] = h.get("wall_seconds")
+            for name in ("loss", "error_rate", "error_estimate", "patterns", "epoch"):
+                if h.get(name) is not None:
+                    row[name] = h[name]
+            if h.get("patterns") and h.get("wall_seconds"):
+                row["patterns_per_second"] = h["patterns"] / h["wall_seconds"]
+        rows.append(row)
+    return rows
+
+
+def _boundaries(ids, by_round, head_of) -> tuple:
+    """Per round: start (the previous round's end), end (its last ``done``) and the
+    arrival of its graph; the first round starts when the head began to build it."""
+    starts, ends, arrivals = [], [], []
+    for k, rid in enumerate(ids):
+        mine = by_round[rid]
+        arrival = min(t.submitted for t in mine)
+        begin = ends[-1] if k else arrival - (head_of.get(rid, {}).get("head_seconds") or 0.0)
+        starts.append(begin)
+        ends.append(max(max(t.done for t in mine), begin))
+        arrivals.append(arrival)
+    return starts, ends, arrivals
+
+
+def _worker_seconds(tasks, workers, starts, ends, arrivals) -> list:
+    """``seconds[k][phase]``: the phases of round ``k`` summed over the workers."""
+    lo, hi = starts[0], ends[-1]
+    intervals: dict = {w: [] for w in workers}
+    for t in tasks:
+        if t.worker not in intervals or t.done < lo or t.sent > hi:
+            continue
+        _, _, io_start, io_stop = t.layout()
+        intervals[t.worker] += [(a, b, _PRIORITY[p]) for a, b, p in t.compute_parts()]
+        intervals[t.worker] += [(io_start, io_stop, _PRIORITY["transfer"]),
+                                (t.sent, io_start, _PRIORITY["scheduler"])]
+    for a, r in zip(starts, arrivals):
+        if r > a:  # the round's graph came after the previous round had ended
+            for w in workers:
+                intervals[w].append((a, r, _PRIORITY["head"]))
+    seconds = [[0.0] * len(PHASES) for _ in starts]
+    for w in workers:
+        k = 0
+        for a, b, p in _segments(intervals[w]):
+            while k < len(starts) and ends[k] <= a:
+                k += 1
+            j = k
+            while j < len(starts) and starts[j] < b:
+                seconds[j][p] += max(0.0, min(b, ends[j]) - max(a, starts[j]))
+                j += 1
+    return seconds
+
+
+def _moved(round_tasks, nbytes_of) -> int:
+    """Bytes of ``ppt-*`` results the round's tasks fetched from another worker (each
+    result counted once per receiving worker)."""
+    seen = set()
+    for t in round_tasks:
+        for d in t.deps:
+            if d in nbytes_of and nbytes_of[d][0] != t.worker:
+                seen.add((t.worker, d))
+    return sum(nbytes_of[d][1] for _, d in seen)
+
+
+def _rounds(rows: list[dict]) -> int:
+    """The rounds the rows cover (a streamed task's row covers many)."""
+    return sum(r.get("rounds", 1) for r in rows)
+
+
+def phase_table(rows: list[dict]) -> list[dict]:
+    """A gprof-style flat profile of the rounds (002, Table 1): one entry per phase.
+
+    Returns
+    -------
+    list of dict
+        Sorted by time, largest first: ``phase``, ``percent`` (of the summed wall time),
+        ``cumulative_seconds``, ``seconds`` (mean per worker, summed over the rounds),
+        ``rounds``, ``ms_per_round`` and ``description``.
+    """
+    wall = sum(r["wall"] for r in rows)
+    n = _rounds(rows)
+    totals = sorted(((sum(r[p] for r in rows), p) for p in PHASES), key=lambda x: -x[0])
+    out, cumulative = [], 0.0
+    for seconds, phase in totals:
+        cumulative += seconds
+        out.append({"phase": phase, "percent": 100.0 * seconds / wall if wall else 0.0,
+                    "cumulative_seconds": cumulative, "seconds": seconds, "rounds": n,
+                    "ms_per_round": 1e3 * seconds / n if n else 0.0,
+                    "description": DESCRIPTIONS[phase]})
+    return out
+
+
+def format_table(table: list[dict]) -> str:
+    """The phase table as text, in gprof's column order."""
+    lines = ["  %     cumulative    self              self",
+             " time     seconds   seconds  rounds  ms/round  phase"]
+    for e in table:
+        lines.append(f"{e['percent']:5.1f} {e['cumulative_seconds']:11.3f} {e['seconds']:9.3f} "
+                     f"{e['rounds']:7d} {e['ms_per_round']:9.3f}  {e['phase']}")
+    return "\n".join(lines)
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Run totals of the rows: the figures a person asks for first.
+
+    ``percent_not_gradient`` is the share of the workers' time (summed over the rounds)
+    spent on anything but gradient compute; ``median_head_submit_ms`` the head's median
+    time to build and submit one round.
+    """
+    if not rows:
+        return {"rounds": 0}
+    wall = sum(r["wall"] for r in rows)
+    gradient = sum(r["gradient"] for r in rows)
+    submit = [r["head_submit_seconds"] for r in rows if r.get("head_submit_seconds") is not None]
+    n = _rounds(rows)
+    out = {"rounds": n, "workers": max(r["workers"] for r in rows), "wall_seconds": wall,
+           "percent_not_gradient": 100.0 * (1.0 - gradient / wall) if wall else 0.0,
+           "median_round_ms": 1e3 * statistics.median(r["wall"] / r.get("rounds", 1) for r in rows),
+           "transfer_bytes_per_round": sum(r["transfer_bytes"] for r in rows) / n,
+           "median_head_submit_ms": 1e3 * statistics.median(submit) if submit else None}
+    head_wall = sum(r.get("head_wall_seconds") or 0.0 for r in rows)
+    patterns = sum(r.get("patterns") or 0 for r in rows)
+    out["patterns_per_second"] = patterns / head_wall if head_wall and patterns else None
+    return out
+
+
+def _finite(x):
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def trace_events(tasks: list, heads: list | None = None, settings: dict | None = None) -> dict:
+    """The run in Chrome's trace-event format (``chrome://tracing``, Perfetto).
+
+    One track per worker (its tasks' compute, and its transfers) and one for the head
+    (building and submitting each round, drawn as ending when the graph reached the
+    scheduler), plus the loss as a counter. Everything is placed on the scheduler's clock
+    as in :func:`breakdown` (a task's compute ends when the scheduler heard of it); times
+    are microseconds from the first event.
+    """
+    heads = heads or []
+    if not tasks:
+        return {"traceEvents": [], "displayTimeUnit": "ms", "otherData": settings or {}}
+    arrivals: dict = {}
+    ends: dict = {}
+    for t in tasks:
+        if t.round is not None:
+            rid = (t.gen or 0, t.round)
+            arrivals[rid] = min(arrivals.get(rid, t.submitted), t.submitted)
+            ends[rid] = max(ends.get(rid, t.done), t.done)
+    head_of = {(h.get("gen", 0), h["round"]): h for h in heads}
+    submits = [(arrivals[rid] - (head_of[rid].get("head_seconds") or 0.0), arrivals[rid], rid)
+               for rid in sorted(arrivals) if rid in head_of]
+    origin = min([t.sent for t in tasks] + [a for a, _, _ in submits])
+    us = lambda x: round((x - origin) * 1e6, 3)  # noqa: E731
+    workers = sorted({t.worker for t in tasks})
+    tid = {w: i + 1 for i, w in enumerate(workers)}
+    events = [{"ph": "M", "pid": 1, "tid": 0, "name": "process_name", "args": {"name": "ppt_dask run"}},
+              {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "head"}}]
+    events += [{"ph": "M", "pid": 1, "tid": tid[w], "name": "thread_name", "args": {"name": w}}
+               for w in workers]
+    for t in sorted(tasks, key=lambda t: t.done):
+        start, stop, io_start, _ = t.layout()
+        events.append({"ph": "X", "pid": 1, "tid": tid[t.worker], "name": t.prefix, "cat": category(t),
+                       "ts": us(start), "dur": round((stop - start) * 1e6, 3),
+                       "args": {"key": t.key, "round": t.round, "gen": t.gen, "nbytes": t.nbytes,
+                                "sent_to_done_ms": round((t.done - t.sent) * 1e3, 3)}})
+        for action, seconds, source in t.io:
+            events.append({"ph": "X", "pid": 1, "tid": tid[t.worker], "name": action, "cat": "transfer",
+                           "ts": us(io_start), "dur": round(seconds * 1e6, 3),
+                           "args": {"for": t.key, "source": source}})
+            io_start += seconds
+    for a, b, (gen, r) in submits:
+        h = head_of[(gen, r)]
+        events.append({"ph": "X", "pid": 1, "tid": 0, "name": "submit round", "cat": "head",
+                       "ts": us(a), "dur": round((b - a) * 1e6, 3),
+                       "args": {"gen": gen, "round": r, "loss": _finite(h.get("loss")),
+                                "error_rate": _finite(h.get("error_rate"))}})
+        if _finite(h.get("loss")) is not None:
+            events.append({"ph": "C", "pid": 1, "tid": 0, "name": "loss", "ts": us(ends[(gen, r)]),
+                           "args": {"loss": h["loss"]}})
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": settings or {}}
+
+
+# Bars of the page and report: the phases grouped as people ask about them.
+STACKS = (("gradient", ("gradient",)), ("reduce", ("reduce", "update")), ("other", ("evaluate", "other")),
+          ("transfer", ("transfer",)), ("scheduler", ("scheduler",)), ("head", ("head",)),
+          ("idle", ("idle",)))
+
+
+def bar_columns(rows: list[dict]) -> dict:
+    """Column data of the per-round bars (milliseconds) and of the throughput plot."""
+    cols: dict = {"x": list(range(len(rows))), "gen": [r["gen"] for r in rows],
+                  "round": [r["round"] for r in rows], "wall_ms": [1e3 * r["wall"] for r in rows]}
+    for name, parts in STACKS:
+        cols[name] = [1e3 * sum(r[p] for p in parts) for r in rows]
+    cols["not_gradient_percent"] = [100.0 * (1 - r["gradient"] / r["wall"]) if r["wall"] else 0.0
+                                    for r in rows]
+    cols["patterns_per_second"] = [r.get("patterns_per_second", math.nan) for r in rows]
+    return cols
+
+
+def curve_columns(heads: list[dict]) -> dict:
+    """Column data of the loss and error curves, from the head's records (NaN where unknown)."""
+    def get(name):
+        return [math.nan if h.get(name) is None else float(h[name]) for h in heads]
+    return {"x": list(range(len(heads))), "gen": [h.get("gen", 0) for h in heads],
+            "round": [h["round"] for h in heads], "epoch": get("epoch"), "loss": get("loss"),
+            "error_rate": get("error_rate"), "error_estimate": get("error_estimate")}

@@ -1,0 +1,432 @@
+"""Measure the constants of the run-time model (:mod:`ppt_dask.perf.model`) on real code.
+
+Seed 001, section V-A: "the actual implementation was used for the measurement", since
+timing single arithmetic operations out of context gave errors over 20%. So:
+
+* :func:`measure_constants` times the network's own functions on one process (a worker,
+  under :func:`calibrate`): Tf, Tb, Ts per pattern as slopes of least-squares lines over
+  block sizes (the gradient call's intercept is the Dask model's ``tc``), Tu the real
+  update, Tm a copy of the weights, Ta eq. (9)'s averaging, To the rest of a serial epoch;
+* :func:`ppt_dask.perf.calls.measure_calls` times the real gradient call over a range of row
+  counts inside real training rounds on the live cluster, on one worker alone and on all
+  workers at once: the model's *call curve* (the cost per pattern is not constant, and
+  workers sharing a machine slow each other);
+* :func:`measure_head` runs the real round graph with gradient tasks that wait a known
+  time and return a tiny vector, over 1..64 *virtual* workers (slots pinned in
+  blocks onto the real ones: the tasks and tree of a cluster of that size), and fits
+  ``Th = th0 + th1 * tasks_per_round``; rounds with no wait give ``tq``;
+* :func:`measure_reduce` runs the same rounds over 2..p real workers with vectors of
+  several sizes and fits eq. (4), ``Tr(p) = Tw w ceil(log_k p) + Ti``, to what they
+  cost beyond the same rounds with a tiny vector (001's Fig. 1 test program, on the
+  live cluster).
+
+:class:`Calibration` bundles the constants, the sizes they hold for and the raw
+timings as JSON: a file a user can carry to plan a cluster. Only the functions that
+need a cluster import dask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ppt_dask.algorithms import strategies
+from ppt_dask.engine import waits
+from ppt_dask.perf import fit as modelfit, model as perfmodel
+from ppt_dask.perf.calls import cluster_workers, measure_calls, one_blas_thread
+
+PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
+
+
+# ---- one process: the network's own functions ------------------------------------------
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm caches and allocator
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _row_counts(block: int, n_rows: int) -> list[int]:
+    # small calls pin the fixed cost of a call, large ones the cost per pattern
+    rows = {min(n_rows, max(1, r)) for r in (1, 8, block // 8, block // 4, block // 2, block, 2 * block)}
+    if len(rows) < 2:
+        rows |= {1, n_rows}
+    if len(rows) < 2:
+        raise ValueError(f"need at least 2 rows to fit per-pattern times, got {n_rows}")
+    return sorted(rows)
+
+
+def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: float = 0.9
+                      ) -> perfmodel.Constants:
+    """Tf, Tb, Tu, Tm, Ts, To (001 Tables II/III), Ta (eq. (9)) and tc, timed here.
+
+    Parameters
+    ----------
+    net : MLP
+    X : ndarray, shape (n, net.n_inputs); y : targets for the n rows
+        A few thousand rows suffice; one epoch over them times To.
+    block : int
+        Block size of interest; per-pattern lines are fitted over 1 .. 2b rows.
+    repeats : int
+        Timings per point (the median is kept).
+
+    Returns ``perfmodel.Constants`` with the communication and head fields 0 (see
+    :func:`measure_reduce`, :func:`measure_head`).
+    """
+    with one_blas_thread():
+        return _measure_constants(net, X, y, block, repeats, momentum)
+
+
+def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constants:
+    from ppt_dask.algorithms import serial
+
+    X = np.require(X, dtype=net.dtype, requirements=("C", "A"))  # aligned as placed shards
+    y = np.require(y, requirements=("C", "A"))
+    if len(X) != len(y) or len(X) < 1:
+        raise ValueError(f"X and y need the same number of rows (>= 1), got {len(X)} and {len(y)}")
+    if isinstance(block, bool) or int(block) != block or not 1 <= block <= len(X):
+        raise ValueError(f"block must be an integer in 1..{len(X)}, got {block!r}")
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    block, params = int(block), net.init_params(0)
+    rows = _row_counts(block, len(X))
+    calls = {  # the real functions of the hot path, not single operations
+        "forward": lambda r: net.forward(params, X[:r]),
+        "stats": lambda r: net.stats(params, X[:r], y[:r]),
+        "grad": lambda r: net.loss_grad_stats(params, X[:r], y[:r]),
+    }
+    times = {(name, r): [] for name in calls for r in rows}
+    for name, r in times:
+        calls[name](r)  # warm caches and allocator
+    for _ in range(repeats):  # interleaved, so a burst of load spreads over all points
+        for (name, r), seen in times.items():
+            t0 = time.perf_counter()
+            calls[name](r)
+            seen.append(time.perf_counter() - t0)
+    fits = {name: modelfit.fit_per_pattern(rows, [np.median(times[name, r]) for r in rows],
+                                            relative=True) for name in calls}
+    tf, t_stats, (t_grad, tc) = fits["forward"][0], fits["stats"][0], fits["grad"]
+
+    strategy = strategies.Sync(lr=0.1, momentum=momentum, block=block)
+    state = strategy.init(params)
+    total = net.loss_grad_stats(params, X[:block], y[:block])
+    tu = _median_seconds(lambda: strategy.apply(net, state, total), repeats)
+    tm = _median_seconds(params.copy, repeats)
+    # Ta (eq. (9)): a worker scales its weights by the patterns it saw, the update
+    # divides the sum (strategies.Average: work's last line, then apply)
+    averaging = strategies.Average(block=block)
+    ta = _median_seconds(lambda: averaging.apply(net, state, (params * block, total[-1])), repeats)
+    parts = perfmodel.Constants(tf, max(t_grad - tf, 0.0), tu, tm, max(t_stats - tf, 0.0), 0.0,
+                                ta_seconds=ta, tc_seconds=tc)
+
+    # To: one epoch of the serial program beyond its modelled parts (001 eq. (3))
+    n_rounds = max(2, len(X) // block)
+    n_used = min(len(X), n_rounds * block)
+    epoch = _median_seconds(lambda: serial.train_serial(
+        net, X[:n_used], y[:n_used], strategy, n_rounds), max(3, repeats // 2))
+    to = epoch - perfmodel.sequential_epoch_seconds(block, n_rounds * block, parts)
+    return dataclasses.replace(parts, to_seconds=max(float(to), 0.0))
+
+
+WARMUP = 5  # probe rounds left out of every median (the graph and the caches warm up)
+MIN_MEASURED = 3  # rounds a median needs at the least
+
+
+def check_rounds(rounds: int, warmup: int = WARMUP, flag: str = "rounds") -> int:
+    """Probe rounds must leave ``MIN_MEASURED`` after the warm-up: raised before any work."""
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < warmup + MIN_MEASURED:
+        raise ValueError(f"{flag} must be at least {warmup + MIN_MEASURED} ({warmup} warm-up rounds and "
+                         f"{MIN_MEASURED} measured), got {rounds!r}")
+    return int(rounds)
+
+
+# ---- the live cluster: probe rounds of the real graph ----------------------------------
+
+
+def _probe_work(n_weights: int, spin_seconds: float, params, shard, s: int, r: int) -> tuple:
+    """A gradient task of known length: busy for ``spin_seconds`` of wall time, then w values.
+
+    Wall time, so a round costs exactly the spin plus what the model calls Th (and Tr):
+    the gradient's own cost, sharing of the cores included, is the call curve's part.
+    """
+    end = time.perf_counter() + spin_seconds
+    while time.perf_counter() < end:
+        pass
+    return np.ones(n_weights), np.array([1.0, 0.0, 1.0])
+
+
+def _probe_apply(state, total):
+    """Like Sync's update: weights plus an optimizer buffer of their size in the state."""
+    vector, stats = total
+    return strategies.ModelState(vector, np.zeros_like(vector), stats, state.round + 1)
+
+
+def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: float, *,
+                 rounds: int = 25, warmup: int = WARMUP, fan_in: int = 2, pipeline: int = 1
+                 ) -> np.ndarray:
+    """Seconds per round (after ``warmup``) of the real round graph with probe tasks.
+
+    ``n_virtual`` gradient slots, each owning one shard, are pinned in contiguous blocks
+    onto the real ``workers`` (so ``n_virtual == len(workers)`` is the real layout); the
+    busiest real worker spins ``spin_seconds`` in all per round. Rounds are submitted
+    ``pipeline`` ahead and timed as the trainer times them: between stats arrivals.
+    """
+    from ppt_dask.engine import graph
+    from ppt_dask.engine.shards import enter_data, exit_data
+
+    if rounds <= warmup:
+        raise ValueError(f"rounds must be > warmup = {warmup} (the first {warmup} rounds are "
+                         f"not timed), got {rounds}")
+    n_real = len(workers)
+    X, y = np.zeros((n_virtual, 1)), np.zeros(n_virtual)
+    shards = enter_data(client, X, y, n_virtual, workers=list(workers), keep_copy=False)
+    try:
+        slot_of = {s: slot for slot, (a, b) in enumerate(shards.blocks) for s in range(a, b)}
+        plan = graph.make_plan([(shards.label(slot_of[v]), v, v + 1) for v in range(n_virtual)],
+                               n_virtual, fan_in)
+        per_call = spin_seconds / -(-n_virtual // n_real)
+        work = functools.partial(_probe_work, int(n_weights), per_call)
+        params = np.zeros(int(n_weights))
+        weights = client.scatter(params, hash=False)
+        state = client.scatter(strategies.ModelState(params, np.zeros_like(params)), hash=False)
+        run = uuid.uuid4().hex[:8]
+        inflight, periods, submitted = [], [], 0
+        last = time.perf_counter()
+        while submitted < rounds or inflight:
+            while submitted < rounds and len(inflight) <= pipeline:
+                state, weights, stats = graph.submit_round(
+                    client, plan, shards.futures, work, _probe_apply, weights, state, submitted,
+                    tag=f"{run}-r{submitted}", prefix="ppt-probe")
+                inflight.append(stats)
+                submitted += 1
+            waits.result(inflight.pop(0), 120, "a probe round")
+            now = time.perf_counter()
+            periods.append(now - last)
+            last = now
+        del weights, state, inflight
+    finally:
+        exit_data(shards)
+    return np.array(periods[warmup:])
+
+
+@dataclass(frozen=True)
+class HeadFit:
+    """``Th(p) = th0 + th1 * tasks_per_round(p)`` and the shortest gradient phase ``tq``."""
+
+    th0_seconds: float
+    th1_seconds: float
+    tq_seconds: float
+    samples: tuple = ()  # (p, tasks, spin_seconds, median_round_seconds)
+
+
+def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
+                 spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP,
+                 fan_in: int = 2) -> HeadFit:
+    """Th(p) against tasks per round, from probe rounds over virtual cluster sizes.
+
+    The probe keeps its worker busy for ``spin_seconds`` of wall time (a gradient phase)
+    and returns a tiny vector, so ``round - spin`` is the
+    head/scheduler cost; :func:`modelfit.fit_head` fits it over
+    :func:`perfmodel.tasks_per_round` (relative residuals), then ``th0`` is set so that
+    the line passes, on average, through the sizes at or below ``len(workers)``: the
+    virtual sizes give the growth, the real ones the level. The same rounds without the
+    spin, at the real sizes 1..min(len(workers), 2), give ``tq`` (how much longer than
+    ``Th`` they take).
+
+    A virtual cluster runs its gradient tasks on fewer processes, so per-task *worker*
+    overhead is serialised here and ``th1`` errs high for a real cluster of that size.
+    """
+    workers = cluster_workers(client, workers)
+    samples, tasks, head = [], [], []
+    for p in p_values:
+        median = float(np.median(probe_rounds(client, workers, p, PROBE_WEIGHTS, spin_seconds,
+                                              rounds=rounds, warmup=warmup, fan_in=fan_in)))
+        n_tasks = perfmodel.tasks_per_round(p, fan_in)
+        samples.append((int(p), n_tasks, spin_seconds, median))
+        tasks.append(n_tasks)
+        head.append(max(median - spin_seconds, 1e-6))
+    th0, th1 = modelfit.fit_head(tasks, head, relative=True)  # small p count as much
+    # the slope from all sizes, the level from the real ones (the sizes runs can check)
+    real = [(t, h) for p, t, h in zip(p_values, tasks, head) if p <= len(workers)]
+    if real:
+        th0 = max(float(np.mean([h - th1 * t for t, h in real])), 0.0)
+    quick = []
+    for p in range(1, min(len(workers), 2) + 1):
+        median = float(np.median(probe_rounds(client, workers, p, PROBE_WEIGHTS, 0.0,
+                                              rounds=rounds, warmup=warmup, fan_in=fan_in)))
+        n_tasks = perfmodel.tasks_per_round(p, fan_in)
+        samples.append((p, n_tasks, 0.0, median))
+        quick.append(median - (th0 + th1 * n_tasks))
+    return HeadFit(th0, th1, max(float(np.median(quick)), 0.0), tuple(samples))
+
+
+def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
+                   spin_seconds: float = 0.01, rounds: int = 25, warmup: int = WARMUP,
+                   samples: list | None = None) -> tuple[float, float]:
+    """Fit 001's eq. (4) on the live cluster: ``Tr(p) = Tw w ceil(log_k p) + Ti``.
+
+    Probe rounds over 2..len(workers) real workers (one shard each) reduce vectors of
+    each size in ``sizes`` (weights; the tree reduce, the update and the weights'
+    fan-out to the next round are all real). What a round costs beyond the spin and
+    beyond ``Th(p)`` (``head``: a :class:`HeadFit` or ``(th0, th1)``) is fitted with
+    :func:`modelfit.fit_reduce`; without ``head`` the baseline is the same round with
+    a tiny vector, so ``Ti`` comes out near 0. Raw rows are appended to ``samples``.
+
+    Returns ``(tw_seconds_per_weight, ti_seconds)``.
+    """
+    workers = cluster_workers(client, workers)
+    if len(workers) < 2:
+        raise ValueError(f"a reduction needs at least 2 workers, got {len(workers)}")
+    sizes = [int(w) for w in sizes]
+    if len(set(sizes)) < 2 or min(sizes) < 1:
+        raise ValueError(f"sizes needs at least two distinct vector lengths >= 1, got {sizes!r}")
+    ps, ws, extra = [], [], []
+    for p in range(2, len(workers) + 1):
+        real = workers[:p]
+        if head is None:
+            base = float(np.median(probe_rounds(client, real, p, PROBE_WEIGHTS, spin_seconds,
+                                                rounds=rounds, warmup=warmup, fan_in=fan_in)))
+        else:
+            th0, th1 = (head.th0_seconds, head.th1_seconds) if isinstance(head, HeadFit) else head
+            base = spin_seconds + th0 + th1 * perfmodel.tasks_per_round(p, fan_in)
+        for w in sizes:
+            median = float(np.median(probe_rounds(client, real, p, w, spin_seconds,
+                                                  rounds=rounds, warmup=warmup, fan_in=fan_in)))
+            ps.append(p)
+            ws.append(w)
+            extra.append(max(median - base, 0.0))
+            if samples is not None:
+                samples.append((p, w, spin_seconds, median))
+    return modelfit.fit_reduce(ps, ws, extra, fan_in)
+
+
+# ---- the bundle ------------------------------------------------------------------------
+
+
+@dataclass
+class Calibration:
+    """Constants plus what they were measured for; JSON with :meth:`save` / :meth:`load`."""
+
+    constants: perfmodel.Constants
+    network: tuple = ()  # layer widths (empty for hand-given constants)
+    n_weights: int | None = None  # parameters of the network (weights and biases)
+    n_patterns: int | None = None  # training patterns n of the data set
+    n_test: int = 0
+    block: int | None = None  # block size the per-pattern lines were centred on
+    n_shards: int | None = None  # shards of the layout to model (None: one per worker)
+    fan_in: int = 2
+    workers: int = 1  # real workers of the calibrated cluster
+    cores: int | None = None
+    measurements: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)  # the constants become a dict of their fields
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Calibration":
+        """A calibration, or a bare dict of :class:`perfmodel.Constants` fields."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a calibration is a JSON object, got {type(data).__name__}")
+        if "constants" not in data:  # constants given by hand for a cluster not at hand
+            return cls(perfmodel.constants_from_dict(data))
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown calibration fields {unknown}; valid: {sorted(names)}")
+        values = dict(data)
+        values["constants"] = perfmodel.constants_from_dict(values["constants"])
+        values["network"] = tuple(values.get("network") or ())
+        return cls(**values)
+
+    def save(self, path) -> None:
+        with open(path, "w") as fh:
+            json.dump(self.to_dict(), fh, indent=2)
+
+    @classmethod
+    def load(cls, path) -> "Calibration":
+        with open(path) as fh:
+            text = fh.read()
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not JSON: {exc}") from None
+
+
+def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | None = None,
+              fan_in: int = 2, n_test: int = 0, repeats: int = 7, rounds: int = 25,
+              p_values=(1, 2, 4, 8, 16, 32, 64), sizes=None, spin_seconds: float = 0.01,
+              curve: bool = True, progress=None) -> Calibration:
+    """All of 001's constants for ``net`` on this cluster, in one :class:`Calibration`.
+
+    The per-pattern constants are timed on the first worker (single-threaded, with the
+    cluster's malloc settings), from at most ``max(8 * block, 16384)`` rows of ``X``;
+    with ``curve`` the call curve (:func:`measure_calls`) over the same rows, alone and
+    on all ``workers`` at once; then :func:`measure_head` and :func:`measure_reduce`
+    (vectors of w/10, w and 4w weights by default) run on all ``workers``. With the
+    curve's real rounds, ``th0`` is levelled so that ``Tu + Tr(p) + Th(p)`` matches what
+    those rounds cost beyond their gradient phase at p = 1 and p = all (the probes keep
+    the growth ``th1``), and ``tq`` is what their shortest calls' rounds cost beyond it.
+    ``n_patterns`` is ``len(X)``. ``progress``, when given, is called with a line at the
+    start of each of the four steps (``step 2/4: ...``).
+    """
+    check_rounds(rounds)
+    say = progress or (lambda line: None)
+    workers = cluster_workers(client, workers)
+    say(f"step 1/4: per-pattern constants on one worker ({repeats} repeats)")
+    n_rows = min(len(X), max(8 * int(block), 16384))
+    data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1], hash=False)
+    on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,
+                              workers=workers[:1], pure=False)
+    local = waits.result(on_worker, 600, "the per-pattern constants timed on one worker")
+    del on_worker, data
+    if curve:
+        say(f"step 2/4: the call curve over {len(workers)} worker(s)")
+    calls = measure_calls(client, net, X[:n_rows], y[:n_rows], workers) if curve else None
+    say(f"step 3/4: head and scheduler cost, {rounds} probe rounds at p = {', '.join(map(str, p_values))}")
+    head = measure_head(client, workers, p_values=p_values, spin_seconds=spin_seconds,
+                        rounds=rounds, fan_in=fan_in)
+    w = net.n_params
+    sizes = sizes or sorted({max(w // 10, 1), w, 4 * w})
+    reduce_samples: list = []
+    tw, ti = (0.0, 0.0)
+    if len(workers) >= 2:
+        say(f"step 4/4: the reduce over 2..{len(workers)} workers, vectors of {', '.join(map(str, sizes))} weights")
+        tw, ti = measure_reduce(client, sizes, workers, fan_in, rounds=rounds,
+                                spin_seconds=spin_seconds, samples=reduce_samples)
+    th0, tq = head.th0_seconds, head.tq_seconds
+    curve_fields = {}
+    if calls is not None:
+        curve_fields = dict(call_rows=calls.rows, call_seconds=calls.bare, call_task_seconds=calls.first,
+                            call_more_seconds=calls.more, call_shared_factor=calls.factor)
+        if calls.periods_alone:
+            # levels from the real rounds: th0 from p = 1 (one shard), then Ti from p = all
+            # (calls.calls shards each); the probes keep the growth th1 and the bandwidth Tw
+            # (their own levels err high, see measure_head)
+            th0 = max(calls.rest(False) - local.tu_seconds - head.th1_seconds * perfmodel.tasks_per_round(1), 0.0)
+            tq = calls.quantum(False)
+            if len(workers) >= 2:
+                p = len(workers)
+                tasks = perfmodel.tasks_per_round(p, fan_in, n_shards=calls.calls * p)
+                ti = max(calls.rest(True) - local.tu_seconds - th0 - head.th1_seconds * tasks
+                         - tw * w * perfmodel.tree_levels(p, fan_in), 0.0)
+    constants = dataclasses.replace(local, tw_seconds_per_weight=tw, ti_seconds=ti, th0_seconds=th0,
+                                    th1_seconds=head.th1_seconds, tq_seconds=tq, **curve_fields)
+    return Calibration(constants, tuple(net.sizes), w, len(X), int(n_test), int(block), n_shards,
+                       fan_in, len(workers), os.cpu_count(),
+                       {"head": [list(s) for s in head.samples],
+                        "reduce": [list(s) for s in reduce_samples],
+                        "rounds": dataclasses.asdict(calls) if calls is not None else {},
+                        "probe_th0_seconds": head.th0_seconds, "probe_tq_seconds": head.tq_seconds,
+                        "load_average": list(os.getloadavg())})

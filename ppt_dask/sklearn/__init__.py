@@ -1,0 +1,1 @@
+"""The scikit-learn estimators: PPTClassifier and PPTRegressor over the engine."""

@@ -1,0 +1,61 @@
+"""The Dask internals ppt_dask leans on: each behind one module, still applying, and the
+package's version bounds agreeing with the range those modules were tested with."""
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+import ppt_dask
+from ppt_dask.engine import taskspec
+
+PACKAGE = Path(ppt_dask.__file__).resolve().parent
+PYPROJECT = PACKAGE.parent / "pyproject.toml"
+
+
+def _importers(module: str) -> list[str]:
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(n == module or n.startswith(module + ".") for n in names):
+                found.append(str(path.relative_to(PACKAGE)))
+    return sorted(set(found))
+
+
+def test_dask_task_spec_is_imported_in_one_module():
+    assert _importers("dask._task_spec") == ["engine/taskspec.py"]
+
+
+def test_the_task_spec_still_builds_and_runs_a_graph(threads_client):
+    """Task, TaskRef, DataNode and parse_input as the round graphs use them, on a real cluster."""
+    layers = {
+        "a": MaterializedLayer({"a": taskspec.Task("a", sum, taskspec.DataNode(None, [1, 2, 3]))}),
+        "b": MaterializedLayer({"b": taskspec.Task("b", lambda x, ys: x + sum(ys), taskspec.TaskRef("a"),
+                                                   taskspec.parse_input([taskspec.TaskRef("a")] * 2))}),
+    }
+    graph = HighLevelGraph(layers, {"a": set(), "b": set()})
+    (future,) = threads_client.get(graph, ["b"], sync=False)
+    assert future.result(timeout=30) == 6 + 12
+
+
+def test_the_tested_range_is_the_requirement():
+    """pyproject.toml's bounds for dask and distributed are taskspec.TESTED (moved together)."""
+    deps = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+    low, high = taskspec.TESTED
+    for name in ("dask[distributed]", "distributed"):
+        (spec,) = [d for d in deps if d.startswith(name + ">")]
+        match = re.fullmatch(re.escape(name) + r">=([\d.]+),<([\d.]+)", spec)
+        assert match, spec
+        lo, hi = match.groups()
+        assert taskspec._version(lo) == taskspec._version(low) and taskspec._version(hi) == taskspec._version(high)
+
+
+def test_a_version_outside_the_range_is_named():
+    assert taskspec.outside_tested() is None  # the installed one was tested
+    assert "older than 2026.3.0" in taskspec.outside_tested("2025.1.0")
+    assert "newer than" in taskspec.outside_tested("2026.9.0")
+    assert taskspec.outside_tested("2026.8.0") is None
