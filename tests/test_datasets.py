@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ppt_dask
 from ppt_dask.data import datasets
 from ppt_dask.data.datasets import (
     DATASETS,
@@ -33,7 +34,6 @@ from ppt_dask.data.datasets import (
     train_test_split,
 )
 
-PACKAGE_DIR = Path(datasets.__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +158,8 @@ def test_env_var_and_relative_fallback(monkeypatch, tmp_path, data_dir):
     assert find_data_dir() == (tmp_path / "shared" / "data").resolve()
     # then shared/data beside the repository root, then the per-user cache MNIST is fetched
     # into (named only: whether they exist depends on the machine)
-    assert datasets.data_dir_candidates()[1:] == [PACKAGE_DIR.parents[1] / "shared" / "data",
-                                                  tmp_path / "cache" / "ppt_dask"]
+    beside_clone = Path(ppt_dask.__file__).resolve().parents[2] / "shared" / "data"
+    assert datasets.data_dir_candidates()[1:] == [beside_clone, tmp_path / "cache" / "ppt_dask"]
 
 
 # ------------------------------------------------------------------ MNIST
@@ -345,11 +345,9 @@ def test_dataset_rejects_unknown_task():
 
 
 def test_import_does_not_import_dask():
-    # Load the modules without running the package __init__ (which may import dask).
+    # In a fresh interpreter (the package's front imports nothing until a name is used).
     code = (
-        "import sys, types\n"
-        f"pkg = types.ModuleType('ppt_dask'); pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
-        "sys.modules['ppt_dask'] = pkg\n"
+        "import sys\n"
         "import ppt_dask.data.datasets, ppt_dask.core.validation\n"
         "loaded = [m for m in sys.modules if m == 'dask' or m.startswith('dask.')]\n"
         "assert not loaded, loaded\n"

@@ -2,18 +2,11 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent / "ppt_dask"
-
-# Run in a fresh interpreter. A stand-in package object replaces ppt_dask so that
-# ppt_dask/__init__.py (which may import the dask-using modules) is not executed:
-# only the four math modules and what they import are loaded.
-SCRIPT = f"""
-import sys, types
-package = types.ModuleType("ppt_dask")
-package.__path__ = [{str(PACKAGE_DIR)!r}]
-sys.modules["ppt_dask"] = package
+# Run in a fresh interpreter: the package's front imports nothing until a name is used,
+# so only the four math modules and what they import are loaded.
+SCRIPT = """
+import sys
 import ppt_dask.core.activations, ppt_dask.core.losses, ppt_dask.core.network, ppt_dask.core.optimizers
 loaded = sorted(name for name in sys.modules
                 if name.split(".")[0] in ("dask", "distributed", "bokeh"))

@@ -184,7 +184,7 @@ def data_dir_candidates(data_dir=None) -> list[Path]:
         return [Path(os.environ[DATA_ENV]).expanduser()]
     found = []
     for path in (Path.cwd().parent / "shared" / "data",
-                 Path(__file__).resolve().parents[2] / "shared" / "data",
+                 Path(__file__).resolve().parents[3] / "shared" / "data",  # ppt_dask/data/ -> beside the clone
                  fetch.user_cache_dir()):
         if path.resolve() not in {p.resolve() for p in found}:
             found.append(path)
