@@ -136,9 +136,9 @@ def test_truncated_idx_file_in_the_data_dir(tmp_path):
     import subprocess
     import sys
 
-    from ppt_dask.data import datasets
+    from ppt_dask.data import files
 
-    src = datasets.find_data_dir() / "mnist"
+    src = files.find_data_dir() / "mnist"
     (tmp_path / "mnist").mkdir()
     for f in src.iterdir():
         shutil.copy(f, tmp_path / "mnist" / f.name)

@@ -15,25 +15,10 @@ import numpy as np
 import pytest
 
 import ppt_dask
-from ppt_dask.data import datasets
-from ppt_dask.data.datasets import (
-    DATASETS,
-    encoder,
-    find_data_dir,
-    find_data_file,
-    function,
-    function_target,
-    grow_images,
-    load,
-    mnist,
-    mnist_grow_factor,
-    mnist_rows,
-    parity,
-    random_splits,
-    read_idx,
-    train_test_split,
-)
-
+from ppt_dask.data import datasets, files
+from ppt_dask.data.datasets import (DATASETS, encoder, function, function_target, grow_images, load, mnist,
+                                    mnist_grow_factor, mnist_rows, parity, random_splits, train_test_split)
+from ppt_dask.data.files import find_data_dir, find_data_file, read_idx
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +144,7 @@ def test_env_var_and_relative_fallback(monkeypatch, tmp_path, data_dir):
     # then shared/data beside the repository root, then the per-user cache MNIST is fetched
     # into (named only: whether they exist depends on the machine)
     beside_clone = Path(ppt_dask.__file__).resolve().parents[2] / "shared" / "data"
-    assert datasets.data_dir_candidates()[1:] == [beside_clone, tmp_path / "cache" / "ppt_dask"]
+    assert files.data_dir_candidates()[1:] == [beside_clone, tmp_path / "cache" / "ppt_dask"]
 
 
 # ------------------------------------------------------------------ MNIST

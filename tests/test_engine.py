@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.data import datasets
+from ppt_dask.data import datasets, files
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.engine.result import Outcome
 
@@ -116,7 +116,7 @@ def test_a_threads_cluster_gives_the_same_weights(threads_client):
 def test_shards_built_on_the_workers_from_a_source(client4, workers4, tmp_path):
     """The head passes a loader; each worker reads its own rows of the MNIST files."""
     import functools
-    data_dir = datasets.find_data_dir()
+    data_dir = files.find_data_dir()
     loader = functools.partial(datasets.mnist_rows, str(data_dir), "train")
     shards = ppt.enter_source(client4, loader, n_rows=600, n_shards=4, workers=workers4[:2])
     X, y = datasets.mnist_rows(data_dir, "train", 0, 600)

@@ -12,7 +12,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.engine import checkpoint
-from ppt_dask.data import datasets
+from ppt_dask.data import datasets, files
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.engine.result import Outcome
 
@@ -75,7 +75,7 @@ def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy):
 
 def test_worker_killed_shards_from_a_source_are_rebuilt_by_dask(client2):
     import functools
-    loader = functools.partial(datasets.mnist_rows, str(datasets.find_data_dir()), "train")
+    loader = functools.partial(datasets.mnist_rows, str(files.find_data_dir()), "train")
     X, y = datasets.mnist_rows(None, "train", 0, 400)
     net = ppt.MLP((784, 8, 10))
     strategy = ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppt_dask.data import datasets, fetch
+from ppt_dask.data import datasets, fetch, files
 
 NAMES = list(fetch.MNIST_SHA256)
 SMALL = "t10k-labels-idx1-ubyte.gz"  # 4.5 kB: the quick single-file cases
@@ -30,7 +30,7 @@ SMALL = "t10k-labels-idx1-ubyte.gz"  # 4.5 kB: the quick single-file cases
 
 @pytest.fixture(scope="module")
 def mnist_dir():
-    return datasets.find_data_dir() / "mnist"
+    return files.find_data_dir() / "mnist"
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -178,7 +178,7 @@ def test_without_a_named_folder_mnist_goes_to_the_user_cache(serve, mnist_dir, t
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")  # no ../shared/data here
-    beside = [c for c in datasets.data_dir_candidates()[:-1] if not fetch.missing_files(c)]
+    beside = [c for c in files.data_dir_candidates()[:-1] if not fetch.missing_files(c)]
     d = datasets.mnist(n_train=20, n_test=20)
     assert d.X.shape == (20, 784)
     if beside:  # the clone sits beside shared/data: found there, nothing fetched
