@@ -29,7 +29,8 @@ from ppt_dask.algorithms.asynchronous import Async
 from ppt_dask.algorithms.strategies import shard_share
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.engine import graph, waits
-from ppt_dask.engine.result import ROUND_TIMEOUT, Outcome, Result, evaluate, test_error
+from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
+from ppt_dask.engine.waits import ROUND_TIMEOUT
 from ppt_dask.observe import keys
 
 

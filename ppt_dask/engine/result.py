@@ -13,9 +13,8 @@ from ppt_dask.algorithms import strategies
 from ppt_dask.core.network import MLP
 from ppt_dask.engine import graph
 from ppt_dask.engine.shards import ShardSet
+from ppt_dask.engine.waits import ROUND_TIMEOUT
 from ppt_dask.observe import keys
-
-ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
 
 
 class Outcome(enum.Enum):

@@ -26,36 +26,12 @@ from ppt_dask.core import applicability
 from ppt_dask.core.network import MLP
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import checkpoint, graph, onehop, overlap, stream
-from ppt_dask.engine.result import ROUND_TIMEOUT, Outcome, Result, evaluate, test_error
+from ppt_dask.engine import checkpoint, graph, rounds, waits
+from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.shards import ShardSet
 from ppt_dask.observe import diagnostics, keys
 
-POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
-MAX_RECOVERIES = 20
-
-
-class WorkerLost(RuntimeError):
-    """A worker holding shards left the cluster while a round was waiting on it."""
-
-
-def _result(future, shards: ShardSet, timeout: float = ROUND_TIMEOUT):
-    """``future.result()``, checking every few seconds that the shards' workers are alive.
-
-    Shards with a recipe are rebuilt by Dask on the slot's resource label; while that
-    label has no worker a pinned task would wait, so the head looks for lost workers
-    itself instead of waiting for ``no-workers-timeout``.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return future.result(timeout=min(POLL_SECONDS, max(0.01, deadline - time.monotonic())))
-        except TimeoutError:
-            lost = shards.lost_workers()
-            if lost:
-                raise WorkerLost(f"worker(s) {lost} left the cluster") from None
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"a round did not finish within {timeout} s") from None
+MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
 
 
 def check_compatible(net: MLP, shards: ShardSet) -> None:
@@ -77,32 +53,6 @@ def check_compatible(net: MLP, shards: ShardSet) -> None:
         raise ValueError(f"targets have {y_shape[0]} columns; the network has {net.n_outputs} outputs")
     if net.output == "sigmoid" and net.loss == "cross_entropy" and (lo < 0 or hi > 1):
         raise ValueError(f"sigmoid/cross-entropy targets must lie in [0, 1]; the data has [{lo:g}, {hi:g}]")
-
-
-EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
-DOUBLING_FROM = 4  # "auto" combines by recursive doubling from this many workers on (graphs/out/round_latency.md)
-
-
-def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
-    """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
-
-    The local strategy has rounds of its own: "stream" (and "auto") runs one long task per
-    worker whose averages go straight between workers (:mod:`ppt_dask.engine.stream`, no scheduler
-    hop a round); "all" is one task per worker per round whose exchange overlaps the next
-    round's steps (:mod:`ppt_dask.engine.overlap`, one hop a round)."""
-    if exchange not in EXCHANGES:
-        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
-    if getattr(strategy, "shard_models", False):
-        if exchange not in ("auto", "all", "stream"):
-            raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
-                             "(streamed rounds) or 'all' (one task per worker per round)")
-        return "overlap" if exchange == "all" else "stream"
-    if exchange == "stream":
-        raise ValueError("exchange='stream' applies to the local strategy only")
-    if exchange == "auto":
-        doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
-        return "doubling" if doubling else "all"
-    return exchange
 
 
 @dataclass
@@ -234,8 +184,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     fan_in = check_int_at_least("fan_in", fan_in, 2)
     pipeline = check_int_at_least("pipeline", pipeline, 0)
     checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
-    if exchange not in EXCHANGES:
-        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    if exchange not in rounds.EXCHANGES:
+        raise ValueError(f"exchange must be one of {rounds.EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
     applicability.refuse_pipeline(name, exchange, pipeline)
@@ -302,7 +252,7 @@ def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
         try:
             end = _rounds(run, attempt, engine, kept)
             if isinstance(end, _End):
-                end.state = _result(end.state, run.shards)  # before the round futures are cancelled
+                end.state = waits.round_result(end.state, run.shards)  # before the round futures are cancelled
                 return end
             # new workers: the rounds after the kept state are resubmitted over the larger
             # cluster; the fixed shard tree makes the result the same
@@ -310,7 +260,7 @@ def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
             for event in run.shards.rebalance():
                 run.events.append({**event, "round": kept.round + 1,
                                    "elapsed_seconds": time.perf_counter() - run.t_start})
-        except (CancelledError, KilledWorker, WorkerLost) as exc:
+        except (CancelledError, KilledWorker, waits.WorkerLost) as exc:
             # a worker died: put its shards back, roll back to the head's copy, replay
             run.recoveries += 1
             if run.recoveries > MAX_RECOVERIES:
@@ -328,25 +278,12 @@ def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
 
 def _engine(run: _Run, kept: _Kept):
     """The round graph of a new generation, starting from the kept state."""
-    client = run.shards.client
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
-    exchange = choose_exchange(run.exchange, plan, run.strategy)
-    run.used_exchange = exchange
+    run.used_exchange = rounds.choose_exchange(run.exchange, plan, run.strategy)
     run.last_kept = kept
     del run.history[kept.n_history:]
-    tag = keys.generation(run.run_id, run.gen)
-    start = client.scatter(kept.state, hash=False)
-    if exchange == "stream":
-        return stream.StreamRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
-                                   kept.round + 1, kept.state, run.max_rounds - 1)
-    if exchange == "overlap":
-        return overlap.OverlapRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
-                                     kept.round + 1)
-    if exchange == "tree":
-        return graph.TreeRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
-                                kept.round + 1)
-    return onehop.OneHopRounds(client, plan, run.shards.futures, run.strategy, run.net, tag, start,
-                               kept.round + 1, exchange)
+    return rounds.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,
+                        keys.generation(run.run_id, run.gen), kept.state, kept.round + 1, run.max_rounds - 1)
 
 
 BATCH_SECONDS = 0.05  # the head reads rounds in batches of about this long
@@ -364,7 +301,7 @@ def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End | _Grow:
     """Submit batches of rounds ahead, read each batch's stats, keep copies, check the target;
     how the generation ends (an :class:`_End`, or a :class:`_Grow` when workers joined)."""
     shards, stop = run.shards, run.stop
-    wait = functools.partial(_result, shards=shards)
+    wait = functools.partial(waits.round_result, shards=shards)
     estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
     for h in run.history:
         if h["try"] == attempt:
@@ -419,9 +356,9 @@ def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate,
         run.history.pop()
         return _End(engine.state_before(r), r - 1, Outcome.DIVERGED, f"round {r}")
     if r in run.snapshot_rounds:
-        run.snapshots[run.snapshot_rounds[r]] = _result(engine.state_after(r), shards).params
+        run.snapshots[run.snapshot_rounds[r]] = waits.round_result(engine.state_after(r), shards).params
     if (r + 1) % run.checkpoint_every == 0 and r + 1 < run.max_rounds:
-        kept = _keep(run, attempt, r, _result(engine.state_after(r), shards))
+        kept = _keep(run, attempt, r, waits.round_result(engine.state_after(r), shards))
         if shards.can_grow and shards.joined_workers():  # use new workers from here on
             return _Grow(kept)
     screened = (estimate.full or strategy.exact_stats) and estimate.rate <= (stop.target_error or 0)
@@ -450,12 +387,12 @@ def _verify(run: _Run, state_future, record: dict) -> float:
     """The error of the state a round started from: on the test set, else the whole training
     set (the round's own stats when they already cover it)."""
     if run.stop.test is not None:
-        return test_error(run.net, _result(state_future, run.shards).params, run.stop.test)
+        return test_error(run.net, waits.round_result(state_future, run.shards).params, run.stop.test)
     if run.strategy.exact_stats:
         return record["error_rate"]
     client = run.shards.client
     if not isinstance(state_future, Future):  # a state the head builds (streamed rounds)
-        s = evaluate(run.net, run.shards, _result(state_future, run.shards).params, run.fan_in)
+        s = evaluate(run.net, run.shards, waits.round_result(state_future, run.shards).params, run.fan_in)
         return float(s[1] / s[2])
     s = evaluate(run.net, run.shards, client.submit(graph.weights_of, state_future), run.fan_in)
     return float(s[1] / s[2])

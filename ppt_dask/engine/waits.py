@@ -6,6 +6,10 @@ was, to look at the right worker or raise the right limit.
 
 from __future__ import annotations
 
+import time
+
+ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
+
 
 def result(future, timeout: float, what: str):
     """``future.result(timeout)``; on timeout a ``TimeoutError`` naming ``what`` and the limit."""
@@ -14,3 +18,29 @@ def result(future, timeout: float, what: str):
     except TimeoutError:
         raise TimeoutError(f"waited {timeout:g} s for {what}; it did not come (a worker stuck, gone "
                            "or overloaded? the dashboard's task stream shows it)") from None
+
+
+POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
+
+
+class WorkerLost(RuntimeError):
+    """A worker holding shards left the cluster while a round was waiting on it."""
+
+
+def round_result(future, shards, timeout: float = ROUND_TIMEOUT):
+    """``future.result()``, checking every few seconds that the shards' workers are alive.
+
+    Shards with a recipe are rebuilt by Dask on the slot's resource label; while that
+    label has no worker a pinned task would wait, so the head looks for lost workers
+    itself instead of waiting for ``no-workers-timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return future.result(timeout=min(POLL_SECONDS, max(0.01, deadline - time.monotonic())))
+        except TimeoutError:
+            lost = shards.lost_workers()
+            if lost:
+                raise WorkerLost(f"worker(s) {lost} left the cluster") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"a round did not finish within {timeout} s") from None

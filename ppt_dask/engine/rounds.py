@@ -1,0 +1,50 @@
+"""Which round graph a run uses, and the object that runs it for one generation.
+
+Every kind has the same interface (``submit``, ``read_stats``, ``state_after``,
+``state_before``, ``release``, ``cancel``, ``lag``, ``max_batch``), so the round loop
+(:mod:`ppt_dask.engine.trainer`) does not know which one it drives.
+"""
+
+from __future__ import annotations
+
+from ppt_dask.engine import graph, onehop, overlap, stream
+
+EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
+DOUBLING_FROM = 4  # "auto" combines by recursive doubling from this many workers on (graphs/out/round_latency.md)
+
+
+def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
+    """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
+
+    The local strategy has rounds of its own: "stream" (and "auto") runs one long task per
+    worker whose averages go straight between workers (:mod:`ppt_dask.engine.stream`, no scheduler
+    hop a round); "all" is one task per worker per round whose exchange overlaps the next
+    round's steps (:mod:`ppt_dask.engine.overlap`, one hop a round)."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    if getattr(strategy, "shard_models", False):
+        if exchange not in ("auto", "all", "stream"):
+            raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
+                             "(streamed rounds) or 'all' (one task per worker per round)")
+        return "overlap" if exchange == "all" else "stream"
+    if exchange == "stream":
+        raise ValueError("exchange='stream' applies to the local strategy only")
+    if exchange == "auto":
+        doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
+        return "doubling" if doubling else "all"
+    return exchange
+
+
+def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net, tag: str, state,
+          first: int, last: int):
+    """The rounds of one generation (``tag``) from ``state``, the state before round ``first``;
+    ``last`` is the run's last round (the streamed rounds run up to it by themselves)."""
+    start_state = client.scatter(state, hash=False)
+    if exchange == "stream":
+        return stream.StreamRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state,
+                                   last)
+    if exchange == "overlap":
+        return overlap.OverlapRounds(client, plan, shard_futures, strategy, net, tag, start_state, first)
+    if exchange == "tree":
+        return graph.TreeRounds(client, plan, shard_futures, strategy, net, tag, start_state, first)
+    return onehop.OneHopRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, exchange)
