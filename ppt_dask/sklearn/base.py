@@ -1,0 +1,382 @@
+"""What the two estimators share: settings read the way scikit-learn reads them, the
+strategy and shard count they imply, the cluster a ``fit`` runs on, one ``fit`` as one run
+of the trainer with the ``tol`` rule applied from inside, and prediction on numpy or dask
+arrays. :mod:`ppt_dask.sklearn.estimator` adds the classifier's and regressor's targets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ppt_dask.algorithms import choose
+from ppt_dask.core import applicability, validation
+from ppt_dask.core.network import MLP
+from ppt_dask.core.stopping import Stop
+from ppt_dask.core.tree import split_rows
+from ppt_dask.engine import cluster
+from ppt_dask.engine.result import Outcome
+from ppt_dask.engine.shards import enter_data, exit_data
+from ppt_dask.engine.trainer import train
+from ppt_dask.sklearn.contract import (ContractMixin, ConvergenceWarning, check_X, is_dask,
+                                       n_features_message, seed_of, sklearn_class)
+from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
+
+ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours
+AUTO_BATCH = {"local": 100}  # batch_size="auto" is min(AUTO_BATCH[strategy], n_samples) ...
+AUTO_BATCH_OTHERS = 1000  # ... or this for the strategies not named there
+PER_SHARD = {"ppt": "local_epoch", "average": "block", "local": "block"}  # size per shard
+# The defaults that differ by strategy (graphs/estimator_race.py measured them on MNIST):
+LOCAL_LR = 0.05  # learning_rate_init=None with "local" (0.1 ended at 97.0 %, 0.02 took 1.4x as long)
+LOCAL_STEPS = 60  # local steps per round with "local", fewer when a shard is smaller (one epoch)
+
+
+# ---- worker-side functions (module level: picklable, named on the dashboard) ---------------
+
+
+def _output_block(X, net: MLP, params, what: str, classes):
+    """``what`` of the network on rows ``X``: "predict", "proba", "log_proba" or "values"."""
+    validation.check_finite(X, "X")
+    out = net.forward(params, X)
+    if what == "predict":
+        return classes[out.argmax(axis=1)]
+    if what == "values":
+        return out.ravel() if out.shape[1] == 1 else out
+    return out if what == "proba" else np.log(out)
+
+
+@dataclass
+class _Run:
+    """What a fit accumulates; set on the estimator only once the fit has succeeded."""
+
+    params: np.ndarray | None
+    losses: list = field(default_factory=list)
+    epochs: int = 0
+    patterns: int = 0
+    history: list = field(default_factory=list)
+    best: float = math.inf
+    no_improvement: int = 0
+    state: object = None  # weights and optimizer state of the last chunk, within one fit
+
+
+def _epoch_losses(history: list[dict], epochs: int, complete: bool) -> list[float]:
+    """Mean loss of each epoch (weighted by patterns) from the rounds of one train call.
+
+    The asynchronous strategy counts only the patterns of the gradients it applied in
+    ``epoch``: a ``complete`` run's records are spread over all its ``epochs``.
+    """
+    sums, counts = np.zeros(epochs), np.zeros(epochs)
+    reached = history[-1].get("epoch", epochs) if history else epochs
+    scale = epochs / reached if complete and 0 < reached < epochs else 1.0
+    for i, record in enumerate(history):
+        epoch = scale * record["epoch"] if "epoch" in record else (i + 1) * epochs / len(history)
+        e = min(epochs - 1, max(0, math.ceil(epoch - 1e-9) - 1))
+        sums[e] += record["loss"] * record.get("patterns", 1)
+        counts[e] += record.get("patterns", 1)
+    return [float(s / c) for s, c in zip(sums, counts) if c > 0]  # a diverged run ends early
+
+
+# ---- the shared machinery ----------------------------------------------------------------
+
+
+class PPTBase(ContractMixin):
+    """Parameters, the sklearn contract, the cluster, the training loop, prediction."""
+
+    _output = "linear"  # the output layer; set by each estimator
+    _default_lr = 0.1  # learning_rate_init=None means this
+    _default_dtype = "float64"  # dtype=None means this
+
+    def _dtype(self) -> str:
+        return self._default_dtype if self.dtype is None else self.dtype
+
+    def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, alpha=0.0001,
+                 batch_size="auto", learning_rate_init=None, momentum=0.9, max_iter=200,
+                 tol=1e-4, n_iter_no_change=10, random_state=None, warm_start=False,
+                 verbose=False, strategy="local", strategy_params=None, n_shards=None,
+                 n_workers=None, scheduler=None, dtype=None, fan_in=2):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.learning_rate_init = learning_rate_init
+        self.momentum = momentum
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.strategy = strategy
+        self.strategy_params = strategy_params
+        self.n_shards = n_shards
+        self.n_workers = n_workers
+        self.scheduler = scheduler
+        self.dtype = dtype
+        self.fan_in = fan_in
+
+    # -- hyper-parameters, checked before any cluster work --
+
+    def _settings(self) -> dict:
+        hidden = self.hidden_layer_sizes
+        try:
+            hidden = (hidden,) if isinstance(hidden, numbers.Integral) else tuple(hidden)
+        except TypeError:
+            raise ValueError(f"hidden_layer_sizes must be an int or a sequence of ints, got {hidden!r}") from None
+        for width in hidden:
+            validation.check_int_at_least("every entry of hidden_layer_sizes", width, 1)
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        if not (isinstance(self.batch_size, str) and self.batch_size == "auto"):
+            validation.check_int_at_least("batch_size ('auto' or an integer)", self.batch_size, 1)
+        lr = self.learning_rate_init
+        if lr is None:
+            lr = LOCAL_LR if self.strategy == "local" else self._default_lr
+        validation.check_positive("learning_rate_init", lr)
+        validation.check_nonneg("alpha", self.alpha)
+        if validation.check_nonneg("momentum", self.momentum) >= 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        validation.check_int_at_least("max_iter", self.max_iter, 1)
+        validation.check_nonneg("tol", self.tol)
+        validation.check_int_at_least("n_iter_no_change", self.n_iter_no_change, 1)
+        for name in ("n_shards", "n_workers"):
+            if getattr(self, name) is not None:
+                validation.check_int_at_least(name, getattr(self, name), 1)
+        validation.check_int_at_least("fan_in", self.fan_in, 2)
+        validation.check_dtype("dtype", self.dtype, allow_none=True)
+        if self.scheduler is not None:
+            cluster.check_address(self.scheduler)
+        extra = {} if self.strategy_params is None else self.strategy_params
+        if not isinstance(extra, dict) or not isinstance(self.strategy, str):
+            raise ValueError(f"strategy must be a name and strategy_params a dict or None, got "
+                             f"{self.strategy!r} and {self.strategy_params!r}")
+        self._refuse_inapplicable(extra)
+        settings = {"hidden": hidden, "extra": extra, "seed": seed_of(self.random_state),
+                    "optimizer": {"lr": lr, "momentum": self.momentum, "l2": self.alpha}}
+        self._strategy(settings, batch=1, n_shards=1)  # the strategy checks its own parameters
+        return settings
+
+    def _refuse_inapplicable(self, extra: dict) -> None:
+        """What does not apply to the strategy is refused (:mod:`ppt_dask.core.applicability`)."""
+        if self.strategy not in applicability.STRATEGIES:
+            return  # choose.make names the choices
+        size = PER_SHARD.get(self.strategy, "block")
+        for key in extra:
+            if key not in applicability.STRATEGY_OWN:
+                raise ValueError(f"strategy_params[{key!r}] is not a parameter of a strategy; "
+                                 f"they are {', '.join(applicability.STRATEGY_OWN)}")
+            if key == size and self.batch_size != "auto":
+                raise ValueError(f"strategy_params[{key!r}] and batch_size={self.batch_size!r} both set "
+                                 "the size of a block: give one")
+        applicability.refuse(self.strategy, {k: v for k, v in extra.items() if k != size},
+                             spell=lambda k: f"strategy_params[{k!r}]")
+        if self.strategy == "epoch" and self.batch_size != "auto":
+            raise ValueError(f"batch_size={self.batch_size!r} applies to strategy block, ppt, average, "
+                             "local, async, not to strategy epoch (each update sees the whole set)")
+
+    def _default_shards(self, n_workers: int, n_rows: int, batch: int) -> int:
+        """``n_shards=None``: one shard per worker, except for "local" on a set smaller than
+        ``LOCAL_STEPS`` batches. There no shard can take a full round of steps, a round is
+        short beside the exchange of its average, and one shard's rounds need none (on
+        scikit-learn's digits, 200 epochs: 1.6-1.7 s on one shard, 2.4-2.5 s on two)."""
+        if self.strategy == "local" and n_rows < LOCAL_STEPS * batch:
+            return 1
+        return max(1, n_workers)
+
+    def _strategy(self, settings: dict, batch: int, n_shards: int, n_rows: int | None = None):
+        """The strategy for ``batch`` patterns per update over all shards (of ``n_rows``)."""
+        size = max(1, batch // n_shards) if self.strategy in PER_SHARD else batch
+        sizes = {PER_SHARD.get(self.strategy, "block"): size, **settings["extra"]}
+        if self.strategy == "local" and n_rows is not None and "interval" not in sizes:
+            # LOCAL_STEPS steps between averages, but no more than a pass over the smallest
+            # shard: a round then ends within an epoch, so that max_iter epochs are never
+            # overrun by more than a round and every epoch has a loss of its own
+            block = sizes["block"]
+            steps = max(1, min(LOCAL_STEPS, (n_rows // n_shards) // block))
+            sizes["interval"] = steps * block
+        try:
+            return choose.make(self.strategy, **settings["optimizer"], **sizes)
+        except TypeError as exc:
+            raise ValueError(f"bad strategy_params {settings['extra']!r} for strategy "
+                             f"{self.strategy!r}: {exc}") from None
+
+    @classmethod
+    def from_model(cls, model, **params):
+        """A fitted estimator holding a saved model's weights (a :class:`ppt_dask.Model` or
+        the path of a model file); ``params`` are constructor parameters for later fits."""
+        from ppt_dask.engine.modelfile import fitted_estimator
+        return fitted_estimator(cls, model, **params)
+
+    # -- the cluster --
+
+    @contextlib.contextmanager
+    def _client(self):
+        """The client of one fit: ``scheduler``'s, the current one, or a new LocalCluster."""
+        from distributed import get_client
+
+        if self.scheduler is not None:
+            client, close = cluster.connect(self.scheduler), cluster.close
+        else:
+            try:
+                client, close = get_client(), None
+            except ValueError:  # no client around: a cluster for this fit only
+                client, close = cluster.connect(n_workers=self.n_workers, dashboard_address=None), cluster.close
+        try:
+            yield client
+        finally:
+            if close is not None:
+                close(client)
+
+    # -- fitting --
+
+    def fit(self, X, y):
+        """Train from new weights (from the learned ones with ``warm_start``).
+
+        Parameters
+        ----------
+        X : ndarray or dask array of shape (n_samples, n_features)
+        y : ndarray or dask array of shape (n_samples,)
+            Labels (numbers or strings) for the classifier; targets, also of shape
+            (n_samples, n_outputs), for the regressor.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, y, incremental=False)
+
+    def partial_fit(self, X, y):
+        """One more epoch on ``(X, y)`` from the current weights; returns self."""
+        return self._fit(X, y, incremental=True)
+
+    def _fit(self, X, y, *, incremental: bool, classes=None):
+        settings = self._settings()
+        X = check_X(X)
+        n_rows, n_features = (int(d) for d in X.shape)
+        continuing = hasattr(self, "params_") and (incremental or self.warm_start)
+        if continuing and n_features != self.n_features_in_:
+            raise ValueError(n_features_message(n_features, self, self.n_features_in_))
+        y = self._check_y(y, n_rows, type(self).__name__)
+        args = (continuing, incremental, classes)
+        prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
+        auto = AUTO_BATCH.get(self.strategy, AUTO_BATCH_OTHERS)
+        batch = min(auto, n_rows) if self.batch_size == "auto" else self.batch_size
+        if batch > n_rows:
+            warnings.warn(f"batch_size ({batch}) is larger than the {n_rows} samples; clipped to {n_rows}",
+                          UserWarning, stacklevel=3)
+            batch = n_rows
+        run = _Run(None)
+        if continuing:  # partial_fit goes on with the tol bookkeeping; a warm fit starts it again
+            run = _Run(self.params_, list(self.loss_curve_), self.n_iter_, self.t_, list(self.history_),
+                       *((self.best_loss_, self._no_improvement_count) if incremental else ()))
+
+        def network(n_outputs: int) -> MLP:
+            net = MLP((n_features, *settings["hidden"], n_outputs), hidden=ACTIVATIONS[self.activation],
+                      output=self._output, dtype=self._dtype())
+            if continuing and net != self._net:
+                raise ValueError(f"cannot continue training a {self._net.sizes} {self._net.hidden} "
+                                 f"network as {net.sizes} {net.hidden}; fit from new weights")
+            return net
+
+        if prepared is not None:  # the architecture, checked before the cluster
+            network(prepared[1])
+        with self._client() as client:
+            target, n_outputs, learned = prepared or self._prepare(y, client, *args)
+            net = network(n_outputs)
+            n_workers = len(cluster.worker_addresses(client))
+            n_shards = min(self.n_shards or self._default_shards(n_workers, n_rows, batch), n_rows, batch)
+            strategy = self._strategy(settings, batch, n_shards, n_rows)
+            # the data-dependent checks of the strategy, before the data is placed
+            strategy.check([b - a for a, b in split_rows(n_rows, n_shards)], settings["seed"])
+            shards = enter_data(client, X, target, n_shards, dtype=self._dtype())
+            try:
+                self._train_loop(run, net, shards, strategy, 1 if incremental else self.max_iter,
+                                 settings["seed"], tol_rule=not incremental)
+            finally:
+                exit_data(shards)
+
+        for name, value in learned.items():
+            setattr(self, name, value)
+        self._net = net
+        self.params_ = np.array(run.params, dtype=self._dtype())
+        self.coefs_ = [W.copy() for W, _ in net.unflatten(self.params_)]
+        self.intercepts_ = [b.copy() for _, b in net.unflatten(self.params_)]
+        self.loss_curve_, self.best_loss_, self.n_iter_, self.t_ = run.losses, run.best, run.epochs, run.patterns
+        self.history_, self._no_improvement_count = run.history, run.no_improvement
+        self.n_features_in_, self.n_outputs_, self.n_layers_ = n_features, n_outputs, len(net.sizes)
+        self.out_activation_ = "identity" if self._output == "linear" else self._output
+        self.batch_size_, self.n_shards_ = batch, n_shards
+        return self
+
+    def _train_loop(self, run: _Run, net, shards, strategy, epochs: int, seed: int, *, tol_rule: bool):
+        """Train up to ``epochs`` epochs into ``run`` in one :func:`ppt_dask.train` call.
+
+        The rule is MLPClassifier's (``early_stopping=False``, :class:`ppt_dask.sklearn.epochs.ToleranceRule`):
+        an epoch whose mean loss is not below the best loss so far minus ``tol`` counts as no
+        improvement, and training stops once more than ``n_iter_no_change`` epochs in a row
+        count. The trainer calls back after every round (``on_round``); the round that
+        completes the rule's epoch stops the run there. The asynchronous strategy has no
+        such call-back: its ``epochs`` all run and the rule only decides the warning. Without
+        ``tol_rule`` (``partial_fit``) the rule's bookkeeping (``best_loss_``) goes on, as
+        scikit-learn's, but does not stop the run.
+        """
+        rule = ToleranceRule(self.tol, self.n_iter_no_change, run.best, run.no_improvement)
+        curve = EpochCurve(rule, on_epoch=self._print_epoch(run.epochs) if self.verbose else None)
+        asynchronous = getattr(strategy, "asynchronous", False)
+        result = train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=run.params,
+                       fan_in=self.fan_in, progress=None,
+                       on_round=None if asynchronous else curve.add if tol_rule else
+                       lambda record: curve.add(record) and False)
+        diverged = result.outcome is Outcome.DIVERGED
+        if asynchronous:  # its records carry the epochs of the gradients it applied
+            curve = EpochCurve(rule, on_epoch=curve.on_epoch)
+            for loss in _epoch_losses(result.history, epochs, complete=not diverged):
+                curve.add({"epoch": len(curve.losses) + 1, "loss": loss})
+        elif diverged:
+            curve.close_partial()
+        run.params, run.state = result.params, result.state
+        run.history += [{**r, "epoch": r.get("epoch", 0) + run.epochs} for r in result.history]
+        run.patterns += int(sum(r.get("patterns", 0) for r in result.history))
+        run.losses += curve.losses
+        run.epochs += len(curve.losses)
+        run.best, run.no_improvement = rule.best, rule.no_improvement
+        if diverged:
+            warnings.warn(f"training {result.stopped_because} (loss not finite); kept the last good "
+                          "weights; scale the inputs and targets or lower learning_rate_init",
+                          sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
+            return
+        if tol_rule and curve.stopped_by_rule and not asynchronous:
+            if self.verbose:
+                print(f"Training loss did not improve more than tol={self.tol} for "
+                      f"{self.n_iter_no_change} consecutive epochs. Stopping.")
+            return
+        if tol_rule and len(curve.losses) >= epochs and not curve.stopped_by_rule:
+            warnings.warn(f"Maximum iterations ({epochs}) reached and the optimization hasn't converged yet.",
+                          sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
+
+    @staticmethod
+    def _print_epoch(before: int):
+        def show(epoch: int, loss: float) -> None:
+            print(f"Iteration {before + epoch}, loss = {loss:.8f}")
+        return show
+
+    # -- prediction --
+
+    def _output_of(self, X, what: str, classes=None):
+        """:func:`_output_block` on numpy X here, or on each row block of a dask X."""
+        self._check_is_fitted()
+        X = check_X(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(n_features_message(X.shape[1], self, self.n_features_in_))
+        if not is_dask(X):
+            return _output_block(X, self._net, self.params_, what, classes)
+        X = X.rechunk({1: -1})  # whole rows in every block; the weights go into the graph once
+        if what == "predict" or (what == "values" and self.n_outputs_ == 1):
+            return X.map_blocks(_output_block, self._net, self.params_, what, classes, drop_axis=1,
+                                dtype=classes.dtype if what == "predict" else self._net.dtype)
+        return X.map_blocks(_output_block, self._net, self.params_, what, classes, dtype=self._net.dtype,
+                            chunks=(X.chunks[0], (self.n_outputs_,)))
