@@ -101,6 +101,21 @@ def check_int_at_least(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def check_int_array_at_least(name: str, value, minimum: int) -> np.ndarray:
+    """``value`` (a number or an array of them) as int64 if every entry is an integer >=
+    ``minimum`` (integral floats pass: a grid of block sizes from numpy); else a ValueError
+    naming ``name`` and the first bad entry."""
+    arr = np.asarray(value)
+    shown = value
+    if arr.size > 0 and arr.dtype.kind in "iuf":
+        flat = arr.ravel().astype(float)
+        bad = ~np.isfinite(flat) | (flat != np.floor(flat)) | (flat < minimum)
+        if not bad.any():
+            return arr.astype(np.int64)
+        shown = arr.ravel()[bad][0].item()
+    raise ValueError(f"{name} must be an integer >= {minimum}, got {shown!r}")
+
+
 DTYPES = ("float32", "float64")  # what the network, the shards and the estimators compute in
 
 

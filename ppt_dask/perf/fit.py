@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ppt_dask.perf.model import _ints, tree_levels
+from ppt_dask.core.validation import check_int_array_at_least
+from ppt_dask.perf.tasks import tree_levels
 
 
 def _nonneg_lstsq(x: np.ndarray, y: np.ndarray, what: str) -> tuple[float, float]:
@@ -49,8 +50,8 @@ def fit_reduce(p_values, n_weights_values, seconds, fan_in: int = 2) -> tuple[fl
     latency means noise, so the fit sits on the boundary instead).
     Returns ``(tw_seconds_per_weight, ti_seconds)``.
     """
-    p = _ints("p_values", p_values, 2).ravel()
-    w = _ints("n_weights_values", n_weights_values, 1).ravel()
+    p = check_int_array_at_least("p_values", p_values, 2).ravel()
+    w = check_int_array_at_least("n_weights_values", n_weights_values, 1).ravel()
     y = _seconds("seconds", seconds)
     if not p.size == w.size == y.size:
         raise ValueError(f"lengths differ: p {p.size}, n_weights {w.size}, seconds {y.size}")
@@ -72,7 +73,7 @@ def fit_per_pattern(patterns, seconds, *, relative: bool = False) -> tuple[float
     >>> fit_per_pattern([10, 100, 1000], [0.002, 0.011, 0.101])
     (0.0001, 0.001)
     """
-    r = _ints("patterns", patterns, 1).ravel()
+    r = check_int_array_at_least("patterns", patterns, 1).ravel()
     y = _seconds("seconds", seconds)
     if r.size != y.size:
         raise ValueError(f"lengths differ: patterns {r.size}, seconds {y.size}")
@@ -94,7 +95,7 @@ def fit_head(tasks_per_round_values, seconds, *, relative: bool = False) -> tupl
     virtual cluster's: the error measure of :func:`prediction_error`.
     Returns ``(th0_seconds, th1_seconds)``.
     """
-    t = _ints("tasks_per_round", tasks_per_round_values, 1).ravel()
+    t = check_int_array_at_least("tasks_per_round", tasks_per_round_values, 1).ravel()
     y = _seconds("seconds", seconds)
     if t.size != y.size:
         raise ValueError(f"lengths differ: tasks {t.size}, seconds {y.size}")

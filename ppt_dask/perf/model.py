@@ -53,10 +53,12 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import numpy as np
+
+from ppt_dask.core.validation import check_int_array_at_least
+from ppt_dask.perf.tasks import ceil_div, layout, slowest_patterns, tasks_per_round, tree_levels
 
 
 @dataclass(frozen=True)
@@ -128,26 +130,6 @@ def count_weights(layers, biases: bool = True) -> int:
     return sum(a * z + (z if biases else 0) for a, z in zip(layers[:-1], layers[1:]))
 
 
-# ---------------------------------------------------------------- input checks
-
-def _ints(name: str, value, minimum: int) -> np.ndarray:
-    arr = np.asarray(value)
-    shown = value
-    if arr.size > 0 and arr.dtype.kind in "iuf":
-        flat = arr.ravel().astype(float)
-        bad = ~np.isfinite(flat) | (flat != np.floor(flat)) | (flat < minimum)
-        if not bad.any():
-            return arr.astype(np.int64)
-        shown = arr.ravel()[bad][0].item()
-    raise ValueError(f"{name} must be an integer >= {minimum}, got {shown!r}")
-
-
-def _fan_in(fan_in) -> int:
-    if isinstance(fan_in, bool) or not isinstance(fan_in, (int, np.integer)) or fan_in < 2:
-        raise ValueError(f"fan_in must be an integer >= 2, got {fan_in!r}")
-    return int(fan_in)
-
-
 def _constants(c) -> Constants:
     if not isinstance(c, Constants):
         raise ValueError(f"c must be a perfmodel.Constants, got {type(c).__name__}")
@@ -158,120 +140,7 @@ def _out(x):
     return float(x) if np.ndim(x) == 0 else np.asarray(x, dtype=float)
 
 
-def _ceil_div(a, b):
-    return -(-a // b)
-
-
 # ---------------------------------------------------------------- the model
-
-def tree_levels(p, fan_in: int = 2):
-    """``ceil(log_k p)``: levels of a reduction tree of fan-in k over p leaves (0 for p=1).
-
-    Integer arithmetic, so ``tree_levels(8) == 3`` exactly. Shape of ``p``.
-    """
-    p, k = _ints("p", p, 1), _fan_in(fan_in)
-    levels, span = np.zeros_like(p), np.ones_like(p)
-    while (short := span < p).any():
-        levels += short
-        span = np.where(short, span * k, span)
-    return levels if levels.ndim else int(levels)
-
-
-@functools.lru_cache(maxsize=4096)
-def _round_tasks(p: int, k: int, s: int) -> int:
-    """Tasks of :func:`ppt_dask.engine.graph.round_graph` for p workers over s shards, fan-in k.
-
-    Mirrors ``tree.split_shards`` (contiguous blocks of shards per worker),
-    ``tree.decompose`` (each worker evaluates the largest subtrees inside its block) and
-    ``graph.make_plan`` (a reduce task per tree node above those, the root's combine
-    fused into the update). Pure Python here so this module needs no dask.
-    """
-    def node_range(level, j):
-        return j * k**level, min((j + 1) * k**level, s)
-
-    def children(level, j):
-        span = k ** (level - 1)
-        return [(level - 1, c) for c in range(j * k, (j + 1) * k) if c * span < s]
-
-    height = 0
-    while k**height < s:
-        height += 1
-    owned: set = set()
-    maps = 0
-    for w in range(p):
-        a, b = w * s // p, (w + 1) * s // p
-        if b == a:
-            continue  # a worker without shards gets no task (ShardSet.worker_blocks)
-        maps += 1
-        stack = [(height, 0)]
-        while stack:
-            node = stack.pop()
-            lo, hi = node_range(*node)
-            if hi <= a or lo >= b:
-                continue
-            if a <= lo and hi <= b:
-                owned.add(node)
-            else:
-                stack.extend(children(*node))
-    reduces, stack = 0, [(height, 0)]
-    while stack:  # the tree nodes above the owned ones
-        node = stack.pop()
-        if node not in owned:
-            reduces += 1
-            stack.extend(children(*node))
-    fused_root = 1 if (height, 0) not in owned else 0
-    return maps + (reduces - fused_root) + 3  # + update, weights, stats
-
-
-def tasks_per_round(p, fan_in: int = 2, n_shards=None):
-    """Tasks of one round exactly as :func:`ppt_dask.engine.graph.round_graph` builds them.
-
-    One ``ppt-grad`` task per worker holding shards, a ``ppt-reduce`` task per node of
-    the fixed shard tree (fan-in k) above the subtrees the workers evaluate themselves,
-    except the root, whose combine is fused into ``ppt-update``; then ``ppt-update``,
-    ``ppt-weights`` and ``ppt-stats``. ``n_shards`` None means one shard per worker
-    (the tree over p leaves, 001's picture): ``2p + 1`` tasks when p is a power of k.
-    Fit :func:`ppt_dask.perf.fit.fit_head` with the same counting. Shape of ``p``.
-
-    >>> [tasks_per_round(p) for p in (1, 2, 4, 8)]
-    [4, 5, 9, 17]
-    >>> tasks_per_round(3, n_shards=8)  # shards 0-1 | 2-4 | 5-7: three reduce tasks
-    9
-    """
-    p, k = _ints("p", p, 1), _fan_in(fan_in)
-    s = None if n_shards is None else int(_ints("n_shards", n_shards, 1))
-    flat = [_round_tasks(int(q), k, int(q) if s is None else s) for q in p.ravel()]
-    total = np.array(flat, dtype=np.int64).reshape(p.shape)
-    return total if total.ndim else int(total)
-
-
-def _layout(p, n_shards):
-    """Workers that hold shards, and the most shards one of them holds (calls per round)."""
-    p = _ints("p", p, 1)
-    if n_shards is None:
-        return p, np.ones_like(p)
-    s = int(_ints("n_shards", n_shards, 1))
-    workers = np.minimum(p, s)
-    return workers, _ceil_div(s, workers)
-
-
-def _slowest_patterns(workers, b, n_shards):
-    """Patterns of the busiest worker when a block of b is split over the shards.
-
-    001 assumes p | b: ``b/p``. With ``n_shards`` given, Sync gives shard s the share
-    ``floor((s+1) b/S) - floor(s b/S)`` and worker w the shards ``[w S/p, (w+1) S/p)``.
-    """
-    if n_shards is None:
-        return _ceil_div(b, workers)
-    s = int(n_shards)
-    workers, b = np.broadcast_arrays(workers, b)
-    most = np.zeros(workers.shape, dtype=np.int64)
-    for w in range(int(workers.max())):
-        first, stop = w * s // workers, (w + 1) * s // workers
-        share = stop * b // s - first * b // s
-        most = np.where(w < workers, np.maximum(most, share), most)
-    return most
-
 
 def call_seconds(rows, c: Constants):
     """Seconds of one gradient call over ``rows`` patterns, as the serial program makes it.
@@ -326,7 +195,7 @@ def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
     """
     c = _constants(c)
     levels = np.asarray(tree_levels(p, fan_in))
-    w = _ints("n_weights", n_weights, 1)
+    w = check_int_array_at_least("n_weights", n_weights, 1)
     tr = c.tw_seconds_per_weight * w * levels + c.ti_seconds
     return _out(np.where(levels > 0, tr, 0.0))
 
@@ -351,9 +220,9 @@ def compute_seconds(p, block, c: Constants, n_shards=None):
     ``block``.
     """
     c = _constants(c)
-    b = _ints("block", block, 1)
-    workers, calls = _layout(p, n_shards)
-    patterns = _slowest_patterns(workers, b, n_shards)
+    b = check_int_array_at_least("block", block, 1)
+    workers, calls = layout(p, n_shards)
+    patterns = slowest_patterns(workers, b, n_shards)
     busy = np.asarray(task_seconds(patterns / calls, calls, c, workers))
     return _out(np.maximum(busy, c.tq_seconds))
 
@@ -372,16 +241,16 @@ def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_s
     0.0511
     """
     c = _constants(c)
-    workers, _ = _layout(p, n_shards)
+    workers, _ = layout(p, n_shards)
     return _out(np.asarray(compute_seconds(p, block, c, n_shards)) + c.tu_seconds
                 + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))
                 + np.asarray(head_seconds(p, c, fan_in, n_shards)))
 
 
 def _epoch_inputs(block, n_patterns, n_test):
-    n = int(_ints("n_patterns", n_patterns, 1))
-    m = int(_ints("n_test", n_test, 0))
-    b = _ints("block", block, 1)
+    n = int(check_int_array_at_least("n_patterns", n_patterns, 1))
+    m = int(check_int_array_at_least("n_test", n_test, 0))
+    b = check_int_array_at_least("block", block, 1)
     if (b > n).any():
         raise ValueError(f"block must be <= n_patterns = {n}, got {int(b.max())}")
     return b, n, m
@@ -412,8 +281,8 @@ def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int 
     """
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
-    workers, _ = _layout(p, n_shards)
-    test = _ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
+    workers, _ = layout(p, n_shards)
+    test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
     per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in, n_shards=n_shards))
     return _out(n / b * per_round + test + c.to_seconds)
 
@@ -434,7 +303,7 @@ def efficiency(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0
     """Predicted efficiency ``S(p) / p``, 001 eq. (8) (and eq. (2))."""
     s = speedup(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
                 n_shards=n_shards)
-    return _out(np.asarray(s) / _ints("p", p, 1))
+    return _out(np.asarray(s) / check_int_array_at_least("p", p, 1))
 
 
 def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Constants, *,
@@ -453,14 +322,14 @@ def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Consta
     """
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
-    a = _ints("interval", interval, 1)
-    workers, _ = _layout(p, n_shards)
+    a = check_int_array_at_least("interval", interval, 1)
+    workers, _ = layout(p, n_shards)
     slowdown = np.where(workers > 1, _shared_factor(b, c), 1.0)
-    local = (_ceil_div(n, workers) / b * np.asarray(call_seconds(b, c)) * slowdown
+    local = (ceil_div(n, workers) / b * np.asarray(call_seconds(b, c)) * slowdown
              + n / b * (c.tu_seconds + c.tm_seconds))
     average = n / a * (c.ta_seconds + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))
                        + np.asarray(head_seconds(p, c, fan_in, n_shards)))
-    test = _ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
+    test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
     return _out(local + average + test + c.to_seconds)
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ppt_dask.perf.model import Constants, _ints, epoch_seconds, speedup
+from ppt_dask.core.validation import check_int_array_at_least
+from ppt_dask.perf.model import Constants, epoch_seconds, speedup
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,9 @@ def recommend(n_patterns, n_weights, c: Constants, p_max: int, blocks=None, *,
     the ``blocks`` whose convergence you accept; default: powers of two up to n, and n.
     Ties go to the fewer workers, then the smaller block.
     """
-    n = int(_ints("n_patterns", n_patterns, 1))
-    p_max = int(_ints("p_max", p_max, 1))
-    blocks = default_blocks(n) if blocks is None else np.unique(_ints("blocks", blocks, 1).ravel())
+    n = int(check_int_array_at_least("n_patterns", n_patterns, 1))
+    p_max = int(check_int_array_at_least("p_max", p_max, 1))
+    blocks = default_blocks(n) if blocks is None else np.unique(check_int_array_at_least("blocks", blocks, 1).ravel())
     ps = np.arange(1, p_max + 1)
     t = epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test,
                       fan_in=fan_in, n_shards=n_shards)
@@ -64,9 +65,9 @@ def best_workers(blocks, n_patterns, n_weights, c: Constants, p_max: int, *,
     Returns ``(p, epoch_seconds, speedup)``, three arrays of shape (len(blocks),): the
     cluster size to use once the block is fixed by convergence (001 sec. V-C).
     """
-    n = int(_ints("n_patterns", n_patterns, 1))
-    p_max = int(_ints("p_max", p_max, 1))
-    blocks = _ints("blocks", blocks, 1).ravel()
+    n = int(check_int_array_at_least("n_patterns", n_patterns, 1))
+    p_max = int(check_int_array_at_least("p_max", p_max, 1))
+    blocks = check_int_array_at_least("blocks", blocks, 1).ravel()
     ps = np.arange(1, p_max + 1)
     t = np.asarray(epoch_seconds(ps[:, None], blocks[None, :], n, n_weights, c, n_test=n_test,
                                  fan_in=fan_in, n_shards=n_shards)).reshape(p_max, blocks.size)
@@ -82,8 +83,8 @@ def min_block_for_speedup(p, n_patterns, n_weights, c: Constants, *, n_test: int
                           fan_in: int = 2, n_shards=None):
     """Smallest block b in 1..n with predicted speedup (eq. (7)) > 1 on p workers, or
     None. 001 sec. V-C: function example on Bat Cave, no speedup below b of about 50."""
-    n = int(_ints("n_patterns", n_patterns, 1))
-    p = int(_ints("p", p, 1))
+    n = int(check_int_array_at_least("n_patterns", n_patterns, 1))
+    p = int(check_int_array_at_least("p", p, 1))
     blocks = np.arange(1, n + 1)
     s = speedup(p, blocks, n, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards)
     above = np.flatnonzero(np.atleast_1d(s) > 1)
