@@ -311,3 +311,25 @@ def check_y(y, n_rows: int, task: str, n_outputs: int | None = None,
                 f"target in [0, 1] (task 'multilabel')"
             )
     return arr if arr.dtype.kind == "f" else arr.astype(np.float64)
+
+
+def check_network_fits(net, shards) -> None:
+    """The network (an MLP) must fit the data (a ShardSet's summary: ``n_features``, ``dtype``
+    and the per-shard ``info``): raised before any training work."""
+    if net.n_inputs != shards.n_features:
+        raise ValueError(f"the network takes {net.n_inputs} inputs but the data has {shards.n_features} features")
+    if net.dtype != shards.dtype:
+        raise ValueError(f"the network is {net.dtype} but the shards hold {shards.dtype} (enter_data(dtype=...))")
+    y_shape = shards.info[0].y_shape
+    lo = min(i.y_min for i in shards.info)
+    hi = max(i.y_max for i in shards.info)
+    if y_shape == () and net.output == "softmax":
+        if not all(i.y_integral for i in shards.info) or lo < 0 or hi >= net.n_outputs:
+            raise ValueError(f"labels must be integers in [0, {net.n_outputs}) for {net.n_outputs} "
+                             f"softmax outputs; the data has labels in [{lo:g}, {hi:g}]")
+    elif y_shape == () and net.n_outputs != 1:
+        raise ValueError(f"1-D targets need a network with 1 output, not {net.n_outputs}")
+    elif y_shape not in ((), (net.n_outputs,)):
+        raise ValueError(f"targets have {y_shape[0]} columns; the network has {net.n_outputs} outputs")
+    if net.output == "sigmoid" and net.loss == "cross_entropy" and (lo < 0 or hi > 1):
+        raise ValueError(f"sigmoid/cross-entropy targets must lie in [0, 1]; the data has [{lo:g}, {hi:g}]")

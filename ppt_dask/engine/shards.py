@@ -33,6 +33,7 @@ from distributed import Client, Future, wait
 
 from ppt_dask.core import validation
 from ppt_dask.core.tree import split_rows, split_shards
+from ppt_dask.engine import labels
 from ppt_dask.engine.cluster import worker_addresses
 from ppt_dask.observe import keys
 
@@ -137,8 +138,8 @@ class ShardSet:
             else:
                 survivors = [w for w in self.workers if w not in lost]
                 replacement = min(survivors, key=self.workers.count)
-            self.client.run(_label_worker, {self.label(slot): 1e9}, workers=[replacement])
-            self.client.run_on_scheduler(_reschedule_unrunnable, replacement)
+            self.client.run(labels.label_worker, {self.label(slot): 1e9}, workers=[replacement])
+            labels.reschedule_waiting(self.client, replacement)
             self.workers[slot] = replacement
             a, b = self.blocks[slot]
             if self.source == "numpy":
@@ -176,7 +177,7 @@ class ShardSet:
         old_owner = {s: self.workers[slot] for slot, (a, b) in enumerate(self.blocks) for s in range(a, b)}
         for address in joined:
             self.workers.append(address)
-            self.client.run(_label_worker, {self.label(len(self.workers) - 1): 1e9}, workers=[address])
+            self.client.run(labels.label_worker, {self.label(len(self.workers) - 1): 1e9}, workers=[address])
         self.blocks = split_shards(self.n_shards, len(self.workers))
         moved = []
         for slot, (a, b) in enumerate(self.blocks):
@@ -231,26 +232,6 @@ def _check_y(y, n_rows: int) -> np.ndarray:
 
 
 # ---- worker side -----------------------------------------------------------------------
-
-
-async def _label_worker(labels: dict, dask_worker=None):
-    await dask_worker.set_resources(**labels)
-
-
-def _reschedule_unrunnable(address: str, dask_scheduler=None) -> int:
-    """Let tasks waiting for a label that ``address`` now carries run there.
-
-    The scheduler looks at waiting ("no-worker") tasks again when a worker joins, not when
-    a worker's resources change; this does for a relabelled worker what it does for a new
-    one.
-    """
-    ws = dask_scheduler.workers.get(address)
-    if ws is None:
-        return 0
-    waiting = len(dask_scheduler.unrunnable)
-    dask_scheduler.transitions(dask_scheduler.bulk_schedule_unrunnable_after_adding_worker(ws),
-                               stimulus_id=f"ppt-relabel-{time.time()}")
-    return waiting - len(dask_scheduler.unrunnable)
 
 
 def _shard_info(shard, index: int, start: int, stop: int) -> ShardInfo:
@@ -385,7 +366,7 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
     name = f"ppt-{uuid.uuid4().hex[:8]}"
     blocks = split_shards(len(rows), len(workers))
     for slot, address in enumerate(workers):
-        client.run(_label_worker, {f"{name}-w{slot}": 1e9}, workers=[address])
+        client.run(labels.label_worker, {f"{name}-w{slot}": 1e9}, workers=[address])
         if addr_of is not None:
             addr_of[f"{name}-w{slot}"] = address
     futures: list = [None] * len(rows)
@@ -414,6 +395,6 @@ def exit_data(shards: ShardSet) -> None:
     shards.futures = []
     for slot, address in enumerate(shards.workers):
         try:
-            client.run(_label_worker, {shards.label(slot): 0}, workers=[address])
+            client.run(labels.label_worker, {shards.label(slot): 0}, workers=[address])
         except (OSError, ValueError, KeyError):
             pass  # the worker is gone; its labels went with it

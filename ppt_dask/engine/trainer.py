@@ -22,7 +22,7 @@ import numpy as np
 from distributed import Future, KilledWorker
 
 from ppt_dask.algorithms import strategies
-from ppt_dask.core import applicability
+from ppt_dask.core import applicability, validation
 from ppt_dask.core.network import MLP
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.core.validation import check_int_at_least
@@ -32,27 +32,6 @@ from ppt_dask.engine.shards import ShardSet
 from ppt_dask.observe import diagnostics, keys
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
-
-
-def check_compatible(net: MLP, shards: ShardSet) -> None:
-    """The network must fit the data: raised before any training work."""
-    if net.n_inputs != shards.n_features:
-        raise ValueError(f"the network takes {net.n_inputs} inputs but the data has {shards.n_features} features")
-    if net.dtype != shards.dtype:
-        raise ValueError(f"the network is {net.dtype} but the shards hold {shards.dtype} (enter_data(dtype=...))")
-    y_shape = shards.info[0].y_shape
-    lo = min(i.y_min for i in shards.info)
-    hi = max(i.y_max for i in shards.info)
-    if y_shape == () and net.output == "softmax":
-        if not all(i.y_integral for i in shards.info) or lo < 0 or hi >= net.n_outputs:
-            raise ValueError(f"labels must be integers in [0, {net.n_outputs}) for {net.n_outputs} "
-                             f"softmax outputs; the data has labels in [{lo:g}, {hi:g}]")
-    elif y_shape == () and net.n_outputs != 1:
-        raise ValueError(f"1-D targets need a network with 1 output, not {net.n_outputs}")
-    elif y_shape not in ((), (net.n_outputs,)):
-        raise ValueError(f"targets have {y_shape[0]} columns; the network has {net.n_outputs} outputs")
-    if net.output == "sigmoid" and net.loss == "cross_entropy" and (lo < 0 or hi > 1):
-        raise ValueError(f"sigmoid/cross-entropy targets must lie in [0, 1]; the data has [{lo:g}, {hi:g}]")
 
 
 @dataclass
@@ -189,7 +168,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
     applicability.refuse_pipeline(name, exchange, pipeline)
-    check_compatible(net, shards)
+    validation.check_network_fits(net, shards)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
