@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.observe.breakdown import (PHASES, TaskRecord, bar_columns, breakdown, curve_columns,
-                                format_table, phase_table, summarize, trace_events)
+                                        format_table, phase_table, summarize)
+from ppt_dask.observe.trace import trace_events
 
 A, B = "tcp://a:1", "tcp://b:1"
 

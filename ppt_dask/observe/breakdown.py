@@ -349,63 +349,6 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def _finite(x):
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def trace_events(tasks: list, heads: list | None = None, settings: dict | None = None) -> dict:
-    """The run in Chrome's trace-event format (``chrome://tracing``, Perfetto).
-
-    One track per worker (its tasks' compute, and its transfers) and one for the head
-    (building and submitting each round, drawn as ending when the graph reached the
-    scheduler), plus the loss as a counter. Everything is placed on the scheduler's clock
-    as in :func:`breakdown` (a task's compute ends when the scheduler heard of it); times
-    are microseconds from the first event.
-    """
-    heads = heads or []
-    if not tasks:
-        return {"traceEvents": [], "displayTimeUnit": "ms", "otherData": settings or {}}
-    arrivals: dict = {}
-    ends: dict = {}
-    for t in tasks:
-        if t.round is not None:
-            rid = (t.gen or 0, t.round)
-            arrivals[rid] = min(arrivals.get(rid, t.submitted), t.submitted)
-            ends[rid] = max(ends.get(rid, t.done), t.done)
-    head_of = {(h.get("gen", 0), h["round"]): h for h in heads}
-    submits = [(arrivals[rid] - (head_of[rid].get("head_seconds") or 0.0), arrivals[rid], rid)
-               for rid in sorted(arrivals) if rid in head_of]
-    origin = min([t.sent for t in tasks] + [a for a, _, _ in submits])
-    us = lambda x: round((x - origin) * 1e6, 3)  # noqa: E731
-    workers = sorted({t.worker for t in tasks})
-    tid = {w: i + 1 for i, w in enumerate(workers)}
-    events = [{"ph": "M", "pid": 1, "tid": 0, "name": "process_name", "args": {"name": "ppt_dask run"}},
-              {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "head"}}]
-    events += [{"ph": "M", "pid": 1, "tid": tid[w], "name": "thread_name", "args": {"name": w}}
-               for w in workers]
-    for t in sorted(tasks, key=lambda t: t.done):
-        start, stop, io_start, _ = t.layout()
-        events.append({"ph": "X", "pid": 1, "tid": tid[t.worker], "name": t.prefix, "cat": category(t),
-                       "ts": us(start), "dur": round((stop - start) * 1e6, 3),
-                       "args": {"key": t.key, "round": t.round, "gen": t.gen, "nbytes": t.nbytes,
-                                "sent_to_done_ms": round((t.done - t.sent) * 1e3, 3)}})
-        for action, seconds, source in t.io:
-            events.append({"ph": "X", "pid": 1, "tid": tid[t.worker], "name": action, "cat": "transfer",
-                           "ts": us(io_start), "dur": round(seconds * 1e6, 3),
-                           "args": {"for": t.key, "source": source}})
-            io_start += seconds
-    for a, b, (gen, r) in submits:
-        h = head_of[(gen, r)]
-        events.append({"ph": "X", "pid": 1, "tid": 0, "name": "submit round", "cat": "head",
-                       "ts": us(a), "dur": round((b - a) * 1e6, 3),
-                       "args": {"gen": gen, "round": r, "loss": _finite(h.get("loss")),
-                                "error_rate": _finite(h.get("error_rate"))}})
-        if _finite(h.get("loss")) is not None:
-            events.append({"ph": "C", "pid": 1, "tid": 0, "name": "loss", "ts": us(ends[(gen, r)]),
-                           "args": {"loss": h["loss"]}})
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": settings or {}}
-
-
 # Bars of the page and report: the phases grouped as people ask about them.
 STACKS = (("gradient", ("gradient",)), ("reduce", ("reduce", "update")), ("other", ("evaluate", "other")),
           ("transfer", ("transfer",)), ("scheduler", ("scheduler",)), ("head", ("head",)),

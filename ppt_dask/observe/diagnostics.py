@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ppt_dask.observe import taskmeta
-from ppt_dask.observe.breakdown import TaskRecord, breakdown, phase_table, summarize, trace_events
+from ppt_dask.observe.breakdown import TaskRecord, breakdown, phase_table, summarize
+from ppt_dask.observe.trace import trace_events
 from ppt_dask.observe.keys import parse_key
 
 TOPIC = "ppt-diagnostics"  # log_event topic of the head's messages
