@@ -179,12 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run as a Chrome trace (one track per worker plus the head)")
     t.add_argument("--save", default=None, metavar="PATH",  # model files
                    help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
-    from ppt_dask.deploy.slurm import add_slurm_parser
-    from ppt_dask.deploy.ssh import add_ssh_parser
-    c = sub.add_parser("cluster", help="start a cluster (over ssh or on Slurm, with TLS)")
-    kinds = c.add_subparsers(dest="cluster_kind", required=True)
-    add_ssh_parser(kinds)  # ppt-dask cluster ssh HOSTFILE --certs DIR
-    add_slurm_parser(kinds)  # ppt-dask cluster slurm --jobs N ...
+    from ppt_dask.cli.cluster import add_cluster_parser
+    add_cluster_parser(sub)  # ppt-dask cluster ssh HOSTFILE --certs DIR | slurm --jobs N ...
     from ppt_dask.cli.model import add_model_parser  # model: ppt-dask model calibrate|predict|recommend
     add_model_parser(sub)  # model
     from ppt_dask.cli.predict import add_predict_parser  # model files: ppt-dask predict MODEL DATASET
@@ -320,11 +316,8 @@ def _command(args) -> int:
     if args.command == "train":
         return train_command(args)
     if args.command == "cluster":  # deploy
-        if args.cluster_kind == "slurm":  # workers as batch jobs
-            from ppt_dask.deploy.slurm import slurm_command
-            return slurm_command(args)
-        from ppt_dask.deploy.ssh import ssh_command
-        return ssh_command(args)
+        from ppt_dask.cli.cluster import cluster_command
+        return cluster_command(args)
     if args.command == "model":  # model
         from ppt_dask.cli.model import model_command
         return model_command(args)

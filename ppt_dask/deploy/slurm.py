@@ -30,10 +30,7 @@ import importlib.util
 import logging
 import re
 import sys
-import time
-from pathlib import Path
 
-from ppt_dask.engine import interrupt
 from ppt_dask.engine.cluster import DEFAULT_DASHBOARD_ADDRESS, WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
@@ -158,74 +155,3 @@ def stop(cluster, client=None, timeout: float = 30.0) -> None:
             thing.close(timeout=timeout) if what == "client" else thing.close()
         except (OSError, TimeoutError, RuntimeError) as exc:
             logger.warning("closing the %s: %s", what, exc)
-
-
-# -- ppt-dask cluster slurm --------------------------------------------------------------------
-
-
-def add_slurm_parser(kinds) -> None:
-    """Register ``ppt-dask cluster slurm`` under ``ppt-dask cluster``."""
-    s = kinds.add_parser("slurm", help="scheduler here, workers as Slurm jobs (dask-jobqueue); until Ctrl-C",
-                         description="Start a scheduler in this process and submit worker jobs to "
-                                     "Slurm, with TLS, and keep them until Ctrl-C or SIGTERM.")
-    s.add_argument("--jobs", type=int, required=True, help="worker jobs to submit")
-    s.add_argument("--cores", type=int, required=True, help="cores per job")
-    s.add_argument("--memory", required=True, help="memory per job, e.g. 4GB")
-    s.add_argument("--processes", type=int, default=None, help="worker processes per job (default: --cores)")
-    s.add_argument("--certs", required=True, metavar="DIR",
-                   help="TLS directory made by deploy/make_certs.py, on a file system the nodes share")
-    s.add_argument("--partition", default=None, help="the jobs' partition (default: the site's)")
-    s.add_argument("--account", default=None)
-    s.add_argument("--walltime", default=None, help="the jobs' time limit, [D-]HH:MM:SS (default: dask-jobqueue's, 00:30:00)")
-    s.add_argument("--interface", default=None, help="network interface to listen on (e.g. ib0)")
-    s.add_argument("--python", default=None, help="Python on the nodes (default: this interpreter's path)")
-    s.add_argument("--job-directive", action="append", default=[], metavar="FLAG",
-                   help="one more #SBATCH line, e.g. --job-directive=--qos=short (repeatable)")
-    s.add_argument("--log-directory", default=None, metavar="DIR", help="where the jobs' output goes")
-    s.add_argument("--scheduler-port", type=int, default=8786, help="(0: any free port)")
-    s.add_argument("--dashboard-address", default=DEFAULT_DASHBOARD_ADDRESS,
-                   help="default 127.0.0.1:8787; ':8787' for every interface; 'none'")
-    s.add_argument("--no-preload", action="store_true", help="start the scheduler without the ppt_dask page")
-    s.add_argument("--death-timeout", default="60s", help="workers exit when the scheduler is gone this long")
-    s.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the workers")
-
-
-def slurm_command(args) -> int:
-    certs = Path(args.certs).expanduser().resolve()
-    if args.log_directory and not Path(args.log_directory).is_dir():
-        raise ValueError(f"--log-directory {args.log_directory!r} is not a directory")
-    t0 = time.perf_counter()
-    dashboard = None if str(args.dashboard_address).lower() == "none" else args.dashboard_address
-    try:
-        cluster, client = start(
-            args.jobs, cores=args.cores, memory=args.memory, processes=args.processes, certs_dir=certs,
-            partition=args.partition, account=args.account, walltime=args.walltime,
-            interface=args.interface, python=args.python, job_directives=args.job_directive,
-            log_directory=args.log_directory, scheduler_port=args.scheduler_port,
-            dashboard_address=dashboard, preload=not args.no_preload,
-            death_timeout=args.death_timeout, timeout=args.timeout)
-    except RuntimeError as exc:
-        print(f"ppt-dask: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # start() has cancelled the jobs it submitted
-        print("ppt-dask: interrupted while the workers started; their jobs are cancelled", file=sys.stderr)
-        return 130
-    try:
-        with interrupt.stop_signals() as stopping:
-            address = cluster.scheduler_address
-            info = client.scheduler_info(n_workers=-1)
-            jobs = sorted({j for j in (getattr(job, "job_id", None) for job in cluster.workers.values()) if j})
-            print(f"scheduler  {address}", flush=True)
-            if dashboard is not None:
-                print(f"dashboard  {cluster.dashboard_link}")
-            print(f"workers    {len(info['workers'])} in {len(jobs)} jobs ({' '.join(jobs)}), "
-                  f"up in {time.perf_counter() - t0:.1f} s")
-            print(f"train      ppt-dask train parity8 --scheduler {address} --security {certs}")
-            print("Ctrl-C cancels the jobs and stops the scheduler.", flush=True)
-            if not interrupt.serve_until_stopped(stopping, lambda: client.status in ("closed", "closing")):
-                return 1
-            print("stopping: cancelling the jobs ...", flush=True)
-    finally:
-        stop(cluster, client)
-    print("stopped", flush=True)
-    return 0
