@@ -27,19 +27,25 @@ class Interrupted(Exception):
 
 
 @contextlib.contextmanager
+def _sigint_handled_by(handler):
+    """``handler`` for SIGINT in this block, the previous one after it; nothing changes
+    outside the main thread (only it can set signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def sigint_ignored():
     """SIGINT ignored in this block (only the main thread can change signal handlers).
 
     Processes spawned inside inherit the ignored signal: Python installs its
     KeyboardInterrupt handler only where SIGINT starts at its default."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return _sigint_handled_by(signal.SIG_IGN)
 
 
 def _in_finalizer(frame) -> bool:
@@ -56,17 +62,12 @@ def _in_finalizer(frame) -> bool:
 RESEND_SECONDS = 0.05  # a Ctrl-C that lands in a finalizer comes again this much later
 
 
-@contextlib.contextmanager
 def sigint_never_dropped():
     """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
     thread runs a finalizer, where Python would drop the exception: there the signal is
     sent again a moment later, once the finalizer has returned. For the whole of a command
     (a download, the cluster's start, the end); during rounds :func:`sigint_at_safe_points`
     takes over. Only the main thread can install it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame):
         if not _in_finalizer(frame):
             raise KeyboardInterrupt
@@ -74,34 +75,21 @@ def sigint_never_dropped():
         again.daemon = True
         again.start()
 
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return _sigint_handled_by(handler)
 
 
-@contextlib.contextmanager
 def sigint_at_safe_points(watch: "Watch"):
     """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
     thread runs a finalizer (a released Future's ``__del__``, say), where the exception would
     be dropped and the run would go on: there it is held and raised by ``watch`` at the next
     round. A second Ctrl-C raises at once. Only the main thread can install it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame):
         if watch.pending or not _in_finalizer(frame):
             watch.pending = False
             raise KeyboardInterrupt
         watch.pending = True
 
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return _sigint_handled_by(handler)
 
 
 @contextlib.contextmanager
