@@ -1,7 +1,6 @@
 """The Dask internals ppt_dask leans on: each behind one module, still applying, and the
 package's version bounds agreeing with the range those modules were tested with."""
 
-import ast
 import re
 import tomllib
 from pathlib import Path
@@ -11,19 +10,16 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 import ppt_dask
 from ppt_dask.engine import taskspec
 
+from test_layers import imports_of
+
 PACKAGE = Path(ppt_dask.__file__).resolve().parent
 PYPROJECT = PACKAGE.parent / "pyproject.toml"
 
 
 def _importers(module: str) -> list[str]:
-    found = []
-    for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            if any(n == module or n.startswith(module + ".") for n in names):
-                found.append(str(path.relative_to(PACKAGE)))
-    return sorted(set(found))
+    """The package's files that import ``module`` (or a module inside it)."""
+    return sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                  if any(n == module or n.startswith(module + ".") for n in imports_of(path)))
 
 
 def test_dask_task_spec_is_imported_in_one_module():

@@ -109,6 +109,45 @@ def make_plan(worker_blocks: list[tuple[str, int, int]], n_shards: int, fan_in: 
     return Plan(fan_in, n_shards, blocks, tuple(reduces), root)
 
 
+# ---- building and sending graphs ----------------------------------------------------------
+
+
+def pinned_layer(key, task: Task, label: str, priority: int = 0) -> MaterializedLayer:
+    """One task as a layer, pinned to the worker that holds the slot's ``label`` (a resource);
+    ``priority``: Dask runs a worker's ready tasks highest priority first."""
+    annotations: dict = {"resources": {label: 1}}
+    if priority:
+        annotations["priority"] = priority
+    return MaterializedLayer({key: task}, annotations=annotations)
+
+
+def send(client, layers: dict, wanted: list) -> list:
+    """Submit ``layers`` as one graph; futures of the ``wanted`` keys."""
+    return list(client.get(HighLevelGraph(layers, {name: set() for name in layers}), wanted, sync=False))
+
+
+class GenerationGraphs:
+    """What the round objects build their graphs with: the keys of their generation (``tag``),
+    layers pinned to a worker slot of ``plan``, and a send through ``client``."""
+
+    client: object
+    plan: Plan
+    tag: str
+
+    def _key(self, prefix: str, r: int) -> str:
+        return keys.round_name(prefix, self.tag, r)
+
+    def _round_keys(self, r: int) -> list:
+        """The keys of round ``r``'s per-worker tasks, one per slot."""
+        return [(self._key(keys.GRAD, r), slot) for slot in range(len(self.plan.blocks))]
+
+    def _layer(self, key, task: Task, slot: int, priority: int = 0) -> MaterializedLayer:
+        return pinned_layer(key, task, self.plan.blocks[slot][0], priority)
+
+    def _send(self, layers: dict, wanted: list) -> list:
+        return send(self.client, layers, wanted)
+
+
 # ---- one round ------------------------------------------------------------------------
 
 
@@ -130,8 +169,7 @@ def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable
         task = Task(key, local_task, DataNode(None, work), weights, parse_input(list(shard_futures[a:b])),
                     list(range(a, b)), round_index, DataNode(None, list(nodes)),
                     plan.fan_in, plan.n_shards)
-        layers[f"{keys.name(prefix, tag)}-{slot}"] = MaterializedLayer(
-            {key: task}, annotations={"resources": {label: 1}})
+        layers[f"{keys.name(prefix, tag)}-{slot}"] = pinned_layer(key, task, label)
         for node in nodes:
             refs[node] = (TaskRef(key), node)
 
@@ -177,7 +215,7 @@ def submit_round(client, plan: Plan, shard_futures, work, apply, weights, state,
     return tuple(futures)
 
 
-class TreeRounds:
+class TreeRounds(GenerationGraphs):
     """The head's side of explicit-graph rounds (map, reduce tasks, update) for one
     generation: the same interface as :class:`ppt_dask.engine.onehop.OneHopRounds`."""
 
@@ -211,7 +249,7 @@ class TreeRounds:
             layers.update(g.layers)
             wanted += round_keys
             state, weights = TaskRef(round_keys[0]), TaskRef(round_keys[1])
-        futures = self.client.get(HighLevelGraph(layers, {name: set() for name in layers}), wanted, sync=False)
+        futures = self._send(layers, wanted)
         for i, r in enumerate(range(first, last + 1)):
             self.rounds[r] = tuple(futures[3 * i:3 * i + 3])
         self.weights = self.rounds[last][1]

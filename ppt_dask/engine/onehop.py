@@ -30,10 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-
 from ppt_dask.core import tree
-from ppt_dask.engine.graph import Plan, local_task
+from ppt_dask.engine.graph import GenerationGraphs, Plan, local_task
 from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
 from ppt_dask.observe import keys, taskmeta
 
@@ -133,7 +131,7 @@ def can_double(plan: Plan) -> str | None:
     return None
 
 
-class OneHopRounds:
+class OneHopRounds(GenerationGraphs):
     """The head's side of one-hop rounds for one generation of a run.
 
     Parameters
@@ -173,14 +171,7 @@ class OneHopRounds:
 
     # -- building graphs -------------------------------------------------------------
 
-    def _key(self, prefix: str, r: int) -> str:
-        return keys.round_name(prefix, self.tag, r)
 
-    def _layer(self, key, task: Task, slot: int, priority: int = 0) -> MaterializedLayer:
-        annotations = {"resources": {self.plan.blocks[slot][0]: 1}}
-        if priority:
-            annotations["priority"] = priority
-        return MaterializedLayer({key: task}, annotations=annotations)
 
     def _inputs(self, r: int, layers: dict) -> list:
         """Per slot, what its task of round ``r`` combines besides its own carry.
@@ -203,9 +194,6 @@ class OneHopRounds:
             level = [TaskRef((name, j, w)) for w in range(p)]
         top = 1 << (hops - 1)
         return [[level[w], level[w ^ top]] for w in range(p)]
-
-    def _round_keys(self, r: int) -> list:
-        return [(self._key(keys.GRAD, r), slot) for slot in range(len(self.plan.blocks))]
 
     def submit(self, first: int, last: int) -> float:
         """Send rounds ``first..last`` (the next ones) in one graph; the head's seconds.
@@ -242,18 +230,15 @@ class OneHopRounds:
         p = len(self.plan.blocks)
         self.tasks[last] = futures[last - first:last - first + p]
         if first > self.first:
-            self.picks[("log", first - 1)] = futures[-1]
+            self.picks[(keys.LOG, first - 1)] = futures[-1]
         self.submitted = last
         return time.perf_counter() - t0
 
-    def _send(self, layers: dict, wanted: list) -> list:
-        graph = HighLevelGraph(layers, {name: set() for name in layers})
-        return list(self.client.get(graph, wanted, sync=False))
 
     def _pick(self, what: str, func, r: int):
         """A pick of worker 0's carry that holds the state after round ``r`` (made once)."""
         if (what, r) not in self.picks:
-            key = self._key({"log": keys.LOG, "state": keys.STATE}[what], r + 1)
+            key = self._key(what, r + 1)
             task = Task(key, func, TaskRef(self._after(r).key))
             self.picks[(what, r)] = self._send({key: self._layer(key, task, 0, PICK_PRIORITY)}, [key])[0]
         return self.picks[(what, r)]
@@ -275,13 +260,13 @@ class OneHopRounds:
     def read_stats(self, first: int, last: int, wait) -> list:
         """The stats ``[loss_sum, n_wrong, n]`` of rounds ``first..last`` (one pick of worker
         0's stats log); ``wait(future)`` waits for a result (and watches for lost workers)."""
-        return stats_from_log(wait(self._pick("log", log_of_carry, last)), first, last)
+        return stats_from_log(wait(self._pick(keys.LOG, log_of_carry, last)), first, last)
 
     def state_after(self, r: int):
         """Future of the state after round ``r``'s update (``first - 1``: the start state)."""
         if r == self.first - 1:
             return self.start_state
-        return self._pick("state", state_of_carry, r)
+        return self._pick(keys.STATE, state_of_carry, r)
 
     def state_before(self, r: int):
         return self.state_after(r - 1)

@@ -21,11 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
 from ppt_dask.core import tree
-from ppt_dask.engine.graph import Plan
+from ppt_dask.engine.graph import GenerationGraphs, Plan
 from ppt_dask.engine.onehop import LOG_ROUNDS, PICK_PRIORITY
 from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
 from ppt_dask.observe import keys, taskmeta
@@ -103,7 +101,7 @@ def local_state_task(strategy, r: int, fan_in: int, n_shards: int, *carries):
                        previous, carries[0].pending, fan_in, n_shards, carries[0].mean)
 
 
-class OverlapRounds:
+class OverlapRounds(GenerationGraphs):
     """The head's side of the local strategy's rounds for one generation of a run.
 
     Same interface as :class:`ppt_dask.engine.onehop.OneHopRounds` (``submit``, ``read_stats``,
@@ -123,21 +121,8 @@ class OverlapRounds:
         self.picks: dict = {}
         self.submitted = first - 1
 
-    def _key(self, prefix: str, r: int):
-        return keys.round_name(prefix, self.tag, r)
 
-    def _layer(self, key, task: Task, slot: int, priority: int = 0) -> MaterializedLayer:
-        annotations = {"resources": {self.plan.blocks[slot][0]: 1}}
-        if priority:
-            annotations["priority"] = priority
-        return MaterializedLayer({key: task}, annotations=annotations)
 
-    def _round_keys(self, r: int) -> list:
-        return [(self._key(keys.GRAD, r), slot) for slot in range(len(self.plan.blocks))]
-
-    def _send(self, layers: dict, wanted: list) -> list:
-        graph = HighLevelGraph(layers, {name: set() for name in layers})
-        return list(self.client.get(graph, wanted, sync=False))
 
     def submit(self, first: int, last: int) -> float:
         """Send rounds ``first..last`` and the task that adds their stats; the head's seconds."""
@@ -146,14 +131,14 @@ class OverlapRounds:
         layers: dict = {}
         for r in range(first, last + 1):
             combine = r - 2 >= self.first
-            wanted = self._round_keys(r)
+            round_keys = self._round_keys(r)
             for slot, (_label, a, b, _nodes) in enumerate(self.plan.blocks):
                 own = TaskRef(self.start_state.key) if r == self.first else TaskRef(self._round_keys(r - 1)[slot])
                 others = [TaskRef(k) for w, k in enumerate(self._round_keys(r - 2)) if w != slot] if combine else []
                 shards = parse_input([TaskRef(f.key) for f in self.shard_futures[a:b]])
-                task = Task(wanted[slot], local_step_task, DataNode(None, self.steps[slot]), r, combine, own,
+                task = Task(round_keys[slot], local_step_task, DataNode(None, self.steps[slot]), r, combine, own,
                             shards, *others)
-                layers[f"{wanted[slot][0]}-{slot}"] = self._layer(wanted[slot], task, slot)
+                layers[f"{round_keys[slot][0]}-{slot}"] = self._layer(round_keys[slot], task, slot)
         stats_key = self._key(keys.STATS, last)
         layers[stats_key] = self._layer(stats_key, Task(
             stats_key, local_stats_task, first, last, self.plan.fan_in, self.plan.n_shards,

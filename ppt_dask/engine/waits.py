@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
+POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
 
 
 def result(future, timeout: float, what: str):
@@ -18,9 +19,6 @@ def result(future, timeout: float, what: str):
     except TimeoutError:
         raise TimeoutError(f"waited {timeout:g} s for {what}; it did not come (a worker stuck, gone "
                            "or overloaded? the dashboard's task stream shows it)") from None
-
-
-POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
 
 
 class WorkerLost(RuntimeError):
