@@ -203,7 +203,7 @@ def test_breakdown_is_honest_with_a_known_compute_cost(client4, workers4, exchan
     task (which also computes round r+1's gradient) ends, so the head's rounds 1..R-1 span
     the tasks' rounds 2..R (the last read waits only for the final update)."""
     delay = 0.15
-    result, rows = _run(client4, workers4, delay, exchange=exchange)
+    result, rows = _run(client4, workers4, delay, rounds=13, exchange=exchange)
     lag = 0 if exchange == "tree" else 1
     head_wall = sum(r["head_wall_seconds"] for r in rows)
     wall = sum(r["wall"] for r in rows[lag:])

@@ -137,3 +137,52 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_outside_rounds_comes_again():
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(10_000):
                 pass
+
+
+async def _heartbeat_to_nobody(dask_worker, filtered):
+    """On a worker: one real heartbeat to an address nobody listens on; what the worker's
+    logger passed on (``filtered=False`` takes ppt_dask's filter off for the beat)."""
+    import logging
+
+    import dask
+
+    logger = logging.getLogger("distributed.worker")
+    seen, filters = [], list(logger.filters)
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Collect()
+    logger.addHandler(handler)
+    if not filtered:
+        for f in filters:
+            logger.removeFilter(f)
+    scheduler = dask_worker.scheduler
+    dask_worker.scheduler = dask_worker.rpc("tcp://127.0.0.1:9")
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "0.3s"}):
+            await dask_worker.heartbeat()
+    finally:
+        dask_worker.scheduler = scheduler
+        logger.removeHandler(handler)
+        for f in filters:
+            if f not in logger.filters:
+                logger.addFilter(f)
+    return seen
+
+
+def test_a_failed_heartbeat_of_our_own_workers_prints_nothing():
+    """The workers of a cluster ppt_dask started drop what a failed heartbeat logs: their
+    scheduler is in the head's process, so it fails only while the head closes the cluster
+    (a fresh clone once ended a README command with that traceback). The oracle: the same
+    heartbeat with the filter taken off logs the failure."""
+    from ppt_dask.engine import cluster
+
+    client = cluster.connect(n_workers=1, threads_per_worker=1)
+    try:
+        assert client.run(_heartbeat_to_nobody, filtered=True) == {w: [] for w in client.run(os.getpid)}
+        logged = list(client.run(_heartbeat_to_nobody, filtered=False).values())[0]
+        assert any("during heartbeat" in line for line in logged), logged
+    finally:
+        cluster.close(client)

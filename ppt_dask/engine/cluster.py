@@ -17,7 +17,7 @@ import re
 from pathlib import Path  # deploy
 
 import dask
-from distributed import Client, LocalCluster, Security  # deploy: Security
+from distributed import Client, LocalCluster, Security, WorkerPlugin  # deploy: Security
 
 from ppt_dask.engine import interrupt, messages, probe
 
@@ -217,6 +217,8 @@ def connect(
         )
     client = Client(cluster, security=security)
     client._ppt_owns_cluster = True  # close() of the client also closes the cluster
+    if processes:  # their scheduler is in this process: a failed heartbeat means we are closing
+        client.register_plugin(_QuietHeartbeats())
     if batch_interval is not None:
         messages.fast_messages(client, batch_interval)
     return client
@@ -254,6 +256,15 @@ def page_url(client: Client) -> str | None:
     services = scheduler_identity(client).get("services", {})
     link = client.dashboard_link if services.get("dashboard") else None
     return link.rsplit("/", 1)[0] + "/ppt" if link else None
+
+
+class _QuietHeartbeats(WorkerPlugin):
+    """:func:`ppt_dask.engine.interrupt.quiet_heartbeats` on every worker, now and after a restart."""
+
+    name = "ppt-quiet-heartbeats"
+
+    def setup(self, worker) -> None:
+        interrupt.quiet_heartbeats()
 
 
 def close(client: Client) -> None:

@@ -175,6 +175,25 @@ def _quiet_workers(client) -> None:
     thread.join(QUIET_SECONDS)
 
 
+class _NotHeartbeats(logging.Filter):
+    """Keeps every record but those of the worker's heartbeat."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.funcName != "heartbeat"
+
+
+def quiet_heartbeats() -> None:
+    """On a worker of a cluster this run started: drop what its heartbeat logs.
+
+    The scheduler of such a cluster lives in the head's process, so a heartbeat fails only
+    while the head closes the cluster (a worker still closing when the scheduler has gone);
+    its traceback would otherwise end the run's output, however late the close's own quieting
+    (:func:`_quiet_workers`) reached a busy worker."""
+    logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _NotHeartbeats) for f in logger.filters):
+        logger.addFilter(_NotHeartbeats())
+
+
 def close_quietly(close, client, workers_too: bool = True) -> None:
     """``close(client)`` with distributed's shutdown log silenced (here and, when
     ``workers_too``, on the workers) and Ctrl-C held off."""
