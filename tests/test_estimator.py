@@ -42,7 +42,7 @@ NO_CLIENT_SCRIPT = textwrap.dedent("""
     clf = ppt.PPTClassifier(hidden_layer_sizes=(8,), max_iter=20, n_workers=2, random_state=0)
     try:
         clf.predict(X)
-    except ValueError as exc:   # not fitted: a ValueError (and AttributeError) without sklearn
+    except ValueError as exc:   # not fitted: scikit-learn's NotFittedError, a ValueError
         unfitted = type(exc).__name__
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -71,8 +71,37 @@ def test_fit_with_no_client_starts_and_closes_a_local_cluster():
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report == {"score": pytest.approx(report["score"]), "unfitted": "NotFittedError",
-                      "left_client": False, "children": 0, "sklearn": False}
+                      "left_client": False, "children": 0, "sklearn": True}
     assert report["score"] > 0.9
+
+
+def test_without_scikit_learn_the_estimators_say_how_to_get_it_and_the_rest_runs():
+    """scikit-learn is the [sklearn] extra: with it missing, the estimators raise an ImportError
+    naming the extra, and training through the API still works (the serial path as oracle)."""
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["sklearn"] = None  # as if it were not installed
+        import numpy as np
+        import ppt_dask as ppt
+        from ppt_dask.algorithms.serial import train_serial
+        try:
+            ppt.PPTClassifier
+        except ImportError as exc:
+            print("refused:", exc)
+        X = np.random.default_rng(0).normal(size=(64, 3)); y = (X[:, 0] > 0).astype(int)
+        net = ppt.MLP((3, 4, 2), hidden="tanh", output="softmax")
+        client = ppt.connect(n_workers=1, processes=False)
+        shards = ppt.enter_data(client, X, y, n_shards=2)
+        result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3), seed=1)
+        serial, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=2, seed=1)
+        print("bitwise:", np.array_equal(result.params, serial))
+        ppt.exit_data(shards); ppt.cluster.close(client)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    hint = "PPTClassifier and PPTRegressor need scikit-learn: pip install 'ppt_dask[sklearn]'"
+    assert f"refused: {hint}" in out.stdout, out.stdout
+    assert "bitwise: True" in out.stdout, out.stdout
 
 
 def test_bad_hyper_parameters_fail_before_any_cluster_work():

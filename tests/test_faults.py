@@ -225,3 +225,51 @@ def test_shards_on_named_workers_stay_there(client2):
     assert not [e for e in result.settings.get("events", []) if e["event"] == "workers_joined"]
     assert {w for addrs in held.values() for w in addrs} == {a}
     assert {t.worker for t in result.diagnostics.tasks if t.prefix == "ppt-grad"} == {a}
+
+
+def _close_worker_at(client, address, at_round):
+    """A progress callback that closes the worker at ``address`` (threads: nothing restarts it)."""
+    worker = next(w for w in client.cluster.workers.values() if w.address == address)
+    state = {"closed_at": None}
+
+    def progress(record):
+        if record["round"] == at_round and state["closed_at"] is None:
+            client.sync(worker.close, reason="closed by the test")
+            state["closed_at"] = record["round"]
+    return progress, state
+
+
+@pytest.mark.parametrize("source", ["loader", "dask"])
+def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
+    """No worker comes back (threads, no nanny): after the grace the survivor takes the lost
+    slot under a new resource label, the slot's shards are built there again under new keys
+    (from the loader, or from the dask array's graph), and the run ends bitwise as undisturbed."""
+    import functools
+
+    import dask.array as da
+
+    client = ppt.connect(n_workers=2, processes=False, dashboard_address=None)
+    try:
+        X, y = datasets.mnist_rows(None, "train", 0, 400)
+        net = ppt.MLP((784, 8, 10))
+        strategy = ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
+        expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2)
+        if source == "loader":
+            loader = functools.partial(datasets.mnist_rows, str(files.find_data_dir()), "train")
+            shards = ppt.enter_source(client, loader, n_rows=400, n_shards=4)
+        else:
+            X_d, y_d = da.from_array(X, chunks=150), da.from_array(y, chunks=150)
+            shards = ppt.enter_data(client, X_d, y_d, n_shards=4)
+        survivor, lost = shards.workers
+        progress, closed = _close_worker_at(client, lost, at_round=15)
+        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=4), seed=2,
+                           checkpoint_every=5, progress=progress)
+        assert closed["closed_at"] == 15 and result.settings["recoveries"] >= 1
+        moved = result.settings["events"][0]["moved"][0]
+        assert (moved["lost"], moved["replacement"], moved["slot"]) == (lost, survivor, 1)
+        assert shards.workers == [survivor, survivor] and shards.label(1) == f"{shards.name}-w1-r0"
+        assert {w for w in client.who_has(shards.futures).values() for w in w} == {survivor}
+        assert result.params.tobytes() == expected.tobytes()
+        ppt.exit_data(shards)
+    finally:
+        ppt.cluster.close(client)

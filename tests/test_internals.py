@@ -55,15 +55,3 @@ def test_a_version_outside_the_range_is_named():
     assert "older than 2026.3.0" in taskspec.outside_tested("2025.1.0")
     assert "newer than" in taskspec.outside_tested("2026.9.0")
     assert taskspec.outside_tested("2026.8.0") is None
-
-
-def test_the_scheduler_still_has_the_routine_a_moved_label_uses(threads_client):
-    """labels.reschedule_waiting hands tasks waiting for a moved label to the scheduler's
-    routine for a joined worker (an internal): it must still be there, and named in one module."""
-    from ppt_dask.engine import labels
-
-    assert threads_client.run_on_scheduler(labels.applies)
-    users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if labels.INTERNAL in p.read_text())
-    assert users == ["engine/labels.py"]
-    address = sorted(threads_client.scheduler_info(n_workers=-1)["workers"])[0]
-    assert labels.reschedule_waiting(threads_client, address) == 0  # nothing waits: nothing moves

@@ -105,8 +105,7 @@ def ssh_command(args) -> int:
             print("stopping the cluster ...", flush=True)
     finally:
         ssh.stop(cluster, client)
-    print("stopped", flush=True)
-    return 0
+    return _stopped()
 
 
 def add_slurm_parser(kinds) -> None:
@@ -173,5 +172,9 @@ def slurm_command(args) -> int:
             print("stopping: cancelling the jobs ...", flush=True)
     finally:
         slurm.stop(cluster, client)
+    return _stopped()
+
+
+def _stopped() -> int:
     print("stopped", flush=True)
     return 0

@@ -75,24 +75,21 @@ def _int_at_least(minimum: int):
     return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+def _number(holds, words: str):
+    """An argparse type: a float for which ``holds(value)``, else an error that says ``words``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"{words}, got {text}")
+        return value
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
+_positive_float = _number(lambda v: 0 < v < float("inf"), "must be a positive number")
+_fraction = _number(lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,22 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     t.add_argument("--connect-timeout", type=_positive_float, default=None, metavar="SECONDS",
                    help="with --scheduler: seconds to wait for it to answer (default 10)")
-    t.add_argument("--security", default=None, metavar="DIR",  # deploy
+    t.add_argument("--security", default=None, metavar="DIR",
                    help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
     t.add_argument("--data-dir", default=None, help="folder holding mnist/ and digits5000/")
     t.add_argument("--json", default=None, metavar="PATH", help="write a summary here")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
-    t.add_argument("--report", default=None, metavar="PATH",  # diagnostics
+    t.add_argument("--report", default=None, metavar="PATH",
                    help="write a standalone HTML report of the run (time breakdown, curves, settings)")
-    t.add_argument("--trace", default=None, metavar="PATH",  # diagnostics
+    t.add_argument("--trace", default=None, metavar="PATH",
                    help="write the run as a Chrome trace (one track per worker plus the head)")
-    t.add_argument("--save", default=None, metavar="PATH",  # model files
+    t.add_argument("--save", default=None, metavar="PATH",
                    help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
     from ppt_dask.cli.cluster import add_cluster_parser
     add_cluster_parser(sub)  # ppt-dask cluster ssh HOSTFILE --certs DIR | slurm --jobs N ...
-    from ppt_dask.cli.model import add_model_parser  # model: ppt-dask model calibrate|predict|recommend
-    add_model_parser(sub)  # model
-    from ppt_dask.cli.predict import add_predict_parser  # model files: ppt-dask predict MODEL DATASET
+    from ppt_dask.cli.model import add_model_parser  # ppt-dask model calibrate|predict|recommend
+    add_model_parser(sub)
+    from ppt_dask.cli.predict import add_predict_parser  # ppt-dask predict MODEL DATASET
     add_predict_parser(sub)
     return parser
 
@@ -224,9 +221,9 @@ def train_command(args) -> int:
     cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
-    security = ppt.cluster.resolve_security(  # deploy: TLS files checked before any work
+    security = ppt.cluster.resolve_security(  # TLS files checked before any work
         args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
-    if args.save and args.splits:  # model files: --splits trains one model per split
+    if args.save and args.splits:  # --splits trains one model per split
         raise ValueError("--save applies to one run, not to --splits")
     for flag, path in (("--report", args.report), ("--trace", args.trace), ("--save", args.save)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
@@ -253,8 +250,8 @@ def train_command(args) -> int:
     except ValueError as exc:  # name the flag when the count is the user's
         raise ValueError(f"--shards: {exc}" if args.shards else str(exc)) from None
     client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker or 1,
-                         security=security, timeout=args.connect_timeout or 10.0)  # deploy
-    url = None if args.quiet else ppt.cluster.page_url(client)  # diagnostics
+                         security=security, timeout=args.connect_timeout or 10.0)
+    url = None if args.quiet else ppt.cluster.page_url(client)
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
     progress = None if args.quiet else Progress(s["epochs"])
@@ -289,13 +286,13 @@ def train_command(args) -> int:
     summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
-    times = result.diagnostics.summary() if result.diagnostics is not None else {}  # diagnostics
+    times = result.diagnostics.summary() if result.diagnostics is not None else {}
     summary["percent_not_gradient"] = times.get("percent_not_gradient")
-    rows = result.breakdown()  # diagnostics: where a round's time goes, per phase
+    rows = result.breakdown()  # where a round's time goes, per phase
     summary["phases"] = phase_table(rows) if rows else None
     summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
     print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
-    if args.report:  # diagnostics: the report names the data set too
+    if args.report:  # the report names the data set too
         result.settings["dataset"] = args.dataset
         result.report(args.report)
     if args.trace:
@@ -303,7 +300,7 @@ def train_command(args) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
-    if args.save:  # model files: the dataset's name and the network go into the file's summary
+    if args.save:  # the dataset's name and the network go into the file's summary
         from ppt_dask.engine.modelfile import save_result
         print(f"saved the model to {save_result(result, args.save, summary=summary)}")
     if result.outcome is Outcome.DIVERGED:
@@ -315,13 +312,13 @@ def train_command(args) -> int:
 def _command(args) -> int:
     if args.command == "train":
         return train_command(args)
-    if args.command == "cluster":  # deploy
+    if args.command == "cluster":
         from ppt_dask.cli.cluster import cluster_command
         return cluster_command(args)
-    if args.command == "model":  # model
+    if args.command == "model":
         from ppt_dask.cli.model import model_command
         return model_command(args)
-    if args.command == "predict":  # model files
+    if args.command == "predict":
         from ppt_dask.cli.predict import predict_command
         return predict_command(args)
     return 1

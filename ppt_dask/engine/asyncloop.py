@@ -37,114 +37,155 @@ from ppt_dask.observe import keys
 def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, params=None,
                 fan_in: int = 2, progress=None):
     """The asynchronous head loop; returns a :class:`ppt_dask.engine.result.Result`."""
-
-    client = shards.client
-    blocks = shards.worker_blocks()
-    plan = graph.make_plan(blocks, shards.n_shards, fan_in)
-    work = functools.partial(strategy.work, net)
-    apply = functools.partial(strategy.apply, net)
-    budget = stop.max_epochs * shards.n_rows  # patterns to process in all
-    run = uuid.uuid4().hex[:8]
-    t_start = time.perf_counter()
-    start = params if params is not None else net.init_params(seed)
-    state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)), hash=False)
-    weights = client.submit(strategy.broadcast, state, key=keys.version_name(keys.WEIGHTS, run, 0))
-    version, head_total, submitted_patterns, seen = 0, 0.0, 0.0, 0.0
-    steps = [0] * len(blocks)
-    meta: dict = {}
-    history, dropped = [], [0] * len(blocks)
-    previous_state = state
-    estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
-    # verify every check_every epochs, as the synchronous loop does (screened: from the first
-    # round whose estimate passes; unscreened: from check_every epochs in)
-    next_check = -math.inf if stop.screen else stop.check_every
-    per_task = [sum(shard_share(strategy.block, shards.n_shards, s) if strategy.block else
-                    shards.info[s].stop - shards.info[s].start for s in range(a, b)) for _, a, b in blocks]
-
-    def submit(slot: int):
-        nonlocal head_total, submitted_patterns
-        t0 = time.perf_counter()
-        label, a, b, nodes = plan.blocks[slot]
-        key = (keys.step_name(keys.GRAD, run, slot, steps[slot]), slot)
-        fut = client.submit(graph.local_task, work, weights, shards.futures[a:b], list(range(a, b)),
-                            steps[slot], list(nodes), plan.fan_in, plan.n_shards, key=key,
-                            resources={label: 1})
-        meta[fut.key] = (slot, version, nodes)
-        steps[slot] += 1
-        submitted_patterns += per_task[slot]
-        head_total += time.perf_counter() - t0
-        return fut
-
-    inflight = {w: submit(w) for w in range(len(blocks))}
-    final, last, outcome, where = None, t_start, Outcome.MAX_EPOCHS, None
-    stats_queue: list = []
+    head = _Head(net, shards, strategy, stop, seed, params, fan_in, progress)
     try:
-        while inflight and final is None:
-            done, _ = wait(list(inflight.values()), timeout=ROUND_TIMEOUT, return_when="FIRST_COMPLETED")
+        while head.inflight and head.final is None:
+            done, _ = wait(list(head.inflight.values()), timeout=ROUND_TIMEOUT, return_when="FIRST_COMPLETED")
             if not done:
                 raise TimeoutError(f"no gradient task finished within {ROUND_TIMEOUT} s")
-            for fut in sorted(done, key=lambda f: meta[f.key][0]):
-                slot, v0, nodes = meta.pop(fut.key)
-                del inflight[slot]
-                lag = version - v0
-                t0 = time.perf_counter()
-                if lag > strategy.staleness:
-                    dropped[slot] += 1  # too stale: not applied
-                else:
-                    children = [x for node in nodes for x in (fut, node)]
-                    version += 1
-                    state = client.submit(graph.update_task, apply, state, *children,
-                                          key=keys.version_name(keys.UPDATE, run, version))
-                    weights = client.submit(strategy.broadcast, state,
-                                            key=keys.version_name(keys.WEIGHTS, run, version))
-                    stats_queue.append((version, slot, lag, state, client.submit(
-                        graph.stats_of, state, key=keys.version_name(keys.STATS, run, version))))
-                head_total += time.perf_counter() - t0
-                if submitted_patterns < budget:
-                    inflight[slot] = submit(slot)
-            # read the stats that are ready, in order, without waiting on the workers
-            while stats_queue and (stats_queue[0][4].done() or not inflight) and final is None:
-                v, w, lag_v, state_v, stats_f = stats_queue.pop(0)
-                stats = waits.result(stats_f, ROUND_TIMEOUT, "an asynchronous update's stats")
-                loss_sum, n_wrong, n = (float(x) for x in stats)
-                estimate.add(n_wrong, n)
-                seen += n
-                now = time.perf_counter()
-                record = {"try": 0, "round": v - 1, "worker": w, "staleness": lag_v,
-                          "epoch": seen / shards.n_rows, "loss": loss_sum / n, "error_rate": n_wrong / n,
-                          "error_estimate": estimate.rate, "patterns": n, "wall_seconds": now - last,
-                          "head_seconds": 0.0, "elapsed_seconds": now - t_start}
-                last = now
-                history.append(record)
-                if progress is not None:
-                    progress(record)
-                if not math.isfinite(record["loss"]):
-                    final, outcome, where = previous_state, Outcome.DIVERGED, f"update {v}"
-                    history.pop()
-                elif (stop.target_error is not None and record["epoch"] >= next_check - 1e-9
-                      and (not stop.screen or (estimate.full and estimate.rate <= stop.target_error))):
-                    next_check = record["epoch"] + stop.check_every
-                    p = waits.result(state_v, ROUND_TIMEOUT, "the weights of an asynchronous update").params
-                    error = (test_error(net, p, stop.test) if stop.test is not None else
-                             float(np.divide(*evaluate(net, shards, p, fan_in)[1:])))
-                    record["verified_error_rate"] = error
-                    if error <= stop.target_error:
-                        final, outcome = state_v, Outcome.TARGET_ERROR
-                previous_state = state_v
+            for fut in sorted(done, key=head.slot_of):
+                head.arrived(fut)
+            head.read_ready_stats()  # in order, without waiting on the workers
     finally:
-        client.cancel(list(inflight.values()))
-        inflight.clear()
-    final = final if final is not None else state
-    params_out = waits.result(final, ROUND_TIMEOUT, "the final weights").params
-    wall = time.perf_counter() - t_start
-    train_stats = evaluate(net, shards, params_out, fan_in)
-    test_accuracy = None if stop.test is None else 1.0 - test_error(net, params_out, stop.test)
-    epochs = seen / shards.n_rows
-    learned = outcome is Outcome.TARGET_ERROR
-    return Result(net, params_out, history, strategy, learned, outcome.words(where), epochs, wall,
-                  head_total, float(train_stats[0] / train_stats[2]), float(train_stats[1] / train_stats[2]),
-                  test_accuracy,
-                  {"workers": len(blocks), "shards": shards.n_shards, "fan_in": fan_in, "seed": seed,
-                   "target_error": stop.target_error, "staleness_bound": strategy.staleness,
-                   "max_staleness": max((r["staleness"] for r in history), default=0),
-                   "dropped": dropped, "updates": version}, outcome=outcome)
+        head.cancel()
+    return head.result()
+
+
+class _Head:
+    """What the head knows of an asynchronous run: the tasks in flight, the newest weights on
+    the cluster, the updates whose stats are not read yet, the history and the outcome."""
+
+    def __init__(self, net, shards, strategy, stop, seed, params, fan_in, progress):
+        self.net, self.shards, self.strategy, self.stop = net, shards, strategy, stop
+        self.seed, self.fan_in, self.progress = seed, fan_in, progress
+        self.client = client = shards.client
+        self.blocks = shards.worker_blocks()
+        self.plan = graph.make_plan(self.blocks, shards.n_shards, fan_in)
+        self.work = functools.partial(strategy.work, net)
+        self.apply = functools.partial(strategy.apply, net)
+        self.budget = stop.max_epochs * shards.n_rows  # patterns to process in all
+        self.run = uuid.uuid4().hex[:8]
+        self.t_start = self.last = time.perf_counter()
+        start = params if params is not None else net.init_params(seed)
+        self.state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)), hash=False)
+        self.weights = client.submit(strategy.broadcast, self.state,
+                                     key=keys.version_name(keys.WEIGHTS, self.run, 0))
+        self.version, self.head_total, self.submitted_patterns, self.seen = 0, 0.0, 0.0, 0.0
+        self.steps = [0] * len(self.blocks)
+        self.dropped = [0] * len(self.blocks)
+        self.meta: dict = {}
+        self.history: list = []
+        self.stats_queue: list = []
+        self.previous_state = self.state
+        self.estimate = ErrorEstimate(stop.window_epochs * shards.n_rows)
+        # verify every check_every epochs, as the synchronous loop does (screened: from the first
+        # round whose estimate passes; unscreened: from check_every epochs in)
+        self.next_check = -math.inf if stop.screen else stop.check_every
+        self.per_task = [sum(shard_share(strategy.block, shards.n_shards, s) if strategy.block else
+                             shards.info[s].stop - shards.info[s].start for s in range(a, b))
+                         for _, a, b in self.blocks]
+        self.final, self.outcome, self.where = None, Outcome.MAX_EPOCHS, None
+        self.inflight = {w: self.submit(w) for w in range(len(self.blocks))}
+
+    def submit(self, slot: int):
+        """The next gradient task of ``slot``, against the newest weights."""
+        t0 = time.perf_counter()
+        label, a, b, nodes = self.plan.blocks[slot]
+        key = (keys.step_name(keys.GRAD, self.run, slot, self.steps[slot]), slot)
+        fut = self.client.submit(graph.local_task, self.work, self.weights, self.shards.futures[a:b],
+                                 list(range(a, b)), self.steps[slot], list(nodes), self.plan.fan_in,
+                                 self.plan.n_shards, key=key, resources={label: 1})
+        self.meta[fut.key] = (slot, self.version, nodes)
+        self.steps[slot] += 1
+        self.submitted_patterns += self.per_task[slot]
+        self.head_total += time.perf_counter() - t0
+        return fut
+
+    def slot_of(self, fut) -> int:
+        return self.meta[fut.key][0]
+
+    def arrived(self, fut) -> None:
+        """A gradient task ended: chain an update on the newest weights (or drop it, too stale),
+        and give its worker the next task while the budget lasts."""
+        slot, v0, nodes = self.meta.pop(fut.key)
+        del self.inflight[slot]
+        lag = self.version - v0
+        t0 = time.perf_counter()
+        if lag > self.strategy.staleness:
+            self.dropped[slot] += 1  # too stale: not applied
+        else:
+            children = [x for node in nodes for x in (fut, node)]
+            self.version += 1
+            run, version, client = self.run, self.version, self.client
+            self.state = client.submit(graph.update_task, self.apply, self.state, *children,
+                                       key=keys.version_name(keys.UPDATE, run, version))
+            self.weights = client.submit(self.strategy.broadcast, self.state,
+                                         key=keys.version_name(keys.WEIGHTS, run, version))
+            stats = client.submit(graph.stats_of, self.state, key=keys.version_name(keys.STATS, run, version))
+            self.stats_queue.append((version, slot, lag, self.state, stats))
+        self.head_total += time.perf_counter() - t0
+        if self.submitted_patterns < self.budget:
+            self.inflight[slot] = self.submit(slot)
+
+    def read_ready_stats(self) -> None:
+        """The updates' stats that are ready, oldest first (all of them once nothing is in flight)."""
+        queue = self.stats_queue
+        while queue and (queue[0][4].done() or not self.inflight) and self.final is None:
+            version, slot, lag, state, stats_f = queue.pop(0)
+            stats = waits.result(stats_f, ROUND_TIMEOUT, "an asynchronous update's stats")
+            record = self._record(version, slot, lag, *(float(x) for x in stats))
+            if not math.isfinite(record["loss"]):
+                self.final, self.outcome = self.previous_state, Outcome.DIVERGED
+                self.where = f"update {version}"
+                self.history.pop()
+            elif self._due_for_check(record):
+                self.next_check = record["epoch"] + self.stop.check_every
+                record["verified_error_rate"] = error = self._verified_error(state)
+                if error <= self.stop.target_error:
+                    self.final, self.outcome = state, Outcome.TARGET_ERROR
+            self.previous_state = state
+
+    def _record(self, version, slot, lag, loss_sum, n_wrong, n) -> dict:
+        self.estimate.add(n_wrong, n)
+        self.seen += n
+        now = time.perf_counter()
+        record = {"try": 0, "round": version - 1, "worker": slot, "staleness": lag,
+                  "epoch": self.seen / self.shards.n_rows, "loss": loss_sum / n, "error_rate": n_wrong / n,
+                  "error_estimate": self.estimate.rate, "patterns": n, "wall_seconds": now - self.last,
+                  "head_seconds": 0.0, "elapsed_seconds": now - self.t_start}
+        self.last = now
+        self.history.append(record)
+        if self.progress is not None:
+            self.progress(record)
+        return record
+
+    def _due_for_check(self, record) -> bool:
+        stop = self.stop
+        return (stop.target_error is not None and record["epoch"] >= self.next_check - 1e-9
+                and (not stop.screen or (self.estimate.full and self.estimate.rate <= stop.target_error)))
+
+    def _verified_error(self, state) -> float:
+        p = waits.result(state, ROUND_TIMEOUT, "the weights of an asynchronous update").params
+        if self.stop.test is not None:
+            return test_error(self.net, p, self.stop.test)
+        return float(np.divide(*evaluate(self.net, self.shards, p, self.fan_in)[1:]))
+
+    def cancel(self) -> None:
+        self.client.cancel(list(self.inflight.values()))
+        self.inflight.clear()
+
+    def result(self) -> Result:
+        final = self.final if self.final is not None else self.state
+        params_out = waits.result(final, ROUND_TIMEOUT, "the final weights").params
+        wall = time.perf_counter() - self.t_start
+        net, shards, fan_in, stop = self.net, self.shards, self.fan_in, self.stop
+        loss_sum, n_wrong, n = evaluate(net, shards, params_out, fan_in)
+        test_accuracy = None if stop.test is None else 1.0 - test_error(net, params_out, stop.test)
+        learned = self.outcome is Outcome.TARGET_ERROR
+        settings = {"workers": len(self.blocks), "shards": shards.n_shards, "fan_in": fan_in,
+                    "seed": self.seed, "target_error": stop.target_error, "staleness_bound": self.strategy.staleness,
+                    "max_staleness": max((r["staleness"] for r in self.history), default=0),
+                    "dropped": self.dropped, "updates": self.version}
+        return Result(net, params_out, self.history, self.strategy, learned, self.outcome.words(self.where),
+                      self.seen / shards.n_rows, wall, self.head_total, float(loss_sum / n),
+                      float(n_wrong / n), test_accuracy, settings, outcome=self.outcome)

@@ -14,10 +14,10 @@ import importlib.util
 import logging
 import os
 import re
-from pathlib import Path  # deploy
+from pathlib import Path
 
 import dask
-from distributed import Client, LocalCluster, Security, WorkerPlugin  # deploy: Security
+from distributed import Client, LocalCluster, Security, WorkerPlugin
 
 from ppt_dask.engine import interrupt, messages, probe
 
@@ -60,17 +60,17 @@ NO_WORKERS_TIMEOUT = "60s"
 
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^/\s]+$")
 
-# deploy: the files of a TLS directory made by deploy/make_certs.py
+# the files of a TLS directory made by deploy/make_certs.py
 CERT_FILES = {
     "ca": "ca.pem",
     "scheduler": ("scheduler.pem", "scheduler-key.pem"),
     "worker": ("worker.pem", "worker-key.pem"),
     "client": ("client.pem", "client-key.pem"),
 }
-_TLS_SCHEMES = ("tls", "wss")  # deploy
+_TLS_SCHEMES = ("tls", "wss")
 
 
-def tls_security(certs_dir) -> Security:  # deploy
+def tls_security(certs_dir) -> Security:
     """TLS settings from a directory made by ``deploy/make_certs.py``; encryption required.
 
     The CA and the client certificate must be there. The scheduler and worker certificates
@@ -92,7 +92,7 @@ def tls_security(certs_dir) -> Security:  # deploy
     return Security(require_encryption=True, **kwargs)
 
 
-def resolve_security(security, address: str | None = None):  # deploy
+def resolve_security(security, address: str | None = None):
     """``security`` as given to :func:`connect`, checked against the address's scheme."""
     if isinstance(security, (str, os.PathLike)):
         security = tls_security(security)
@@ -169,12 +169,12 @@ def connect(
     """
     if address is not None:
         address = check_address(address)
-        security = resolve_security(security, address)  # deploy
+        security = resolve_security(security, address)
         probe.check_scheduler(address, timeout)  # an HTTP port would keep the Client waiting in silence
         try:
             client = Client(address, timeout=f"{timeout}s", security=security)
         except (OSError, TimeoutError) as exc:
-            hint = ""  # deploy: say what to check when TLS is involved
+            hint = ""  # say what to check when TLS is involved
             if address.split("://", 1)[0] in _TLS_SCHEMES:
                 hint = (" (TLS: is the client certificate signed by the cluster's CA, and the CA file "
                         "the one that signed the scheduler's? see deploy/make_certs.py)")
@@ -186,7 +186,7 @@ def connect(
         return client
     if batch_interval is not None:  # checked before a cluster starts
         messages.check_interval(batch_interval)
-    security = resolve_security(security)  # deploy
+    security = resolve_security(security)
     n_workers = n_workers or os.cpu_count() or 1
     if int(n_workers) != n_workers or n_workers < 1:
         raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
@@ -199,7 +199,7 @@ def connect(
         "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
         "distributed.nanny.pre-spawn-environ": env,
     }
-    # diagnostics: the scheduler preloads the /ppt page and its collector
+    # the scheduler preloads the /ppt page and its collector
     scheduler_kwargs = dict(cluster_kwargs.pop("scheduler_kwargs", None) or {})
     scheduler_kwargs["preload"] = [*scheduler_kwargs.get("preload", ()), "ppt_dask.observe.dashboard"]
     # the workers ignore Ctrl-C: it stops the head, which closes them (ppt_dask.engine.interrupt)
@@ -212,7 +212,7 @@ def connect(
             dashboard_address=dashboard_address or "127.0.0.1:0",
             security=security,
             **({"host": "127.0.0.1"} if processes else {}),  # threads talk in-process
-            scheduler_kwargs=scheduler_kwargs,  # diagnostics
+            scheduler_kwargs=scheduler_kwargs,
             **cluster_kwargs,
         )
     client = Client(cluster, security=security)

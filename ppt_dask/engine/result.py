@@ -48,7 +48,7 @@ class Result:
     test_accuracy: float | None
     settings: dict = field(default_factory=dict)
     snapshots: dict = field(default_factory=dict)  # epoch -> weights pulled then
-    diagnostics: object = field(default=None, repr=False)  # diagnostics: RunRecords or None
+    diagnostics: object = field(default=None, repr=False)  # RunRecords or None
     state: object = field(default=None, repr=False)  # final ModelState (weights + optimizer state)
     outcome: Outcome = Outcome.MAX_EPOCHS
 

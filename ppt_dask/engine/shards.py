@@ -70,6 +70,8 @@ class ShardSet:
     head_copy: tuple | None = field(default=None, repr=False)
     replicated: bool = False  # every worker holds the whole set; shards are random streams
     chosen: bool = False  # the workers were named at entry: the set never spreads to others
+    rebuild: Callable | None = field(default=None, repr=False)  # (shard, label, key) -> Future
+    renamed: dict = field(default_factory=dict)  # slot -> the label it took when repaired
 
     @property
     def n_shards(self) -> int:
@@ -88,7 +90,7 @@ class ShardSet:
         return self.info[0].dtype
 
     def label(self, slot: int) -> str:
-        return f"{self.name}-w{slot}"
+        return self.renamed.get(slot, f"{self.name}-w{slot}")
 
     def worker_blocks(self) -> list[tuple[str, int, int]]:
         """Per worker holding shards: (resource label, first shard, stop shard)."""
@@ -103,10 +105,10 @@ class ShardSet:
         """Give each lost worker's slot to another worker and put its shards back.
 
         A replacement is a worker that holds no slot (a restarted or a new one), waited for
-        a few seconds, else the surviving worker with the fewest slots. The slot's resource
-        label moves to it, so everything pinned to the slot runs there. Shards built on the
-        workers (dask arrays, loaders) are rebuilt there by Dask from their recipes;
-        shards scattered from the head are re-sent from the head's copy.
+        a few seconds, else the surviving worker with the fewest slots. The slot takes a new
+        resource label, given to the replacement, and its shards are placed there anew under
+        new keys (built again from the loader or the dask array, or re-sent from the head's
+        copy); the lost ones are released, as they would wait for a label no worker carries.
 
         Returns one event per moved slot. Raises ``RuntimeError`` when scattered shards
         were lost and the head kept no copy, ``TimeoutError`` when no worker is left.
@@ -138,12 +140,11 @@ class ShardSet:
             else:
                 survivors = [w for w in self.workers if w not in lost]
                 replacement = min(survivors, key=self.workers.count)
-            self.client.run(labels.label_worker, {self.label(slot): 1e9}, workers=[replacement])
-            labels.reschedule_waiting(self.client, replacement)
+            self.renamed[slot] = label = f"{self.name}-w{slot}-r{len(self.renamed)}"
+            self.client.run(labels.label_worker, {label: 1e9}, workers=[replacement])
             self.workers[slot] = replacement
             a, b = self.blocks[slot]
-            if self.source == "numpy":
-                self._resend(slot, replacement)
+            self._place_again(slot, replacement)
             events.append({"event": "worker_lost", "lost": address, "slot": slot,
                            "replacement": replacement, "shards": list(range(a, b)),
                            "resent": self.source == "numpy"})
@@ -194,24 +195,30 @@ class ShardSet:
         if self.source == "numpy":
             X, y = self.head_copy
             lo, hi = (0, len(X)) if self.replicated else (info.start, info.stop)
-            self.futures[s] = _scatter(self.client, _make_shard(X[lo:hi], y[lo:hi], self.dtype),
+            self.futures[s] = labels.scatter_pinned(self.client, _make_shard(X[lo:hi], y[lo:hi], self.dtype),
                                        self.workers[slot], label)
         else:
             old = self.futures[s]
-            self.futures[s] = self.client.submit(_settle, old, resources={label: 1},
+            self.futures[s] = self.client.submit(labels.settle, old, resources={label: 1},
                                                  key=keys.name(keys.SHARD, f"{label}-s{s}-moved"), pure=False)
 
-    def _resend(self, slot: int, address: str) -> None:
-        """Scatter the slot's shards again from the head's copy."""
-        X, y = self.head_copy
-        dtype = self.dtype
+    def _place_again(self, slot: int, address: str) -> None:
+        """The slot's shards under new keys with the slot's label: scattered again from the
+        head's copy, or built again on ``address`` (one copy per slot when replicated)."""
         a, b = self.blocks[slot]
+        label = self.label(slot)
+        for lost in self.futures[a:b]:  # released, not cancelled: a cancel would reach their dependents
+            lost.release()
         copy = None
         for s in range(a, b):
             info = self.info[s]
             if copy is None or not self.replicated:
-                shard = _make_shard(X[info.start:info.stop], y[info.start:info.stop], dtype)
-                copy = _scatter(self.client, shard, address, self.label(slot))
+                if self.source == "numpy":
+                    X, y = self.head_copy
+                    shard = _make_shard(X[info.start:info.stop], y[info.start:info.stop], self.dtype)
+                    copy = labels.scatter_pinned(self.client, shard, address, label)
+                else:
+                    copy = self.rebuild(s, label, keys.name(keys.SHARD, f"{label}-s{s}"))
             self.futures[s] = copy
 
     def who_has(self) -> dict[int, tuple[str, ...]]:
@@ -254,28 +261,12 @@ def _make_shard(X, y, dtype: str):
     return np.ascontiguousarray(X, dtype=dtype), np.ascontiguousarray(y)
 
 
-def _settle(shard):
-    """The worker's own, aligned copy of a scattered shard.
-
-    Scattered arrays are deserialized in place from the message's buffer and may start at
-    any byte (seen here: 4 bytes past a 64-byte boundary); numpy's matmul on unaligned
-    data ran 1.5x slower in every round. One copy at entry fixes it for the whole run.
-    """
-    return tuple(a if a.flags.aligned else np.array(a, order="C") for a in shard)
-
-
 def _load_shard(loader: Callable, start: int, stop: int, dtype: str):
     X, y = loader(start, stop)
     return _make_shard(X, y, dtype)
 
 
 # ---- head side ---------------------------------------------------------------------------
-
-
-def _scatter(client: Client, shard: tuple, address: str, label: str) -> Future:
-    """Send a shard to ``address``; keep the worker's aligned copy of it (see _settle)."""
-    sent = client.scatter([shard], workers=[address], hash=False)[0]
-    return client.submit(_settle, sent, resources={label: 1}, key=keys.name(keys.SHARD, sent.key))
 
 
 def _choose_workers(client: Client, workers) -> list[str]:
@@ -329,17 +320,22 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
         rows = [(0, int(X.shape[0]))] * n_shards
     copies: dict = {}  # with replication: one copy per worker, shared by its shards
     if is_dask:
-        def place(s, a, b, label):
+        def build(s, label, key=None):
             import dask
+            a, b = rows[s]
+            shard = dask.delayed(_make_shard)(X[a:b], y[a:b], dtype, **({"dask_key_name": key} if key else {}))
+            return client.compute(shard, resources={label: 1})
+
+        def place(s, a, b, label):
             if label not in copies or not replicate:
-                shard = dask.delayed(_make_shard)(X[a:b], y[a:b], dtype)
-                copies[label] = client.compute(shard, resources={label: 1})
+                copies[label] = build(s, label)
             return copies[label]
-        return _enter(client, rows, place, workers, "dask", None, replicated=replicate)
+        return _enter(client, rows, place, workers, "dask", None, replicated=replicate, rebuild=build)
 
     def place(s, a, b, label):
         if label not in copies or not replicate:
-            copies[label] = _scatter(client, _make_shard(X[a:b], y[a:b], dtype), addr_of[label], label)
+            shard = _make_shard(X[a:b], y[a:b], dtype)
+            copies[label] = labels.scatter_pinned(client, shard, addr_of[label], label)
         return copies[label]
     addr_of: dict = {}
     return _enter(client, rows, place, workers, "numpy", (X, y) if keep_copy else None, addr_of,
@@ -354,13 +350,16 @@ def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *
     validation.check_dtype("dtype", dtype)
     rows = split_rows(int(n_rows), n_shards)
 
+    def build(s, label, key):
+        return client.submit(_load_shard, loader, *rows[s], dtype, key=key, resources={label: 1}, pure=False)
+
     def place(s, a, b, label):
-        return client.submit(_load_shard, loader, a, b, dtype, key=keys.name(keys.SHARD, f"{label}-s{s}"),
-                             resources={label: 1}, pure=False)
-    return _enter(client, rows, place, workers, "loader", None)
+        return build(s, label, keys.name(keys.SHARD, f"{label}-s{s}"))
+    return _enter(client, rows, place, workers, "loader", None, rebuild=build)
 
 
-def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replicated=False) -> ShardSet:
+def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replicated=False,
+           rebuild=None) -> ShardSet:
     chosen = workers is not None
     workers = _choose_workers(client, workers)
     name = f"ppt-{uuid.uuid4().hex[:8]}"
@@ -385,7 +384,8 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
         raise
     finally:
         del infos
-    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated, chosen)
+    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated, chosen,
+                    rebuild)
 
 
 def exit_data(shards: ShardSet) -> None:

@@ -188,7 +188,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
             "dtype": net.dtype, "strategy": repr(strategy), "rows": shards.n_rows,
             "shards": shards.n_shards, "fan_in": fan_in, "seed": seed}
     saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
-    diag = diagnostics.Recorder(shards.client, run_id, diagnostics.run_settings(  # diagnostics
+    diag = diagnostics.Recorder(shards.client, run_id, diagnostics.run_settings(
         net, shards, strategy, fan_in=fan_in, pipeline=pipeline, seed=seed, exchange=exchange))
     run = _Run(net, shards, strategy, stop, fan_in, pipeline, exchange, rounds_per_epoch, max_rounds,
                {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
@@ -307,7 +307,7 @@ def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End | _Grow:
             run.history.append(record)
             if run.progress is not None:
                 run.progress(record)
-            run.diag.round_done(record)  # diagnostics
+            run.diag.round_done(record)
             end = _check(run, attempt, engine, r, record, estimate, checks)
             if end is not None:
                 return end
@@ -384,7 +384,7 @@ def _finish(run: _Run, attempt: int, end: _End) -> Result:
         checkpoint.save(run.checkpoint_dir, final, round_index=end.round, attempt=attempt,
                         history=run.history, meta=run.meta)
     wall = time.perf_counter() - run.t_start
-    records = run.diag.finish()  # diagnostics
+    records = run.diag.finish()
     train_stats = evaluate(net, shards, final.params, run.fan_in)
     test_accuracy = None if stop.test is None else 1.0 - test_error(net, final.params, stop.test)
     epochs = sum(1 for r in run.history if r["try"] == attempt) / run.rounds_per_epoch

@@ -23,8 +23,8 @@ from ppt_dask.engine import cluster
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.shards import enter_data, exit_data
 from ppt_dask.engine.trainer import train
-from ppt_dask.sklearn.contract import (ContractMixin, ConvergenceWarning, check_X, is_dask,
-                                       n_features_message, seed_of, sklearn_class)
+from ppt_dask.sklearn.contract import (BaseEstimator, ConvergenceWarning, check_is_fitted, check_X, is_dask,
+                                       n_features_message, seed_of)
 from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
 
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours
@@ -84,12 +84,15 @@ def _epoch_losses(history: list[dict], epochs: int, complete: bool) -> list[floa
 # ---- the shared machinery ----------------------------------------------------------------
 
 
-class PPTBase(ContractMixin):
-    """Parameters, the sklearn contract, the cluster, the training loop, prediction."""
+class PPTBase(BaseEstimator):
+    """Parameters, the cluster, the training loop, prediction; the fitted state is ``params_``."""
 
     _output = "linear"  # the output layer; set by each estimator
     _default_lr = 0.1  # learning_rate_init=None means this
     _default_dtype = "float64"  # dtype=None means this
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "params_")
 
     def _dtype(self) -> str:
         return self._default_dtype if self.dtype is None else self.dtype
@@ -347,7 +350,7 @@ class PPTBase(ContractMixin):
         if diverged:
             warnings.warn(f"training {result.stopped_because} (loss not finite); kept the last good "
                           "weights; scale the inputs and targets or lower learning_rate_init",
-                          sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
+                          ConvergenceWarning, stacklevel=4)
             return
         if tol_rule and curve.stopped_by_rule and not asynchronous:
             if self.verbose:
@@ -356,7 +359,7 @@ class PPTBase(ContractMixin):
             return
         if tol_rule and len(curve.losses) >= epochs and not curve.stopped_by_rule:
             warnings.warn(f"Maximum iterations ({epochs}) reached and the optimization hasn't converged yet.",
-                          sklearn_class("ConvergenceWarning", ConvergenceWarning), stacklevel=4)
+                          ConvergenceWarning, stacklevel=4)
 
     @staticmethod
     def _print_epoch(before: int):
@@ -368,7 +371,7 @@ class PPTBase(ContractMixin):
 
     def _output_of(self, X, what: str, classes=None):
         """:func:`_output_block` on numpy X here, or on each row block of a dask X."""
-        self._check_is_fitted()
+        check_is_fitted(self)
         X = check_X(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(n_features_message(X.shape[1], self, self.n_features_in_))

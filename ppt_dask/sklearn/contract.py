@@ -1,42 +1,32 @@
-"""scikit-learn's estimator contract, without importing scikit-learn (a test extra only).
+"""scikit-learn's estimator contract: its own base classes, errors and warnings, and the
+input checks for what scikit-learn's ``validate_data`` does not take (dask arrays, which must
+stay on the workers), raising with the wording scikit-learn's common checks look for.
 
-:class:`ContractMixin` gives ``get_params``/``set_params`` read from the ``__init__``
-signature, as ``sklearn.base.BaseEstimator`` does, a repr showing the changed parameters,
-``__sklearn_is_fitted__``, and scikit-learn ``Tags`` built only when scikit-learn asks for
-them. The input checks raise with the wording that scikit-learn's common checks look for.
-Errors and warnings are scikit-learn's own classes when scikit-learn is loaded, so code
-that catches them works; else stand-ins with the same names and bases. Numpy only.
+scikit-learn is the ``[sklearn]`` extra (``pip install 'ppt_dask[sklearn]'``): this module,
+and the estimators with it, raise an ImportError that says so without it; the rest of
+ppt_dask never imports it.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
-import sys
 import warnings
-from collections import defaultdict
 
 import numpy as np
 
 from ppt_dask.core import validation
 
+INSTALL_HINT = "PPTClassifier and PPTRegressor need scikit-learn: pip install 'ppt_dask[sklearn]'"
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.exceptions import ConvergenceWarning, DataConversionWarning, NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+except ImportError as exc:  # the extra is not installed
+    raise ImportError(f"{INSTALL_HINT} ({exc})") from None
 
-class NotFittedError(ValueError, AttributeError):
-    """predict, score ... called before fit."""
-
-
-class DataConversionWarning(UserWarning):
-    """The input was converted (a column vector y was flattened)."""
-
-
-class ConvergenceWarning(UserWarning):
-    """max_iter was reached before the tol rule stopped training, or training diverged."""
-
-
-def sklearn_class(name: str, fallback: type) -> type:
-    """scikit-learn's exception or warning class ``name`` if scikit-learn is loaded."""
-    return getattr(sys.modules.get("sklearn.exceptions"), name, fallback)
+__all__ = ["BaseEstimator", "ClassifierMixin", "RegressorMixin", "ConvergenceWarning",
+           "DataConversionWarning", "NotFittedError", "check_is_fitted"]
 
 
 def is_dask(a) -> bool:
@@ -88,7 +78,7 @@ def check_y_labels(y, n_rows: int, estimator: str):
         if y.ndim == 2 and y.shape[1] == 1:
             warnings.warn("A column-vector y was passed when a 1d array was expected. Please change "
                           "the shape of y to (n_samples, ), for example using ravel().",
-                          sklearn_class("DataConversionWarning", DataConversionWarning), stacklevel=5)
+                          DataConversionWarning, stacklevel=5)
             y = y.ravel()
     if y.ndim != 1 or y.shape[0] != n_rows:
         raise ValueError(f"y should be a 1d array with one label per row of X ({n_rows}), "
@@ -142,66 +132,3 @@ def seed_of(random_state) -> int:
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(np.iinfo(np.int32).max))
     raise ValueError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
-
-
-class ContractMixin:
-    """Parameters from the ``__init__`` signature; the fitted state is ``params_``."""
-
-    _estimator_kind = ""  # "classifier" or "regressor"
-    _multi_output = False
-
-    @classmethod
-    def _get_param_names(cls) -> list[str]:
-        params = inspect.signature(cls.__init__).parameters.values()
-        return sorted(p.name for p in params if p.name != "self" and p.kind != p.VAR_KEYWORD)
-
-    def get_params(self, deep: bool = True) -> dict:
-        """The constructor arguments (with ``deep``, also those of nested estimators)."""
-        out = {}
-        for key in self._get_param_names():
-            value = getattr(self, key)
-            if deep and hasattr(value, "get_params") and not isinstance(value, type):
-                out.update((f"{key}__{k}", v) for k, v in value.get_params().items())
-            out[key] = value
-        return out
-
-    def set_params(self, **params):
-        """Set constructor arguments (``name=value`` or ``nested__name=value``); returns self."""
-        valid, nested = self.get_params(deep=True), defaultdict(dict)
-        for key, value in params.items():
-            key, delim, sub_key = key.partition("__")
-            if key not in valid:
-                raise ValueError(f"Invalid parameter {key!r} for estimator {type(self).__name__}. "
-                                 f"Valid parameters are: {self._get_param_names()!r}.")
-            if delim:
-                nested[key][sub_key] = value
-            else:
-                setattr(self, key, value)
-                valid[key] = value
-        for key, sub_params in nested.items():
-            valid[key].set_params(**sub_params)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
-        changed = [f"{k}={getattr(self, k)!r}" for k in self._get_param_names()
-                   if repr(getattr(self, k)) != repr(defaults.get(k))]
-        return f"{type(self).__name__}({', '.join(changed)})"
-
-    def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, "params_")
-
-    def _check_is_fitted(self) -> None:
-        if not hasattr(self, "params_"):
-            raise sklearn_class("NotFittedError", NotFittedError)(
-                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
-                "appropriate arguments before using this estimator.")
-
-    def __sklearn_tags__(self):
-        from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
-
-        kind = self._estimator_kind
-        return Tags(estimator_type=kind, input_tags=InputTags(),
-                    target_tags=TargetTags(required=True, multi_output=self._multi_output),
-                    classifier_tags=ClassifierTags() if kind == "classifier" else None,
-                    regressor_tags=RegressorTags() if kind == "regressor" else None)

@@ -1,6 +1,6 @@
 """scikit-learn estimators over the distributed trainer: PPTClassifier, PPTRegressor.
 
-scikit-learn's contract (:mod:`ppt_dask.sklearn.contract`), without importing it. The
+On scikit-learn's base classes (the ``[sklearn]`` extra, :mod:`ppt_dask.sklearn.contract`). The
 Dask client is looked up at ``fit`` time, never stored: the client of ``scheduler`` when
 given, else the current client (``distributed.get_client()``), else a LocalCluster started
 for this one ``fit`` and closed at its end (2-3 s of start-up on a small machine: start a
@@ -21,8 +21,8 @@ import numpy as np
 
 from ppt_dask.core.metrics import r2_score
 from ppt_dask.sklearn.base import PPTBase
-from ppt_dask.sklearn.contract import (NotFittedError, check_y_labels, check_y_targets, distinct_labels,
-                                       is_dask)
+from ppt_dask.sklearn.contract import (ClassifierMixin, NotFittedError, RegressorMixin, check_is_fitted,
+                                       check_y_labels, check_y_targets, distinct_labels, is_dask)
 
 __all__ = ["PPTClassifier", "PPTRegressor", "NotFittedError"]
 
@@ -129,7 +129,7 @@ _DOC = """
 """
 
 
-class PPTClassifier(PPTBase):
+class PPTClassifier(ClassifierMixin, PPTBase):
     __doc__ = """A multi-layer perceptron classifier trained data-parallel on a Dask cluster.
 
     Softmax output and cross-entropy loss, two outputs for two classes.
@@ -170,7 +170,7 @@ class PPTClassifier(PPTBase):
 
     def predict(self, X):
         """Labels of the rows of X, shape (n_samples,); a dask array for a dask X."""
-        self._check_is_fitted()
+        check_is_fitted(self)
         return self._output_of(X, "predict", self.classes_)
 
     def predict_proba(self, X):
@@ -188,15 +188,20 @@ class PPTClassifier(PPTBase):
         return float(np.average(right, weights=sample_weight))
 
 
-class PPTRegressor(PPTBase):
+class PPTRegressor(RegressorMixin, PPTBase):
     __doc__ = """A multi-layer perceptron regressor trained data-parallel on a Dask cluster.
 
     Linear output and squared error (half the sum of squares per pattern, as
     MLPRegressor); one target or several.
 """ + _DOC.replace("{lr}", "0.1").replace("{sklearn}", "MLPRegressor").replace("{classes}", "")
 
-    _output, _default_lr, _estimator_kind, _multi_output = "linear", 0.1, "regressor", True
+    _output, _default_lr, _estimator_kind = "linear", 0.1, "regressor"
     _check_y = staticmethod(check_y_targets)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # several targets in one network
+        return tags
 
     def _prepare(self, y, client, continuing: bool, incremental: bool, classes):
         if continuing and y.shape[1] != self.n_outputs_:
