@@ -99,6 +99,26 @@ def test_no_head_copy_gives_a_clear_error(client2):
                   ppt.Stop(max_epochs=10), progress=progress)
 
 
+def test_a_lost_worker_ends_an_asynchronous_run_at_once_with_a_clear_error(client2):
+    """The asynchronous loop keeps no copy of the state to go back to: a SIGKILLed worker ends
+    the run with an error that says so within seconds, not after the round timeout (600 s)."""
+    from ppt_dask.engine import waits
+
+    X, y = _data()
+    shards = ppt.enter_data(client2, X, y, n_shards=4)
+    progress, killed = _killer(client2, at_round=10)
+    strategy = ppt.Slowed(ppt.Async(lr=0.1, block=10), seconds=0.01)
+    try:
+        with pytest.raises(waits.WorkerLost, match="keeps no copy of the state .* does not recover"):
+            ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=50), progress=progress)
+        assert killed["killed_at"] is not None
+        waited = time.perf_counter() - killed["killed_at"]
+        print(f"the error came {waited:.1f} s after the kill")
+        assert waited < 30
+    finally:
+        ppt.exit_data(shards)
+
+
 def _cli(*args):
     return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--quiet",
             "--seed", "3", *args]

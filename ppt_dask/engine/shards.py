@@ -195,11 +195,10 @@ class ShardSet:
         if self.source == "numpy":
             X, y = self.head_copy
             lo, hi = (0, len(X)) if self.replicated else (info.start, info.stop)
-            self.futures[s] = labels.scatter_pinned(self.client, _make_shard(X[lo:hi], y[lo:hi], self.dtype),
-                                       self.workers[slot], label)
-        else:
-            old = self.futures[s]
-            self.futures[s] = self.client.submit(labels.settle, old, resources={label: 1},
+            shard = _make_shard(X[lo:hi], y[lo:hi], self.dtype)
+            self.futures[s] = labels.scatter_pinned(self.client, shard, self.workers[slot], label)
+        else:  # the old copy lives on: the new one is made from it on the new worker
+            self.futures[s] = self.client.submit(labels.settle, self.futures[s], resources={label: 1},
                                                  key=keys.name(keys.SHARD, f"{label}-s{s}-moved"), pure=False)
 
     def _place_again(self, slot: int, address: str) -> None:
@@ -384,8 +383,7 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
         raise
     finally:
         del infos
-    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated, chosen,
-                    rebuild)
+    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated, chosen, rebuild)
 
 
 def exit_data(shards: ShardSet) -> None:
@@ -393,8 +391,10 @@ def exit_data(shards: ShardSet) -> None:
     client = shards.client
     client.cancel(shards.futures)
     shards.futures = []
+    alive = set(worker_addresses(client))  # a gone worker's labels went with it
     for slot, address in enumerate(shards.workers):
         try:
-            client.run(labels.label_worker, {shards.label(slot): 0}, workers=[address])
-        except (OSError, ValueError, KeyError):
-            pass  # the worker is gone; its labels went with it
+            if address in alive:
+                client.run(labels.label_worker, {shards.label(slot): 0}, workers=[address])
+        except (OSError, ValueError, KeyError):  # it left meanwhile
+            pass

@@ -28,9 +28,9 @@ class WorkerLost(RuntimeError):
 def round_result(future, shards, timeout: float = ROUND_TIMEOUT):
     """``future.result()``, checking every few seconds that the shards' workers are alive.
 
-    Shards with a recipe are rebuilt by Dask on the slot's resource label; while that
-    label has no worker a pinned task would wait, so the head looks for lost workers
-    itself instead of waiting for ``no-workers-timeout``.
+    A lost worker's resource label has no worker left, and a task pinned to it would wait
+    there, so the head looks for lost workers itself instead of waiting for
+    ``no-workers-timeout``.
     """
     deadline = time.monotonic() + timeout
     while True:
