@@ -24,7 +24,7 @@ import uuid
 from concurrent.futures import CancelledError
 
 import numpy as np
-from distributed import KilledWorker, wait
+from distributed import KilledWorker
 
 from ppt_dask.algorithms.asynchronous import Async
 from ppt_dask.algorithms.strategies import shard_share
@@ -41,10 +41,10 @@ def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, para
     head = _Head(net, shards, strategy, stop, seed, params, fan_in, progress)
     try:
         while head.inflight and head.final is None:
-            for fut in sorted(head.wait_some(), key=head.slot_of):
+            for fut in sorted(waits.first_done(list(head.inflight.values()), shards), key=head.slot_of):
                 head.arrived(fut)
             head.read_ready_stats()  # in order, without waiting on the workers
-    except (CancelledError, KilledWorker) as exc:  # what a lost worker took was needed
+    except (CancelledError, KilledWorker, waits.WorkerLost) as exc:  # a lost worker, or what it took
         lost = shards.lost_workers()
         if lost:
             raise _no_recovery(lost) from exc
@@ -109,22 +109,6 @@ class _Head:
         self.submitted_patterns += self.per_task[slot]
         self.head_total += time.perf_counter() - t0
         return fut
-
-    def wait_some(self) -> set:
-        """The gradient tasks that have ended, once one has. A lost worker ends the run at once
-        with an error that says so: this loop keeps no copy of the state to go back to."""
-        deadline = time.monotonic() + ROUND_TIMEOUT
-        while True:
-            try:
-                done, _ = wait(list(self.inflight.values()), timeout=waits.POLL_SECONDS,
-                               return_when="FIRST_COMPLETED")
-                return done
-            except TimeoutError:
-                lost = self.shards.lost_workers()
-                if lost:
-                    raise _no_recovery(lost) from None
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no gradient task finished within {ROUND_TIMEOUT} s") from None
 
     def slot_of(self, fut) -> int:
         return self.meta[fut.key][0]

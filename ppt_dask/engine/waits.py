@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from distributed import wait
+
 ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
 POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
 
@@ -32,13 +34,25 @@ def round_result(future, shards, timeout: float = ROUND_TIMEOUT):
     there, so the head looks for lost workers itself instead of waiting for
     ``no-workers-timeout``.
     """
+    return _watching(lambda t: future.result(timeout=t), shards, timeout, "a round did not finish")
+
+
+def first_done(futures, shards, timeout: float = ROUND_TIMEOUT) -> set:
+    """The ``futures`` that have ended, once one has; lost workers watched as in :func:`round_result`."""
+    return _watching(lambda t: wait(futures, timeout=t, return_when="FIRST_COMPLETED").done, shards,
+                     timeout, "no task finished")
+
+
+def _watching(get, shards, timeout: float, what: str):
+    """``get(seconds)`` again every ``POLL_SECONDS`` until it returns; ``WorkerLost`` as soon as a
+    shard's worker is gone, ``TimeoutError`` (``what`` within ``timeout``) at the end."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return future.result(timeout=min(POLL_SECONDS, max(0.01, deadline - time.monotonic())))
+            return get(min(POLL_SECONDS, max(0.01, deadline - time.monotonic())))
         except TimeoutError:
             lost = shards.lost_workers()
             if lost:
                 raise WorkerLost(f"worker(s) {lost} left the cluster") from None
             if time.monotonic() > deadline:
-                raise TimeoutError(f"a round did not finish within {timeout} s") from None
+                raise TimeoutError(f"{what} within {timeout} s") from None
