@@ -87,7 +87,8 @@ def step_task(step: Step, round_index: int, own, shards: list, *inputs) -> Carry
         total = tree.evaluate_owned(_values((own, *inputs)), step.fan_in, step.n_shards)
         t1 = time.perf_counter()
         state = step.apply(own.state, total)
-        log = (*own.log[-(LOG_ROUNDS - 1):], (round_index - 1, state.stats))
+        # plain floats: a log of arrays would be one message frame per array to every reader
+        log = (*own.log[-(LOG_ROUNDS - 1):], (round_index - 1, state.stats.tolist()))
     else:
         t1 = t0
         state = own
