@@ -33,7 +33,7 @@ _EXPORTS = {
     "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
     "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
     "LocalSGD": "ppt_dask.algorithms.localsgd",
-    "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.engine.trainer",
+    "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.api",
     "PPTClassifier": "ppt_dask.sklearn.estimator", "PPTRegressor": "ppt_dask.sklearn.estimator",
     "Model": "ppt_dask.engine.modelfile", "load_model": "ppt_dask.engine.modelfile",
 }
@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.engine.modelfile import Model, load_model
     from ppt_dask.engine.result import Result, evaluate
     from ppt_dask.engine.shards import ShardSet, enter_data, enter_source, exit_data
-    from ppt_dask.engine.trainer import train
+    from ppt_dask.api import train
     from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
     from ppt_dask.testing import Slowed
 

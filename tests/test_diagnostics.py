@@ -251,7 +251,7 @@ def test_trace_and_records_of_a_real_run(client4, workers4, tmp_path, exchange, 
 def test_fused_tasks_time_their_own_parts(client4, workers4):
     """The one-hop task records its reduce, update and gradient seconds through the one module
     that touches distributed's worker internals; the breakdown splits the task by them."""
-    from ppt_dask.observe import taskmeta
+    from ppt_dask.engine import taskmeta
 
     assert client4.submit(taskmeta.applies, pure=False).result(timeout=60) is True
     assert taskmeta.applies() is False  # not inside a task
@@ -263,3 +263,31 @@ def test_fused_tasks_time_their_own_parts(client4, workers4):
         assert phases["gradient"] >= 0.9 * 0.02  # each worker's gradient work is slowed by 0.02 s
         assert sum(phases.values()) <= t.compute * 1.05 + 1e-3
     assert all(r["update"] > 0 and r["reduce"] > 0 for r in rows)
+
+
+def test_the_engine_records_only_through_the_recorder_it_is_given(client4, workers4, tmp_path):
+    """The engine imports no diagnostics: its own ``train`` without a recorder records nothing
+    (and says so when asked for a report or a trace); ``ppt.train`` gives it the collector's
+    recorder, whose records cover the same run's tasks; the asynchronous loop's records hold
+    its updates' history (a report) but no per-round breakdown of tasks."""
+    import ppt_dask as ppt
+    from ppt_dask.engine.trainer import train as engine_train
+
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    net = ppt.MLP((6, 8, 2), hidden="tanh", output="softmax")
+    try:
+        bare = engine_train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
+        recorded = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
+        updates = ppt.train(net, shards, ppt.Async(lr=0.5, block=40), ppt.Stop(max_epochs=2))
+    finally:
+        ppt.exit_data(shards)
+    assert np.array_equal(bare.params, recorded.params)  # recording changes nothing it computes
+    assert bare.diagnostics is None and bare.breakdown() == []
+    for write in (bare.report, bare.trace):
+        with pytest.raises(ValueError, match="without a recorder"):
+            write(tmp_path / "x")
+    assert len(recorded.breakdown()) == 3 and {t.prefix for t in recorded.diagnostics.tasks} >= {"ppt-grad"}
+    assert updates.breakdown() == [] and len(updates.diagnostics.heads) == len(updates.history) > 0
+    updates.report(tmp_path / "async.html")
+    assert "ppt-curves" in (tmp_path / "async.html").read_text()

@@ -4,7 +4,7 @@ import doctest
 
 import pytest
 
-from ppt_dask.observe import keys
+from ppt_dask.core import keys
 
 
 def test_doctests():

@@ -23,11 +23,12 @@ ALLOWED = {
     "data": {"core"},
     "algorithms": {"core"},
     "observe": {"core"},
-    "engine": {"core", "data", "algorithms", "observe"},
-    "perf": {"core", "data", "algorithms", "observe", "engine"},
-    "sklearn": {"core", "data", "algorithms", "observe", "engine"},
+    "engine": {"core", "data", "algorithms"},
+    "api": {"core", "observe", "engine"},
+    "perf": {"core", "data", "algorithms", "observe", "engine", "api"},
+    "sklearn": {"core", "data", "algorithms", "observe", "engine", "api"},
     "deploy": {"core", "observe", "engine"},
-    "cli": {"core", "data", "algorithms", "observe", "engine", "perf", "sklearn", "deploy"},
+    "cli": {"core", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy"},
     "testing": set(),
 }
 NUMPY_ONLY = ("core", "data", "algorithms")
@@ -145,6 +146,17 @@ def test_the_numpy_layers_load_no_dask_or_bokeh():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]", f"{run.stdout.strip()} loaded by {names}"
+
+
+def test_the_engine_loads_no_diagnostics():
+    """Importing every module of the engine (in a fresh interpreter) loads nothing of observe/:
+    the engine calls the recorder it is given (``ppt_dask.api`` gives the collector's)."""
+    names = sorted(m for m in modules() if part(m) == "engine")
+    code = (f"import sys\nimport {', '.join(names)}\n"
+            "print(sorted(m for m in sys.modules if m.startswith('ppt_dask.observe')))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", f"{run.stdout.strip()} loaded by the engine"
 
 
 def test_the_front_loads_nothing_until_asked():

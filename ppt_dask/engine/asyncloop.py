@@ -22,23 +22,49 @@ import math
 import time
 import uuid
 from concurrent.futures import CancelledError
+from dataclasses import replace
 
 import numpy as np
 from distributed import KilledWorker
 
 from ppt_dask.algorithms.asynchronous import Async
 from ppt_dask.algorithms.strategies import shard_share
+from ppt_dask.core import keys
 from ppt_dask.core.stopping import ErrorEstimate, Stop
-from ppt_dask.engine import graph, waits
+from ppt_dask.engine import graph, waits, watch
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.waits import ROUND_TIMEOUT
-from ppt_dask.observe import keys
+
+
+def refuse(**given) -> None:
+    """The asynchronous loop keeps no copies, checkpoints or snapshots: say so, never ignore."""
+    defaults = {"pipeline": 1, "on_round": None, "snapshot_epochs": (), "checkpoint_dir": None,
+                "resume": False, "initial_state": None, "exchange": "auto", "restarts": 0}
+    for name, value in given.items():
+        if value != defaults[name] and not (name == "snapshot_epochs" and not value):
+            raise ValueError(f"{name}={value!r} does not apply to the asynchronous strategy "
+                             "(it applies to Sync, PPT and Average)")
+
+
+def train_recorded(net, shards, strategy: Async, stop: Stop, seed: int, params, fan_in: int, progress, recorder):
+    """:func:`train_async` with the run's watcher (:mod:`ppt_dask.engine.watch`) seeing each update.
+
+    The watcher records under a name of its own, not the run id in the keys: an update is no
+    round of a graph, so a per-round breakdown of its tasks would be all waiting and no
+    gradient. The records hold the updates' history (report, trace); the breakdown is []."""
+    run_id = uuid.uuid4().hex[:8]
+    watcher = watch.start(recorder, shards, f"{run_id}-updates", watch.settings(net, shards, strategy, fan_in=fan_in))
+    result = train_async(net, shards, strategy, stop, seed=seed, params=params, fan_in=fan_in,
+                         progress=watch.both(watcher.round_done, progress), run_id=run_id)
+    return replace(result, diagnostics=watcher.finish())
 
 
 def train_async(net, shards, strategy: Async, stop: Stop, *, seed: int = 0, params=None,
-                fan_in: int = 2, progress=None):
-    """The asynchronous head loop; returns a :class:`ppt_dask.engine.result.Result`."""
-    head = _Head(net, shards, strategy, stop, seed, params, fan_in, progress)
+                fan_in: int = 2, progress=None, run_id: str | None = None):
+    """The asynchronous head loop; returns a :class:`ppt_dask.engine.result.Result`.
+
+    ``progress(record)`` sees each update's record; ``run_id`` names the run in its keys."""
+    head = _Head(net, shards, strategy, stop, seed, params, fan_in, progress, run_id)
     try:
         while head.inflight and head.final is None:
             for fut in sorted(waits.first_done(list(head.inflight.values()), shards), key=head.slot_of):
@@ -64,7 +90,7 @@ class _Head:
     """What the head knows of an asynchronous run: the tasks in flight, the newest weights on
     the cluster, the updates whose stats are not read yet, the history and the outcome."""
 
-    def __init__(self, net, shards, strategy, stop, seed, params, fan_in, progress):
+    def __init__(self, net, shards, strategy, stop, seed, params, fan_in, progress, run_id):
         self.net, self.shards, self.strategy, self.stop = net, shards, strategy, stop
         self.seed, self.fan_in, self.progress = seed, fan_in, progress
         self.client = client = shards.client
@@ -73,7 +99,7 @@ class _Head:
         self.work = functools.partial(strategy.work, net)
         self.apply = functools.partial(strategy.apply, net)
         self.budget = stop.max_epochs * shards.n_rows  # patterns to process in all
-        self.run = uuid.uuid4().hex[:8]
+        self.run = run_id or uuid.uuid4().hex[:8]
         self.t_start = self.last = time.perf_counter()
         start = params if params is not None else net.init_params(seed)
         self.state = client.scatter(strategy.init(np.asarray(start, dtype=net.dtype)), hash=False)

@@ -26,9 +26,8 @@ from typing import Callable
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from ppt_dask.core import tree
+from ppt_dask.core import keys, tree
 from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
-from ppt_dask.observe import keys
 
 # ---- task functions (worker side) ------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ppt_dask.observe import keys
+from ppt_dask.core import keys
 
 
 async def label_worker(labels: dict, dask_worker=None):

@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ppt_dask.core import tree
+from ppt_dask.core import keys, tree
+from ppt_dask.engine import taskmeta
 from ppt_dask.engine.graph import GenerationGraphs, Plan, local_task
 from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
-from ppt_dask.observe import keys, taskmeta
 
 LOG_ROUNDS = 32  # rounds of stats a carry remembers: the most the head reads at once
 PICK_PRIORITY = 10  # Dask runs a worker's ready tasks highest priority first

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
-from ppt_dask.core import tree
+from ppt_dask.core import keys, tree
+from ppt_dask.engine import taskmeta
 from ppt_dask.engine.graph import GenerationGraphs, Plan
 from ppt_dask.engine.onehop import LOG_ROUNDS, PICK_PRIORITY
 from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
-from ppt_dask.observe import keys, taskmeta
 
 
 @dataclass

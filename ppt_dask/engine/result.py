@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ppt_dask.algorithms import strategies
+from ppt_dask.core import keys
 from ppt_dask.core.network import MLP
 from ppt_dask.engine import graph
 from ppt_dask.engine.shards import ShardSet
 from ppt_dask.engine.waits import ROUND_TIMEOUT
-from ppt_dask.observe import keys
 
 
 class Outcome(enum.Enum):
@@ -76,20 +76,24 @@ class Result:
         from ppt_dask.engine.modelfile import save_result
         return save_result(self, path, classes)
 
-    # where the time went (ppt_dask.observe.breakdown, ppt_dask.observe.dashboard)
+    # where the time went: the records of the run's watcher (ppt_dask.observe for ppt_dask.train)
     def breakdown(self) -> list[dict]:
         """Per-round time breakdown rows (see :mod:`ppt_dask.observe.breakdown`); [] without records."""
         return self.diagnostics.rows() if self.diagnostics is not None else []
 
     def report(self, path) -> None:
         """Write a standalone HTML report of the run (opens without a server or network)."""
-        from ppt_dask.observe.dashboard import write_report
-        write_report(self, path)
+        self._records("report").write_report(self, path)
 
     def trace(self, path) -> None:
         """Write the run as a Chrome trace (one track per worker plus the head)."""
-        from ppt_dask.observe.diagnostics import write_trace
-        write_trace(self, path)
+        self._records("trace").write_trace(path)
+
+    def _records(self, what: str):
+        if self.diagnostics is None:
+            raise ValueError(f"this result has no run records to write a {what} from: it was trained "
+                             "without a recorder (ppt_dask.train records; recorder=None does not)")
+        return self.diagnostics
 
 
 def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,

@@ -31,11 +31,10 @@ from typing import Callable
 import numpy as np
 from distributed import Client, Future, wait
 
-from ppt_dask.core import validation
+from ppt_dask.core import keys, validation
 from ppt_dask.core.tree import split_rows, split_shards
 from ppt_dask.engine import labels
 from ppt_dask.engine.cluster import worker_addresses
-from ppt_dask.observe import keys
 
 SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
 REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor

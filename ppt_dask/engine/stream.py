@@ -33,8 +33,8 @@ from typing import Any
 from distributed import wait
 
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
-from ppt_dask.core import tree
-from ppt_dask.observe import keys, taskmeta
+from ppt_dask.core import keys, tree
+from ppt_dask.engine import taskmeta
 
 AHEAD = 32  # rounds a loop may run past the last round the head has read
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot

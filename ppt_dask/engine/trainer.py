@@ -22,14 +22,13 @@ import numpy as np
 from distributed import Future, KilledWorker
 
 from ppt_dask.algorithms import strategies
-from ppt_dask.core import applicability, validation
+from ppt_dask.core import applicability, keys, validation
 from ppt_dask.core.network import MLP
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import checkpoint, graph, rounds, waits
+from ppt_dask.engine import checkpoint, graph, rounds, waits, watch
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.shards import ShardSet
-from ppt_dask.observe import diagnostics, keys
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
 
@@ -101,7 +100,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
           progress: Callable[[dict], None] | None = None,
           on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
           checkpoint_dir=None, checkpoint_every: int = 25, resume: bool = False,
-          initial_state=None, exchange: str = "auto") -> Result:
+          initial_state=None, exchange: str = "auto", recorder: Callable | None = None) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Parameters
@@ -149,6 +148,11 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         (:mod:`ppt_dask.engine.stream`, no scheduler hop a round); "all" is its one-hop graph, one
         task per worker per round, the exchange overlapping the next round's local steps
         (:mod:`ppt_dask.engine.overlap`).
+    recorder : callable, optional
+        ``recorder(client, run_id, settings)`` makes the run's watcher: its
+        ``round_done(record)`` sees every round, its ``finish()`` returns the run's records
+        (``Result.diagnostics``: breakdown, report, trace). :func:`ppt_dask.train` passes the
+        collector of :mod:`ppt_dask.observe`; None records nothing.
 
     Returns
     -------
@@ -173,12 +177,10 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     if getattr(strategy, "asynchronous", False):
-        from ppt_dask.engine.asyncloop import train_async
-        _refuse_for_async(pipeline=pipeline, on_round=on_round, snapshot_epochs=snapshot_epochs,
-                          checkpoint_dir=checkpoint_dir, resume=resume, initial_state=initial_state,
-                          exchange=exchange, restarts=stop.restarts)
-        return train_async(net, shards, strategy, stop, seed=seed, params=params, fan_in=fan_in,
-                           progress=progress)
+        from ppt_dask.engine.asyncloop import refuse, train_recorded
+        refuse(pipeline=pipeline, on_round=on_round, snapshot_epochs=snapshot_epochs, checkpoint_dir=checkpoint_dir,
+               resume=resume, initial_state=initial_state, exchange=exchange, restarts=stop.restarts)
+        return train_recorded(net, shards, strategy, stop, seed, params, fan_in, progress, recorder)
     rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
     max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
     if initial_state is not None:
@@ -188,8 +190,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
             "dtype": net.dtype, "strategy": repr(strategy), "rows": shards.n_rows,
             "shards": shards.n_shards, "fan_in": fan_in, "seed": seed}
     saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
-    diag = diagnostics.Recorder(shards.client, run_id, diagnostics.run_settings(
-        net, shards, strategy, fan_in=fan_in, pipeline=pipeline, seed=seed, exchange=exchange))
+    diag = watch.start(recorder, shards, run_id, watch.settings(net, shards, strategy, fan_in=fan_in,
+                                                                pipeline=pipeline, seed=seed, exchange=exchange))
     run = _Run(net, shards, strategy, stop, fan_in, pipeline, exchange, rounds_per_epoch, max_rounds,
                {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
                checkpoint_dir, checkpoint_every, meta, progress, on_round, diag, run_id,
@@ -211,16 +213,6 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
             break
         run.gen += 1
     return _finish(run, attempt, end)
-
-
-def _refuse_for_async(**given) -> None:
-    """The asynchronous loop keeps no copies, checkpoints or snapshots: say so, never ignore."""
-    defaults = {"pipeline": 1, "on_round": None, "snapshot_epochs": (), "checkpoint_dir": None,
-                "resume": False, "initial_state": None, "exchange": "auto", "restarts": 0}
-    for name, value in given.items():
-        if value != defaults[name] and not (name == "snapshot_epochs" and not value):
-            raise ValueError(f"{name}={value!r} does not apply to the asynchronous strategy "
-                             "(it applies to Sync, PPT and Average)")
 
 
 def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:

@@ -52,7 +52,7 @@ import statistics
 from collections import defaultdict
 from typing import NamedTuple
 
-from ppt_dask.observe import keys
+from ppt_dask.core import keys
 
 # Phases in priority order (the first active one wins at each instant), then idle.
 PHASES = ("gradient", "reduce", "update", "evaluate", "other", "transfer", "head", "scheduler", "idle")

@@ -27,13 +27,13 @@ import time
 import warnings
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ppt_dask.observe import taskmeta
+from ppt_dask.core.keys import parse_key, phases_of
 from ppt_dask.observe.breakdown import TaskRecord, breakdown, phase_table, summarize
 from ppt_dask.observe.trace import trace_events
-from ppt_dask.observe.keys import parse_key
 
 TOPIC = "ppt-diagnostics"  # log_event topic of the head's messages
 NAME = "ppt-diagnostics"  # the plugin's name on the scheduler
@@ -149,7 +149,7 @@ class Collector(SchedulerPlugin):
         ts = self.scheduler.tasks.get(key) if self.scheduler is not None else None
         deps = () if ts is None else tuple(
             _text(d.key) for d in ts.dependencies if parse_key(d.key) is not None)
-        phases = tuple(taskmeta.phases_of(kwargs.get("metadata")).items())
+        phases = tuple(phases_of(kwargs.get("metadata")).items())
         log.add_task(TaskRecord(_text(key), prefix, run, gen, rnd, kwargs.get("worker"), submitted,
                                 sent, done, compute, int(kwargs.get("nbytes") or 0), deps, io, phases))
 
@@ -226,6 +226,7 @@ class RunRecords:
     heads: list = field(repr=False)
     dropped: int = 0  # task records the collector had to drop (bounded memory)
     head_cost_seconds: float = 0.0  # the recorder's own head time per round (mean)
+    report_writer: Callable | None = field(default=None, repr=False, compare=False)
 
     def rows(self) -> list[dict]:
         """Per-round breakdown; without the oldest round when records were dropped."""
@@ -246,6 +247,14 @@ class RunRecords:
         with open(path, "w") as fh:
             json.dump(self.trace(), fh, default=str)
 
+    def write_report(self, result, path) -> None:
+        """Write the standalone HTML report of ``result`` (whose records these are) with the
+        writer the recorder was given (:func:`ppt_dask.observe.dashboard.write_report`)."""
+        if self.report_writer is None:
+            raise ValueError("these records have no report writer: pass the recorder "
+                             "report=ppt_dask.observe.dashboard.write_report (ppt_dask.train does)")
+        self.report_writer(result, path)
+
 
 class Recorder:
     """The head's side of the diagnostics for one run.
@@ -261,11 +270,15 @@ class Recorder:
         The generation of the first try (``gen`` of the keys is ``generation + try``).
     flush_seconds : float
         At most this long between two batches sent to the scheduler.
+    report : callable, optional
+        ``report(result, path)`` writes the run's HTML report (``Result.report``): the page
+        module, which imports this one, gives it through :mod:`ppt_dask.api`.
     """
 
     def __init__(self, client, run: str, settings: dict | None = None, generation: int = 0,
-                 flush_seconds: float = 0.25, max_rounds: int = 20_000):
+                 flush_seconds: float = 0.25, max_rounds: int = 20_000, report: Callable | None = None):
         self.client, self.run, self.generation = client, run, generation
+        self.report = report
         self.settings = _plain(settings)
         self.flush_seconds = flush_seconds
         self.heads: deque = deque(maxlen=max_rounds)
@@ -313,15 +326,7 @@ class Recorder:
                               RuntimeWarning, stacklevel=2)
         return RunRecords(self.run, self.settings, [TaskRecord.from_list(t) for t in reply["tasks"]],
                           list(self.heads), reply["dropped"],
-                          self.seconds / self.rounds if self.rounds else 0.0)
-
-
-def run_settings(net, shards, strategy, **more) -> dict:
-    """The settings a report shows: network, data placement, strategy and loop options."""
-    return {"network": "-".join(map(str, net.sizes)), "hidden": net.hidden, "output": net.output,
-            "dtype": str(net.dtype), "rows": shards.n_rows, "shards": shards.n_shards,
-            "workers": len(shards.worker_blocks()), "strategy": getattr(strategy, "name", ""),
-            "strategy_settings": repr(strategy), **more}
+                          self.seconds / self.rounds if self.rounds else 0.0, self.report)
 
 
 def records_of(obj) -> RunRecords:

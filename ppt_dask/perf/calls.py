@@ -124,7 +124,7 @@ def _round_tasks(client, net, X, y, workers, calls: int, rows, rounds: int, warm
     of Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows."""
     from ppt_dask.core.stopping import Stop
     from ppt_dask.engine.shards import enter_data, exit_data
-    from ppt_dask.engine.trainer import train
+    from ppt_dask.api import train
     from ppt_dask.observe import diagnostics
 
     n_shards = calls * len(workers)

@@ -22,7 +22,7 @@ from ppt_dask.core.tree import split_rows
 from ppt_dask.engine import cluster
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.shards import enter_data, exit_data
-from ppt_dask.engine.trainer import train
+from ppt_dask.api import train
 from ppt_dask.sklearn.contract import (BaseEstimator, ConvergenceWarning, check_is_fitted, check_X, is_dask,
                                        n_features_message, seed_of)
 from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule

@@ -1,4 +1,4 @@
-"""Task keys: built here and read back here, nowhere else.
+"""Task keys and the timings a task reports with its result: built here, read back here.
 
 Every task of a run is named ``<prefix>-<run>-<rest>``: the prefix says what the task does
 (the dashboard groups keys by it), ``run`` is eight hex digits per :func:`ppt_dask.train`
@@ -23,6 +23,7 @@ EVAL = "ppt-eval"  # a verification pass
 LOOP = "ppt-loop"  # one task that runs many rounds (the local strategy's streamed rounds)
 SHARD = "ppt-shard"  # a placed shard (the worker's own aligned copy)
 SHARD_INFO = "ppt-shardinfo"  # a shard's checks and summary, computed where it lives
+PHASES = "ppt-phases"  # the entry of a finished task's metadata with its own timings {phase: seconds}
 
 _KEY = re.compile(r"^(ppt-[a-z]+)-(.+)$")
 _RUN = re.compile(r"^([0-9a-f]{8})-(.+)$")
@@ -88,3 +89,12 @@ def parse_key(key) -> tuple | None:
     if m.group(3) is not None:
         return (prefix, run, 0, int(m.group(3)))
     return (prefix, run, int(m.group(1)), int(m.group(2)))
+
+
+def phases_of(metadata) -> dict:
+    """The phases a finished task recorded (:mod:`ppt_dask.engine.taskmeta`), from the
+    ``metadata`` the scheduler received with it; {} when it has none."""
+    if not isinstance(metadata, dict):
+        return {}
+    value = metadata.get(PHASES)
+    return dict(value) if isinstance(value, dict) else {}

@@ -10,14 +10,16 @@ Writing that metadata from inside a task uses the worker's task state
 (``Worker.state.tasks[key].metadata``), which is not a public API of distributed. This
 module is the only place that touches it; :func:`applies` says whether it still works (a
 test checks it), and :func:`record` warns once and does nothing when it does not: the
-breakdown then counts the whole task as gradient work.
+breakdown then counts the whole task as gradient work. The scheduler's side reads the
+entry back with :func:`ppt_dask.core.keys.phases_of`.
 """
 
 from __future__ import annotations
 
 import warnings
 
-KEY = "ppt-phases"  # the metadata entry: {phase: seconds}
+from ppt_dask.core import keys
+
 _warned = False
 
 
@@ -51,7 +53,7 @@ def record(phases: dict) -> bool:
     if ts is None:
         return False
     try:
-        ts.metadata[KEY] = {str(k): float(v) for k, v in phases.items()}
+        ts.metadata[keys.PHASES] = {str(k): float(v) for k, v in phases.items()}
     except (AttributeError, TypeError) as exc:
         _warn(exc)
         return False
@@ -62,11 +64,3 @@ def applies() -> bool:
     """Whether :func:`record` works here: run it as a task on a worker (a test does)."""
     ts = _task_state()
     return ts is not None and isinstance(getattr(ts, "metadata", None), dict)
-
-
-def phases_of(metadata) -> dict:
-    """The phases a finished task recorded, from the ``metadata`` the scheduler received."""
-    if not isinstance(metadata, dict):
-        return {}
-    value = metadata.get(KEY)
-    return dict(value) if isinstance(value, dict) else {}
