@@ -65,7 +65,7 @@ def test_network_not_matching_the_data(client4):
 @pytest.mark.parametrize("kwargs, match", [
     ({"lr": 0}, "lr must be > 0"), ({"lr": -0.1}, "lr must be > 0"),
     ({"lr": float("nan")}, "lr"), ({"momentum": 1.0}, "momentum"),
-    ({"l2": -1}, "l2"), ({"block": 0}, "block must be a positive integer"),
+    ({"l2": -1}, "l2"), ({"block": 0}, "block must be an integer >= 1"),
 ])
 def test_bad_hyper_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):

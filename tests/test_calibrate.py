@@ -56,7 +56,7 @@ def _time(fn):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(block=0), "block must be an integer in 1..600, got 0"),
     (dict(block=601), "block must be an integer in 1..600, got 601"),
-    (dict(block=8, repeats=0), "repeats must be a positive integer, got 0"),
+    (dict(block=8, repeats=0), "repeats must be an integer >= 1, got 0"),
 ])
 def test_measure_constants_bad_input(tiny, kwargs, match):
     net, X, y = tiny

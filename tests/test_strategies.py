@@ -139,8 +139,8 @@ def test_repeated_splits_report_mean_and_spread(client4, workers4):
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: ppt.PPT(local_epoch=0), "local_epoch must be a positive integer"),
-    (lambda: ppt.Average(interval=0), "interval must be a positive integer"),
+    (lambda: ppt.PPT(local_epoch=0), "local_epoch must be an integer >= 1"),
+    (lambda: ppt.Average(interval=0), "interval must be an integer >= 1"),
     (lambda: ppt.Average(interval=-3), "interval"),
     (lambda: ppt.Average(local_epochs=0), "local_epochs must be > 0"),
     (lambda: ppt.Average(momentum_policy="local"), "momentum_policy must be one of"),

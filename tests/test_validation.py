@@ -149,7 +149,7 @@ def test_scalar_helpers_accept():
     (check_nonneg, [1], "[1]"),
 ])
 def test_scalar_helpers_reject(check, value, shown):
-    with pytest.raises(ValueError, match=rf"^lr must be .*; got {re.escape(shown)}"):
+    with pytest.raises(ValueError, match=rf"^lr must be .*, got {re.escape(shown)}"):
         check("lr", value)
 
 
@@ -157,7 +157,7 @@ def test_scalar_helpers_reject(check, value, shown):
                                           (float("nan"), "nan"), ("3", "'3'")])
 def test_check_int_at_least_rejects(value, shown):
     with pytest.raises(ValueError,
-                       match=rf"^epochs must be an integer >= 1; got {re.escape(shown)}"):
+                       match=rf"^epochs must be an integer >= 1, got {re.escape(shown)}"):
         check_int_at_least("epochs", value, 1)
 
 

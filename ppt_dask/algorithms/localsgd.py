@@ -48,9 +48,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ppt_dask.algorithms.strategies import ModelState, _Base, _positive_int, block_rows
+from ppt_dask.algorithms.strategies import ModelState, _Base, block_rows
 from ppt_dask.core import tree
 from ppt_dask.core.optimizers import exact_scalar
+from ppt_dask.core.validation import check_int_at_least
 
 
 def momentum_step(params, velocity, grad_sum, count, lr: float, momentum: float, l2: float, mask) -> None:
@@ -108,8 +109,9 @@ class LocalSGD(_Base):
 
     def __post_init__(self):
         super().__post_init__()
-        _positive_int("block", self.block)
-        _positive_int("interval", self.interval, allow_none=True)
+        check_int_at_least("block", self.block, 1)
+        if self.interval is not None:
+            check_int_at_least("interval", self.interval, 1)
         if not (isinstance(self.pull, (int, float)) and 0 < self.pull <= 1):
             raise ValueError(f"pull must be in (0, 1], got {self.pull!r}")
         if not (isinstance(self.ema, (int, float)) and not isinstance(self.ema, bool) and 0 <= self.ema < 1):

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ppt_dask.core.optimizers import SGD, init_state, sgd_step
+from ppt_dask.core.validation import check_int_at_least
 
 
 @dataclass
@@ -60,11 +61,9 @@ def stream(seed: int, r: int, s: int, *more: int) -> np.random.Generator:
     return np.random.default_rng([seed, r, s, *more])
 
 
-def _positive_int(name: str, value, allow_none: bool = False):
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
+def _count(name: str, value, allow_none: bool = False) -> None:
+    if not (value is None and allow_none):
+        check_int_at_least(name, value, 1)
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ class Sync(_Base):
 
     def __post_init__(self):
         super().__post_init__()
-        _positive_int("block", self.block, allow_none=True)
+        _count("block", self.block, allow_none=True)
 
     @property
     def name(self) -> str:
@@ -173,7 +172,7 @@ class PPT(_Base):
 
     def __post_init__(self):
         super().__post_init__()
-        _positive_int("local_epoch", self.local_epoch)
+        _count("local_epoch", self.local_epoch)
 
     name = "ppt"
 
@@ -237,8 +236,8 @@ class Average(_Base):
 
     def __post_init__(self):
         super().__post_init__()
-        _positive_int("block", self.block, allow_none=True)
-        _positive_int("interval", self.interval, allow_none=True)
+        _count("block", self.block, allow_none=True)
+        _count("interval", self.interval, allow_none=True)
         if not self.local_epochs > 0:
             raise ValueError(f"local_epochs must be > 0, got {self.local_epochs!r}")
         if self.sample_fraction is not None and not 0 < self.sample_fraction <= 1:

@@ -48,10 +48,10 @@ def _show(value) -> str:
 def _check_finite_number(name: str, value, requirement: str):
     if not _is_real(value):
         raise ValueError(
-            f"{name} must be {requirement}; got {_show(value)} ({type(value).__name__})"
+            f"{name} must be {requirement}, got {_show(value)} ({type(value).__name__})"
         )
     if not np.isfinite(value):
-        raise ValueError(f"{name} must be {requirement}; got {_show(value)}")
+        raise ValueError(f"{name} must be {requirement}, got {_show(value)}")
 
 
 def check_positive(name: str, value):
@@ -62,11 +62,11 @@ def check_positive(name: str, value):
     >>> check_positive("learning_rate", 0)
     Traceback (most recent call last):
     ...
-    ValueError: learning_rate must be a positive number; got 0
+    ValueError: learning_rate must be a positive number, got 0
     """
     _check_finite_number(name, value, "a positive number")
     if not value > 0:
-        raise ValueError(f"{name} must be a positive number; got {_show(value)}")
+        raise ValueError(f"{name} must be a positive number, got {_show(value)}")
     return value
 
 
@@ -74,7 +74,7 @@ def check_nonneg(name: str, value):
     """Return `value` if it is a finite real number >= 0, else raise ValueError."""
     _check_finite_number(name, value, "a non-negative number")
     if not value >= 0:
-        raise ValueError(f"{name} must be a non-negative number; got {_show(value)}")
+        raise ValueError(f"{name} must be a non-negative number, got {_show(value)}")
     return value
 
 
@@ -89,15 +89,15 @@ def check_int_at_least(name: str, value, minimum: int) -> int:
     >>> check_int_at_least("n_workers", 2.5, 1)
     Traceback (most recent call last):
     ...
-    ValueError: n_workers must be an integer >= 1; got 2.5 (float)
+    ValueError: n_workers must be an integer >= 1, got 2.5 (float)
     """
     requirement = f"an integer >= {minimum}"
     if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
         raise ValueError(
-            f"{name} must be {requirement}; got {_show(value)} ({type(value).__name__})"
+            f"{name} must be {requirement}, got {_show(value)} ({type(value).__name__})"
         )
     if value < minimum:
-        raise ValueError(f"{name} must be {requirement}; got {_show(value)}")
+        raise ValueError(f"{name} must be {requirement}, got {_show(value)}")
     return int(value)
 
 

@@ -31,6 +31,7 @@ import logging
 import re
 import sys
 
+from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine.cluster import DEFAULT_DASHBOARD_ADDRESS, WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
@@ -42,9 +43,8 @@ WALLTIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
 
 def _check(jobs, cores, memory, processes, walltime, timeout) -> None:
     """The arguments Slurm would refuse only once a job is submitted, refused here first."""
-    for name, value, low in (("jobs", jobs, 1), ("cores", cores, 1), ("processes", processes, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    for name, value in (("jobs", jobs), ("cores", cores), ("processes", processes)):
+        check_int_at_least(name, value, 1)
     if processes > cores:
         raise ValueError(f"processes ({processes}) must not exceed cores ({cores}): one core per worker")
     if not isinstance(memory, str) or not MEMORY.match(memory.strip()):

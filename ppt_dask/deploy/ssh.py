@@ -42,6 +42,7 @@ from pathlib import Path
 
 import dask
 
+from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine.cluster import (CERT_FILES, DEFAULT_DASHBOARD_ADDRESS, NO_WORKERS_TIMEOUT, WORKER_ENV,
                                      preloads, tls_security)
 
@@ -196,9 +197,8 @@ def start(
     hosts = [str(h) for h in hosts]
     if not hosts:
         raise ValueError("give at least one host")
-    for name, value in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    n_workers = check_int_at_least("n_workers", n_workers, 1)
+    threads_per_worker = check_int_at_least("threads_per_worker", threads_per_worker, 1)
     worker_hosts = hosts if workers_on_scheduler else hosts[1:]
     if not worker_hosts:
         raise ValueError("no host left for workers: give more hosts or workers_on_scheduler=True")

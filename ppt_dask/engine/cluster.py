@@ -19,6 +19,7 @@ from pathlib import Path
 import dask
 from distributed import Client, LocalCluster, Security, WorkerPlugin
 
+from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine import interrupt, messages, probe
 
 logger = logging.getLogger(__name__)
@@ -188,10 +189,8 @@ def connect(
         messages.check_interval(batch_interval)
     security = resolve_security(security)
     n_workers = n_workers or os.cpu_count() or 1
-    if int(n_workers) != n_workers or n_workers < 1:
-        raise ValueError(f"n_workers must be a positive integer, got {n_workers!r}")
-    if int(threads_per_worker) != threads_per_worker or threads_per_worker < 1:
-        raise ValueError(f"threads_per_worker must be a positive integer, got {threads_per_worker!r}")
+    n_workers = check_int_at_least("n_workers", n_workers, 1)
+    threads_per_worker = check_int_at_least("threads_per_worker", threads_per_worker, 1)
     env = dict(WORKER_ENV)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = str(threads_per_worker)

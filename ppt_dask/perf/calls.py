@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppt_dask.algorithms import strategies
+from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine import waits
 
 
@@ -39,8 +40,7 @@ def one_blas_thread():
 
 def curve_rows(n_rows: int, smallest: int = 8) -> list[int]:
     """Row counts of the call curve: powers of two times ``smallest`` up to ``n_rows``."""
-    if int(n_rows) != n_rows or n_rows < 2:
-        raise ValueError(f"n_rows must be an integer >= 2, got {n_rows!r}")
+    n_rows = check_int_at_least("n_rows", n_rows, 2)
     rows, r = [], max(1, min(int(smallest), int(n_rows) // 2))
     while r < n_rows:
         rows.append(r)
@@ -122,9 +122,9 @@ class CallCurve:
 def _round_tasks(client, net, X, y, workers, calls: int, rows, rounds: int, warmup: int):
     """Per row count r: the median longest ``ppt-grad`` task and the median round period
     of Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows."""
+    from ppt_dask.api import train
     from ppt_dask.core.stopping import Stop
     from ppt_dask.engine.shards import enter_data, exit_data
-    from ppt_dask.api import train
     from ppt_dask.observe import diagnostics
 
     n_shards = calls * len(workers)
@@ -170,9 +170,7 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
     timed.
     """
     workers = cluster_workers(client, workers)
-    if isinstance(calls, bool) or int(calls) != calls or calls < 2:
-        raise ValueError(f"calls must be an integer >= 2, got {calls!r}")
-    calls = int(calls)
+    calls = check_int_at_least("calls", calls, 2)
     largest = len(X) // (calls * len(workers))
     if largest < 2:
         raise ValueError(f"X has {len(X)} rows: too few for {calls} shards of 2 rows on each of "

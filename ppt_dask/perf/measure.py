@@ -10,7 +10,9 @@ import time
 import numpy as np
 
 from ppt_dask.algorithms import strategies
-from ppt_dask.perf import fit as modelfit, model as perfmodel
+from ppt_dask.core.validation import check_int_at_least
+from ppt_dask.perf import fit as modelfit
+from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf.calls import one_blas_thread
 
 
@@ -64,8 +66,7 @@ def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constan
         raise ValueError(f"X and y need the same number of rows (>= 1), got {len(X)} and {len(y)}")
     if isinstance(block, bool) or int(block) != block or not 1 <= block <= len(X):
         raise ValueError(f"block must be an integer in 1..{len(X)}, got {block!r}")
-    if int(repeats) != repeats or repeats < 1:
-        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    repeats = check_int_at_least("repeats", repeats, 1)
     block, params = int(block), net.init_params(0)
     rows = _row_counts(block, len(X))
     calls = {  # the real functions of the hot path, not single operations

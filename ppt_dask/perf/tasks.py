@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from ppt_dask.core.validation import check_int_array_at_least
+from ppt_dask.core.validation import check_int_array_at_least, check_int_at_least
 
 
 def ceil_div(a, b):
@@ -18,9 +18,7 @@ def ceil_div(a, b):
 
 def check_fan_in(fan_in) -> int:
     """``fan_in`` as an int if it is an integer >= 2 (a reduction tree's children per node)."""
-    if isinstance(fan_in, bool) or not isinstance(fan_in, (int, np.integer)) or fan_in < 2:
-        raise ValueError(f"fan_in must be an integer >= 2, got {fan_in!r}")
-    return int(fan_in)
+    return check_int_at_least("fan_in", fan_in, 2)
 
 
 def tree_levels(p, fan_in: int = 2):
