@@ -21,8 +21,6 @@ from ppt_dask import __version__
 from ppt_dask.cli import errors as clierrors, flags as cliflags, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.data import datasets
-from ppt_dask.engine import interrupt
-from ppt_dask.observe.breakdown import phase_table
 
 SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
@@ -102,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
                    help="threads of each worker process ppt-dask starts (default: 1)")
     t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
+    for add in (_strategy_flags, _stop_flags, _network_flags, _cluster_flags, _output_flags):
+        add(t)
+    from ppt_dask.cli.cluster import add_cluster_parser
+    add_cluster_parser(sub)  # ppt-dask cluster ssh HOSTFILE --certs DIR | slurm --jobs N ...
+    from ppt_dask.cli.model import add_model_parser  # ppt-dask model calibrate|predict|recommend
+    add_model_parser(sub)
+    from ppt_dask.cli.predict import add_predict_parser  # ppt-dask predict MODEL DATASET
+    add_predict_parser(sub)
+    return parser
+
+
+def _strategy_flags(t) -> None:
+    """``train``: the strategy and its own settings."""
     t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "local", "async"], default=None,
                    help="epoch: full batch; block: --block patterns per update (001); ppt: random "
                         "local epochs (000); average: weight averaging (001, 004); local: local SGD, "
@@ -127,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="average: the velocity across averages")
     t.add_argument("--staleness", type=_int_at_least(0), default=None,
                    help="async: the largest staleness (updates) a gradient may have")
+
+
+def _stop_flags(t) -> None:
+    """``train``: when a run stops, restarts, checkpoints and 004's repeated splits."""
     t.add_argument("--restarts", type=_int_at_least(0), default=0,
                    help="tries from new random weights when one ends without learning (000)")
     t.add_argument("--window-epochs", type=_positive_float, default=None,
@@ -141,9 +156,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")
     t.add_argument("--split-epochs", default=None,
                    help="with --splits: epochs at which to measure test accuracy (default 100,200,250,500)")
-    t.add_argument("--lr", type=float, default=None)
-    t.add_argument("--momentum", type=float, default=None)
-    t.add_argument("--l2", type=float, default=None)
     t.add_argument("--epochs", type=_positive_float, default=None)
     t.add_argument("--target-error", type=float, default=None, help="error rate to reach (verified)")
     t.add_argument("--check-every", type=_positive_float, default=None,
@@ -151,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--screen", choices=["on", "off"], default=None,
                    help="on: verify only once the training-error estimate is at or below the target "
                         "(000's rule); off: verify every --check-every epochs (default: on)")
+
+
+def _network_flags(t) -> None:
+    """``train``: the network, the optimizer and the round graph."""
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--momentum", type=float, default=None)
+    t.add_argument("--l2", type=float, default=None)
     t.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths, e.g. 64,64")
     t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
     t.add_argument("--dtype", choices=["float64", "float32"], default=None,
@@ -162,11 +181,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=_int_at_least(0), default=0)
+
+
+def _cluster_flags(t) -> None:
+    """``train``: the cluster a run uses."""
     t.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     t.add_argument("--connect-timeout", type=_positive_float, default=None, metavar="SECONDS",
                    help="with --scheduler: seconds to wait for it to answer (default 10)")
     t.add_argument("--security", default=None, metavar="DIR",
                    help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
+
+
+def _output_flags(t) -> None:
+    """``train``: the data folder and what a run writes."""
     t.add_argument("--data-dir", default=None, help="folder holding mnist/ and digits5000/")
     t.add_argument("--json", default=None, metavar="PATH", help="write a summary here")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -176,13 +203,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run as a Chrome trace (one track per worker plus the head)")
     t.add_argument("--save", default=None, metavar="PATH",
                    help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
-    from ppt_dask.cli.cluster import add_cluster_parser
-    add_cluster_parser(sub)  # ppt-dask cluster ssh HOSTFILE --certs DIR | slurm --jobs N ...
-    from ppt_dask.cli.model import add_model_parser  # ppt-dask model calibrate|predict|recommend
-    add_model_parser(sub)
-    from ppt_dask.cli.predict import add_predict_parser  # ppt-dask predict MODEL DATASET
-    add_predict_parser(sub)
-    return parser
 
 
 def _settings(args) -> dict:
@@ -198,20 +218,6 @@ def _settings(args) -> dict:
     return s
 
 
-class Progress:
-    """Epochs of the total, rate and time left: a bar on a terminal, plain lines otherwise."""
-
-    def __init__(self, total_epochs: float, stream=None):
-        self.bar = textout.Bar(total_epochs, "epoch", stream=stream or sys.stderr)
-
-    def __call__(self, record: dict) -> None:
-        self.bar.update(record["epoch"], f"loss {record['loss']:.4g}  error {100 * record['error_rate']:.2f} %  "
-                        f"{1e3 * record['wall_seconds']:.4g} ms/round", elapsed=record.get("elapsed_seconds"))
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def train_command(args) -> int:
     import ppt_dask as ppt
     from ppt_dask.algorithms import choose
@@ -219,18 +225,48 @@ def train_command(args) -> int:
 
     s = _settings(args)
     cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
+    security = _checked_cluster_and_outputs(args, ppt)
+    strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # its values checked
+    dtype = s.get("dtype", "float64")
+    data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
+    net, stop = _network_and_stop(args, s, data, dtype)
+    n_shards = _n_shards(args, s, len(data.X))
+    checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
+    client = ppt.connect(args.scheduler, n_workers=args.workers, threads_per_worker=args.threads_per_worker or 1,
+                         security=security, timeout=args.connect_timeout or 10.0)
+    url = None if args.quiet else ppt.cluster.page_url(client)
+    if url:
+        print(f"time breakdown, live: {url}", file=sys.stderr)
+    result = _run_on(client, args, s, net, data, strategy, stop, n_shards, checkpoints)
+    if isinstance(result, int):  # --splits printed its own table
+        return result
+    summary = _summary(args, s, net, result)
+    print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
+    _write_outputs(args, result, summary)
+    if result.outcome is Outcome.DIVERGED:
+        print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _checked_cluster_and_outputs(args, ppt):
+    """The scheduler address, the TLS files and the output folders, checked before any work;
+    the security to connect with."""
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
-    security = ppt.cluster.resolve_security(  # TLS files checked before any work
+    security = ppt.cluster.resolve_security(
         args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
     if args.save and args.splits:  # --splits trains one model per split
         raise ValueError("--save applies to one run, not to --splits")
     for flag, path in (("--report", args.report), ("--trace", args.trace), ("--save", args.save)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"{flag}: the folder of {path!r} does not exist")
-    strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # its values checked
-    dtype = s.get("dtype", "float64")
-    data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
+    return security
+
+
+def _network_and_stop(args, s: dict, data, dtype: str):
+    import ppt_dask as ppt
+
     n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                  else 1 if data.y.ndim == 1 else data.y.shape[1])
     net = ppt.MLP((data.X.shape[1], *s["hidden"], n_outputs), hidden=s["activation"],
@@ -239,23 +275,34 @@ def train_command(args) -> int:
     stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
                     window_epochs=s.get("window_epochs", 1.0), restarts=args.restarts,
                     check_every=s.get("check_every", 1.0), screen=s.get("screen", "on") == "on")
+    return net, stop
+
+
+def _n_shards(args, s: dict, n_rows: int) -> int:
+    """ppt, average and local: one shard per worker, as in 000 (local epoch per node) and
+    001/004 (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8
+    workers)."""
+    from ppt_dask.core import validation
+
     workers = args.workers
-    # ppt and average: one shard per worker, as in 000 (local epoch per node) and 001/004
-    # (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8 workers)
     per_worker = s["strategy"] in ("ppt", "average", "local")
     n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
-    checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
     try:
-        ppt.validation.check_n_shards(n_shards, len(data.X))
+        validation.check_n_shards(n_shards, n_rows)
     except ValueError as exc:  # name the flag when the count is the user's
         raise ValueError(f"--shards: {exc}" if args.shards else str(exc)) from None
-    client = ppt.connect(args.scheduler, n_workers=workers, threads_per_worker=args.threads_per_worker or 1,
-                         security=security, timeout=args.connect_timeout or 10.0)
-    url = None if args.quiet else ppt.cluster.page_url(client)
-    if url:
-        print(f"time breakdown, live: {url}", file=sys.stderr)
-    progress = None if args.quiet else Progress(s["epochs"])
-    watch = interrupt.Watch(progress)  # Ctrl-C says where the run was
+    return n_shards
+
+
+def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, checkpoints):
+    """Place the data, train (or run --splits), close the cluster: the Result (or the
+    splits' exit status). A Ctrl-C ends in one line that says where the run was."""
+    import ppt_dask as ppt
+    from ppt_dask.engine import interrupt
+
+    progress = None if args.quiet else textout.EpochProgress(s["epochs"])
+    watch = interrupt.Watch(progress)
+    workers = args.workers
     try:
         with interrupt.sigint_at_safe_points(watch):  # a Ctrl-C in a finalizer is not lost
             known = ppt.cluster.worker_addresses(client)
@@ -263,8 +310,8 @@ def train_command(args) -> int:
             addresses = known[:workers] if workers and workers < len(known) else None
             if args.splits:
                 return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
-            shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=dtype, workers=addresses,
-                                    replicate=bool(s.get("replicate")))
+            shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=s.get("dtype", "float64"),
+                                    workers=addresses, replicate=bool(s.get("replicate")))
             result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                                checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
                                resume=args.resume, exchange=args.exchange,
@@ -283,6 +330,13 @@ def train_command(args) -> int:
             progress.close()
         if client is not None:
             ppt.cluster.close(client)
+    return result
+
+
+def _summary(args, s: dict, net, result) -> dict:
+    """The run's summary: what the command prints and --json writes."""
+    from ppt_dask.observe.breakdown import phase_table
+
     summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
@@ -291,7 +345,11 @@ def train_command(args) -> int:
     rows = result.breakdown()  # where a round's time goes, per phase
     summary["phases"] = phase_table(rows) if rows else None
     summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
-    print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
+    return summary
+
+
+def _write_outputs(args, result, summary: dict) -> None:
+    """--report, --trace, --json and --save."""
     if args.report:  # the report names the data set too
         result.settings["dataset"] = args.dataset
         result.report(args.report)
@@ -303,10 +361,6 @@ def train_command(args) -> int:
     if args.save:  # the dataset's name and the network go into the file's summary
         from ppt_dask.engine.modelfile import save_result
         print(f"saved the model to {save_result(result, args.save, summary=summary)}")
-    if result.outcome is Outcome.DIVERGED:
-        print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
-        return 3
-    return 0
 
 
 def _command(args) -> int:

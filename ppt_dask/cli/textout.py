@@ -111,3 +111,17 @@ class Bar:
             self.stream.write("\n")
             self.stream.flush()
             self.drawn = False
+
+
+class EpochProgress:
+    """Epochs of the total, rate and time left: a bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, total_epochs: float, stream=None):
+        self.bar = Bar(total_epochs, "epoch", stream=stream or sys.stderr)
+
+    def __call__(self, record: dict) -> None:
+        self.bar.update(record["epoch"], f"loss {record['loss']:.4g}  error {100 * record['error_rate']:.2f} %  "
+                        f"{1e3 * record['wall_seconds']:.4g} ms/round", elapsed=record.get("elapsed_seconds"))
+
+    def close(self) -> None:
+        self.bar.close()

@@ -189,9 +189,6 @@ def start(
     timeout : float
         Seconds to wait for the workers to connect.
     """
-    from distributed import Client
-    from distributed.deploy.ssh import SSHCluster
-
     if isinstance(hosts, (str, os.PathLike)):
         hosts = read_hostfile(hosts)
     hosts = [str(h) for h in hosts]
@@ -202,7 +199,42 @@ def start(
     worker_hosts = hosts if workers_on_scheduler else hosts[1:]
     if not worker_hosts:
         raise ValueError("no host left for workers: give more hosts or workers_on_scheduler=True")
+    security, remote = _tls(certs_dir, security, remote_certs_dir)
+    if listen_host is None and interface is None and set(hosts) <= LOOPBACK:
+        listen_host = "127.0.0.1"
+    where = {"host": listen_host} if listen_host else {"interface": interface} if interface else {}
+    env = dict(WORKER_ENV)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads_per_worker)
+    config = {**remote, "distributed.nanny.pre-spawn-environ": env,
+              "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT}
+    scheduler_options = {"port": int(scheduler_port), "protocol": "tls", **where,
+                         "dashboard_address": dashboard_address, "dashboard": dashboard_address is not None,
+                         "preload": [*preloads(preload), *([SESSION_WATCH] if watch_session else [])],
+                         **({"idle_timeout": idle_timeout} if idle_timeout is not None else {})}
+    worker_options = {"n_workers": n_workers, "nthreads": threads_per_worker, "protocol": "tls",
+                      "memory_limit": memory_limit, **where}
+    for name, value in (("preload_nanny", [SESSION_WATCH] if watch_session else None),
+                        ("death_timeout", death_timeout), ("worker_port", worker_port), ("port", nanny_port)):
+        if value is not None:
+            worker_options[name] = value
+    python = _per_process("python", python, hosts, workers_on_scheduler)
+    connect_options = _per_process("connect_options", connect_options, hosts, workers_on_scheduler)
+    cluster = _ssh_cluster(config, hosts, worker_hosts, connect_options, worker_options, scheduler_options,
+                           python, security, remote)
+    try:
+        from distributed import Client
 
+        client = Client(cluster, security=security, timeout=f"{timeout}s")
+        client.wait_for_workers(len(worker_hosts) * n_workers, timeout=timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, client
+
+
+def _tls(certs_dir, security, remote_certs_dir):
+    """The head's TLS settings (encryption required) and the configuration the hosts get."""
     if certs_dir is not None and security is not None:
         raise ValueError("give certs_dir or security, not both")
     if certs_dir is not None:
@@ -220,51 +252,33 @@ def start(
     if not security.require_encryption:
         security = copy.copy(security)  # the caller's object stays as it was
         security.require_encryption = True
-    remote = remote_tls_config(security, remote_certs_dir)
+    return security, remote_tls_config(security, remote_certs_dir)
 
-    if listen_host is None and interface is None and set(hosts) <= LOOPBACK:
-        listen_host = "127.0.0.1"
-    where = {"host": listen_host} if listen_host else {"interface": interface} if interface else {}
-    env = dict(WORKER_ENV)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(int(threads_per_worker))
-    config = {
-        **remote,
-        "distributed.nanny.pre-spawn-environ": env,
-        "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
-    }
-    scheduler_options = {"port": int(scheduler_port), "protocol": "tls", **where,
-                         "dashboard_address": dashboard_address, "dashboard": dashboard_address is not None}
-    if idle_timeout is not None:
-        scheduler_options["idle_timeout"] = idle_timeout
-    scheduler_options["preload"] = [*preloads(preload), *([SESSION_WATCH] if watch_session else [])]
-    worker_options = {"n_workers": int(n_workers), "nthreads": int(threads_per_worker),
-                      "protocol": "tls", "memory_limit": memory_limit, **where}
-    if watch_session:
-        worker_options["preload_nanny"] = [SESSION_WATCH]
-    if death_timeout is not None:
-        worker_options["death_timeout"] = death_timeout
-    if worker_port is not None:
-        worker_options["worker_port"] = worker_port
-    if nanny_port is not None:
-        worker_options["port"] = nanny_port
-    if isinstance(python, (list, tuple)):
-        if len(python) != len(hosts):
-            raise ValueError(f"python: one path per host ({len(hosts)}), got {len(python)}")
-        python = [python[0], *(python if workers_on_scheduler else python[1:])]
-    if isinstance(connect_options, (list, tuple)):
-        if len(connect_options) != len(hosts):
-            raise ValueError(f"connect_options: one dict per host ({len(hosts)}), got {len(connect_options)}")
-        connect_options = [connect_options[0], *(connect_options if workers_on_scheduler else connect_options[1:])]
+
+def _per_process(name: str, value, hosts: list, workers_on_scheduler: bool):
+    """A per-host list (one per host) as SSHCluster takes it: the scheduler's, then one per
+    worker host; anything else as it is."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    if len(value) != len(hosts):
+        raise ValueError(f"{name}: one {'path' if name == 'python' else 'dict'} per host ({len(hosts)}), "
+                         f"got {len(value)}")
+    return [value[0], *(value if workers_on_scheduler else value[1:])]
+
+
+def _ssh_cluster(config, hosts, worker_hosts, connect_options, worker_options, scheduler_options, python,
+                 security, remote):
+    """SSHCluster started with ``config``; its failure says what to check, with the hosts' stderr."""
+    from distributed.deploy.ssh import SSHCluster
 
     remote_output = _RemoteOutput()
     ssh_logger = logging.getLogger("distributed.deploy.ssh")  # where SSHCluster logs remote stderr
     ssh_logger.addHandler(remote_output)
     try:
         with dask.config.set(config):  # SSHCluster hands the configuration to the remote processes
-            cluster = SSHCluster([hosts[0], *worker_hosts], connect_options=connect_options or {},
-                                 worker_options=worker_options, scheduler_options=scheduler_options,
-                                 remote_python=python, security=security)
+            return SSHCluster([hosts[0], *worker_hosts], connect_options=connect_options or {},
+                              worker_options=worker_options, scheduler_options=scheduler_options,
+                              remote_python=python, security=security)
     except Exception as exc:
         raise RuntimeError(
             f"the ssh cluster on {hosts} did not start: {exc}. Check that ssh to each host works "
@@ -273,13 +287,6 @@ def start(
             "and beside it on every host." + remote_output.tail()) from exc
     finally:
         ssh_logger.removeHandler(remote_output)
-    try:
-        client = Client(cluster, security=security, timeout=f"{timeout}s")
-        client.wait_for_workers(len(worker_hosts) * int(n_workers), timeout=timeout)
-    except BaseException:
-        cluster.close()
-        raise
-    return cluster, client
 
 
 def stop(cluster, client=None, timeout: float = 30.0) -> None:
