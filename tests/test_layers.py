@@ -159,6 +159,19 @@ def test_the_engine_loads_no_diagnostics():
     assert run.stdout.strip() == "[]", f"{run.stdout.strip()} loaded by the engine"
 
 
+def test_the_command_line_parser_loads_no_dask():
+    """``ppt-dask --version`` and ``--help`` build the whole parser, cluster commands
+    included: that loads no dask (the cluster commands import it when they run)."""
+    code = ("import sys\nfrom ppt_dask.cli.commands import build_parser\n"
+            "build_parser().format_help()\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+    version = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "--version"], capture_output=True, text=True,
+                             timeout=120)
+    assert version.returncode == 0 and version.stdout.startswith("ppt-dask ")
+
+
 def test_the_front_loads_nothing_until_asked():
     """``import ppt_dask`` is cheap; a name is imported the first time it is used."""
     code = ("import sys, ppt_dask as ppt\n"

@@ -8,9 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from ppt_dask.deploy import slurm, ssh
-from ppt_dask.engine import interrupt
-from ppt_dask.engine.cluster import DEFAULT_DASHBOARD_ADDRESS, preloads, scheduler_identity
+from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT
 
 
 def add_cluster_parser(subparsers) -> None:
@@ -38,7 +36,7 @@ def add_ssh_parser(kinds) -> None:
     s.add_argument("--threads-per-worker", type=int, default=1)
     s.add_argument("--no-workers-on-scheduler", action="store_true", help="keep the first host for the scheduler")
     s.add_argument("--python", default=None, help="Python on the hosts (default: this interpreter's path)")
-    s.add_argument("--scheduler-port", type=int, default=ssh.DEFAULT_SCHEDULER_PORT)
+    s.add_argument("--scheduler-port", type=int, default=DEFAULT_SCHEDULER_PORT)
     s.add_argument("--dashboard-address", default=DEFAULT_DASHBOARD_ADDRESS,
                    help="on the scheduler host (default 127.0.0.1:8787; ':8787' for every interface)")
     s.add_argument("--no-preload", action="store_true", help="start the scheduler without the ppt_dask page")
@@ -61,6 +59,10 @@ def _none(text):
 
 
 def ssh_command(args) -> int:
+    from ppt_dask.deploy import ssh  # dask: only when a cluster starts
+    from ppt_dask.engine import interrupt
+    from ppt_dask.engine.cluster import preloads, scheduler_identity
+
     connect = {}
     if args.ssh_port is not None:
         connect["port"] = args.ssh_port
@@ -127,7 +129,7 @@ def add_slurm_parser(kinds) -> None:
     s.add_argument("--job-directive", action="append", default=[], metavar="FLAG",
                    help="one more #SBATCH line, e.g. --job-directive=--qos=short (repeatable)")
     s.add_argument("--log-directory", default=None, metavar="DIR", help="where the jobs' output goes")
-    s.add_argument("--scheduler-port", type=int, default=8786, help="(0: any free port)")
+    s.add_argument("--scheduler-port", type=int, default=DEFAULT_SCHEDULER_PORT, help="(0: any free port)")
     s.add_argument("--dashboard-address", default=DEFAULT_DASHBOARD_ADDRESS,
                    help="default 127.0.0.1:8787; ':8787' for every interface; 'none'")
     s.add_argument("--no-preload", action="store_true", help="start the scheduler without the ppt_dask page")
@@ -136,6 +138,9 @@ def add_slurm_parser(kinds) -> None:
 
 
 def slurm_command(args) -> int:
+    from ppt_dask.deploy import slurm  # dask: only when a cluster starts
+    from ppt_dask.engine import interrupt
+
     certs = Path(args.certs).expanduser().resolve()
     if args.log_directory and not Path(args.log_directory).is_dir():
         raise ValueError(f"--log-directory {args.log_directory!r} is not a directory")

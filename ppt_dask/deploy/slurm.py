@@ -32,7 +32,8 @@ import re
 import sys
 
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine.cluster import DEFAULT_DASHBOARD_ADDRESS, WORKER_ENV, preloads, tls_security
+from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS
+from ppt_dask.engine.cluster import WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
 

@@ -43,12 +43,11 @@ from pathlib import Path
 import dask
 
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine.cluster import (CERT_FILES, DEFAULT_DASHBOARD_ADDRESS, NO_WORKERS_TIMEOUT, WORKER_ENV,
-                                     preloads, tls_security)
+from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT
+from ppt_dask.engine.cluster import CERT_FILES, NO_WORKERS_TIMEOUT, WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SCHEDULER_PORT = 8786
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 

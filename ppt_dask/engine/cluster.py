@@ -27,7 +27,6 @@ logger = logging.getLogger(__name__)
 # The scheduler preload that adds the ppt_dask page to the dashboard.
 DASHBOARD_PRELOAD = "ppt_dask.observe.dashboard"
 
-DEFAULT_DASHBOARD_ADDRESS = "127.0.0.1:8787"
 
 def preloads(preload=True) -> list[str]:
     """The scheduler preload modules: ``True`` means the dashboard page when it is installed."""
