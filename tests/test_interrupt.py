@@ -101,28 +101,22 @@ class _SignalsInDel:
             pass
 
 
-def test_a_ctrl_c_that_lands_in_a_finalizer_is_held_for_the_next_round():
+def test_the_last_round_passes_records_on_and_says_where_a_run_was(tmp_path):
+    """What a Ctrl-C prints: the last round seen, and what the checkpoint folder holds."""
+    seen = []
+    last = interrupt.LastRound(seen.append)
+    assert "before the first round" in last.line(None)
+    last({"epoch": 1.5, "round": 7})
+    assert seen == [{"epoch": 1.5, "round": 7}]
+    assert last.line(None) == ("interrupted at epoch 1.50, round 7 "
+                               "(no checkpoint; --checkpoint DIR keeps one to resume from)")
+    assert "holds none yet" in last.line(tmp_path)
+
+
+def test_a_ctrl_c_that_lands_in_a_finalizer_comes_again():
     """Python drops an exception raised in __del__ ("Exception ignored"), so a Ctrl-C that
-    arrives there would be lost and the run would go on to its end with status 0."""
-    watch = interrupt.Watch()
-    before = signal.getsignal(signal.SIGINT)  # not always Python's: importing dask_jobqueue replaces it
-    with interrupt.sigint_at_safe_points(watch):
-        thing = _SignalsInDel()
-        del thing  # the Ctrl-C lands in the finalizer: held, not raised, not lost
-        assert watch.pending
-        with pytest.raises(KeyboardInterrupt):
-            watch({"epoch": 1.0, "round": 7})  # the next round raises it
-        assert not watch.pending and watch.last["round"] == 7
-        with pytest.raises(KeyboardInterrupt):  # anywhere else: at once
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(10_000):
-                pass
-    assert signal.getsignal(signal.SIGINT) is before  # the handler before the block is back
-
-
-def test_a_ctrl_c_that_lands_in_a_finalizer_outside_rounds_comes_again():
-    """Outside the rounds (a download, the cluster's start) there is no next round to hold a
-    Ctrl-C for: one that lands in a finalizer is sent again once the finalizer returns."""
+    arrives there would be lost and the run would go on to its end with status 0: it is sent
+    again once the finalizer returns."""
     before = signal.getsignal(signal.SIGINT)
     with interrupt.sigint_never_dropped():
         thing = _SignalsInDel()

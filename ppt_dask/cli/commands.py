@@ -301,24 +301,21 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
     from ppt_dask.engine import interrupt
 
     progress = None if args.quiet else textout.EpochProgress(s["epochs"])
-    watch = interrupt.Watch(progress)
+    watch = interrupt.LastRound(progress)
     workers = args.workers
-    try:
-        with interrupt.sigint_at_safe_points(watch):  # a Ctrl-C in a finalizer is not lost
-            known = ppt.cluster.worker_addresses(client)
-            # all workers (None: the shards may spread to workers that join), or the first N
-            addresses = known[:workers] if workers and workers < len(known) else None
-            if args.splits:
-                return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
-            shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=s.get("dtype", "float64"),
-                                    workers=addresses, replicate=bool(s.get("replicate")))
-            result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
-                               checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
-                               resume=args.resume, exchange=args.exchange,
-                               pipeline=args.pipeline, progress=watch)
-            ppt.exit_data(shards)
-            if watch.pending:  # held in a finalizer after the last round
-                raise KeyboardInterrupt
+    try:  # a Ctrl-C in a finalizer comes again (errors.run): never lost
+        known = ppt.cluster.worker_addresses(client)
+        # all workers (None: the shards may spread to workers that join), or the first N
+        addresses = known[:workers] if workers and workers < len(known) else None
+        if args.splits:
+            return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
+        shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=s.get("dtype", "float64"),
+                                workers=addresses, replicate=bool(s.get("replicate")))
+        result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
+                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
+                           resume=args.resume, exchange=args.exchange,
+                           pipeline=args.pipeline, progress=watch)
+        ppt.exit_data(shards)
     except KeyboardInterrupt:
         if progress is not None:
             progress.close()

@@ -36,16 +36,6 @@ from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.waits import ROUND_TIMEOUT
 
 
-def refuse(**given) -> None:
-    """The asynchronous loop keeps no copies, checkpoints or snapshots: say so, never ignore."""
-    defaults = {"pipeline": 1, "on_round": None, "snapshot_epochs": (), "checkpoint_dir": None,
-                "resume": False, "initial_state": None, "exchange": "auto", "restarts": 0}
-    for name, value in given.items():
-        if value != defaults[name] and not (name == "snapshot_epochs" and not value):
-            raise ValueError(f"{name}={value!r} does not apply to the asynchronous strategy "
-                             "(it applies to Sync, PPT and Average)")
-
-
 def train_recorded(net, shards, strategy: Async, stop: Stop, seed: int, params, fan_in: int, progress, recorder):
     """:func:`train_async` with the run's watcher (:mod:`ppt_dask.engine.watch`) seeing each update.
 

@@ -100,6 +100,17 @@ def save(directory, state: ModelState, *, round_index: int, attempt: int, histor
     return directory / FILE
 
 
+class Writer:
+    """The round loop's callback for the head's copies: each kept state (every
+    ``checkpoint_every`` rounds, and the final one) is written to ``directory``."""
+
+    def __init__(self, directory, meta: dict):
+        self.directory, self.meta = directory, meta
+
+    def __call__(self, state: ModelState, round_index: int, attempt: int, history: list) -> None:
+        save(self.directory, state, round_index=round_index, attempt=attempt, history=history, meta=self.meta)
+
+
 def load(directory, meta: dict) -> dict | None:
     """The checkpoint in ``directory`` (None when there is none).
 

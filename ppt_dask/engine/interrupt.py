@@ -64,30 +64,16 @@ RESEND_SECONDS = 0.05  # a Ctrl-C that lands in a finalizer comes again this muc
 
 def sigint_never_dropped():
     """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
-    thread runs a finalizer, where Python would drop the exception: there the signal is
-    sent again a moment later, once the finalizer has returned. For the whole of a command
-    (a download, the cluster's start, the end); during rounds :func:`sigint_at_safe_points`
-    takes over. Only the main thread can install it."""
+    thread runs a finalizer (a released Future's ``__del__``, say), where Python would drop
+    the exception and the run would go on to its end: there the signal is sent again a
+    moment later, once the finalizer has returned. For the whole of a command (a download,
+    the cluster's start, the rounds, the end). Only the main thread can install it."""
     def handler(signum, frame):
         if not _in_finalizer(frame):
             raise KeyboardInterrupt
         again = threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signal.SIGINT))
         again.daemon = True
         again.start()
-
-    return _sigint_handled_by(handler)
-
-
-def sigint_at_safe_points(watch: "Watch"):
-    """Ctrl-C raises KeyboardInterrupt as Python's own handler does, except while the main
-    thread runs a finalizer (a released Future's ``__del__``, say), where the exception would
-    be dropped and the run would go on: there it is held and raised by ``watch`` at the next
-    round. A second Ctrl-C raises at once. Only the main thread can install it."""
-    def handler(signum, frame):
-        if watch.pending or not _in_finalizer(frame):
-            watch.pending = False
-            raise KeyboardInterrupt
-        watch.pending = True
 
     return _sigint_handled_by(handler)
 
@@ -115,18 +101,15 @@ def serve_until_stopped(stopping: threading.Event, went_away) -> bool:
     return True
 
 
-class Watch:
-    """A progress callback that remembers the last round it saw (and passes records on); it
-    raises a Ctrl-C held by :func:`sigint_at_safe_points`."""
+class LastRound:
+    """A progress callback that remembers the last round it saw and passes records on, so
+    that a Ctrl-C can say where the run was."""
 
     def __init__(self, inner=None):
-        self.inner, self.last, self.pending = inner, None, False
+        self.inner, self.last = inner, None
 
     def __call__(self, record: dict) -> None:
         self.last = record
-        if self.pending:
-            self.pending = False
-            raise KeyboardInterrupt
         if self.inner is not None:
             self.inner(record)
 

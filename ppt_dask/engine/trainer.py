@@ -77,11 +77,11 @@ class _Run:
     rounds_per_epoch: float
     max_rounds: int
     snapshot_rounds: dict
-    checkpoint_dir: object
     checkpoint_every: int
     meta: dict
     progress: Callable | None
     on_round: Callable | None
+    on_keep: Callable | None  # (state, round, try, history): the checkpoint writer
     diag: object
     run_id: str
     t_start: float
@@ -142,7 +142,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         inside the next round's gradient tasks (one scheduler hop per round; "doubling"
         pairs workers over ``log2 p`` hops, see :mod:`ppt_dask.engine.onehop`); "tree" is the
         explicit graph of map, reduce and update tasks (:mod:`ppt_dask.engine.graph`, three hops).
-        "auto" takes "all", and "doubling" from 4 workers on where it applies. The local
+        "auto" takes "all", and "doubling" from 8 workers on where it applies. The local
         strategy (:class:`ppt_dask.LocalSGD`) has rounds of its own: "stream" (its "auto")
         runs one long task per worker and sends the averages straight between workers
         (:mod:`ppt_dask.engine.stream`, no scheduler hop a round); "all" is its one-hop graph, one
@@ -177,9 +177,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     if getattr(strategy, "asynchronous", False):
-        from ppt_dask.engine.asyncloop import refuse, train_recorded
-        refuse(pipeline=pipeline, on_round=on_round, snapshot_epochs=snapshot_epochs, checkpoint_dir=checkpoint_dir,
-               resume=resume, initial_state=initial_state, exchange=exchange, restarts=stop.restarts)
+        from ppt_dask.engine.asyncloop import train_recorded  # the table above refused what it lacks
         return train_recorded(net, shards, strategy, stop, seed, params, fan_in, progress, recorder)
     rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
     max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
@@ -194,7 +192,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
                                                                 pipeline=pipeline, seed=seed, exchange=exchange))
     run = _Run(net, shards, strategy, stop, fan_in, pipeline, exchange, rounds_per_epoch, max_rounds,
                {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
-               checkpoint_dir, checkpoint_every, meta, progress, on_round, diag, run_id,
+               checkpoint_every, meta, progress, on_round,
+               checkpoint.Writer(checkpoint_dir, meta) if checkpoint_dir else None, diag, run_id,
                time.perf_counter())
 
     attempt, end = 0, None
@@ -349,12 +348,11 @@ def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate,
 
 
 def _keep(run: _Run, attempt: int, r: int, state) -> _Kept:
-    """The head's copy to roll back to (and, when asked, the checkpoint file)."""
+    """The head's copy to roll back to (and to the run's ``on_keep``: the checkpoint file)."""
     kept = _Kept(r, state, len(run.history))
     run.last_kept = kept
-    if run.checkpoint_dir:
-        checkpoint.save(run.checkpoint_dir, state, round_index=r, attempt=attempt,
-                        history=run.history, meta=run.meta)
+    if run.on_keep is not None:
+        run.on_keep(state, r, attempt, run.history)
     return kept
 
 
@@ -376,9 +374,8 @@ def _verify(run: _Run, state_future, record: dict) -> float:
 def _finish(run: _Run, attempt: int, end: _End) -> Result:
     shards, net, stop = run.shards, run.net, run.stop
     final = end.state
-    if run.checkpoint_dir:
-        checkpoint.save(run.checkpoint_dir, final, round_index=end.round, attempt=attempt,
-                        history=run.history, meta=run.meta)
+    if run.on_keep is not None:
+        run.on_keep(final, end.round, attempt, run.history)
     wall = time.perf_counter() - run.t_start
     records = run.diag.finish()
     train_stats = evaluate(net, shards, final.params, run.fan_in)
