@@ -10,7 +10,10 @@ from __future__ import annotations
 from ppt_dask.engine import graph, onehop, overlap, stream
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
-DOUBLING_FROM = 4  # "auto" combines by recursive doubling from this many workers on (graphs/out/round_latency.md)
+# "auto" combines by recursive doubling from this many workers on. At 4 (graphs/round_latency.py
+# on 2 cores, 2026-11-26, eight runs, one hop / floor) "all" took a median 1.27x the floor and
+# doubling 1.44x, "all" ahead in each run; "all" fetches p - 1 carries, doubling log2 p.
+DOUBLING_FROM = 8
 
 
 def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
