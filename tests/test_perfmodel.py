@@ -96,16 +96,16 @@ def test_hand_computed_sequential_eq3():
 
 def test_hand_computed_round_with_dask_head():
     c = dataclasses.replace(BAT_FN, th0_seconds=2e-3, th1_seconds=0.5e-3)
-    # p = 4, fan-in 2, one shard per worker: 4 grad + 2 reduce (the root's combine is
-    # fused into the update) + update + weights + stats = 9 tasks -> Th = 2 + 9*0.5 = 6.5 ms
-    assert pm.tasks_per_round(4) == 9
-    # ceil(64/4)*(0.22+0.41) + 0.07 + (0.000798*16768*2 + 0.365868) + 6.5
-    #   = 10.08 + 0.07 + 27.127596 + 6.5 = 43.777596 ms
+    # p = 4, fan-in 2, one shard per worker, one-hop rounds, all to all: 4 steps (each
+    # reduces, updates and computes its gradient) -> Th = 2 + 4*0.5 = 4 ms
+    assert pm.tasks_per_round(4) == 4
+    # ceil(64/4)*(0.22+0.41) + 0.07 + (0.000798*16768*2 + 0.365868) + 4
+    #   = 10.08 + 0.07 + 27.127596 + 4 = 41.277596 ms
     got = pm.iteration_seconds(4, 64, FN.n_weights, c)
-    assert got == pytest.approx(43.777596e-3, rel=1e-12)
+    assert got == pytest.approx(41.277596e-3, rel=1e-12)
     # an epoch is n/b = 16 such rounds plus the test set and To
     epoch = pm.epoch_seconds(4, 64, FN.n_patterns, FN.n_weights, c, n_test=FN.n_test)
-    assert epoch == pytest.approx(16 * 43.777596e-3 + 32 * 0.221e-3 + 30.9e-3, rel=1e-12)
+    assert epoch == pytest.approx(16 * 41.277596e-3 + 32 * 0.221e-3 + 30.9e-3, rel=1e-12)
 
 
 def test_hand_computed_round_with_call_cost_and_quantum():
@@ -308,7 +308,7 @@ def test_tree_levels_is_ceil_log(p, fan_in):
     levels = pm.tree_levels(p, fan_in)
     assert fan_in**levels >= p and (levels == 0 or fan_in ** (levels - 1) < p)
     if p <= 256:
-        assert pm.tasks_per_round(p, fan_in) >= p + 3 + max(levels - 1, 0)
+        assert pm.tasks_per_round(p, fan_in, exchange="tree") >= p + 3 + max(levels - 1, 0)
 
 
 @settings(deadline=None)
@@ -360,10 +360,44 @@ def test_tasks_per_round_counts_the_real_round_graph(fan_in):
 
     for p in range(1, 19):
         for s in (p, 8, 13, 32):
-            assert pm.tasks_per_round(p, fan_in, n_shards=s) == real(p, s), (p, s)
-    assert pm.tasks_per_round(64, fan_in) == real(64, 64)
+            assert pm.tasks_per_round(p, fan_in, n_shards=s, exchange="tree") == real(p, s), (p, s)
+    assert pm.tasks_per_round(64, fan_in, exchange="tree") == real(64, 64)
     ps = np.array([[1, 2], [4, 64]])
     assert pm.tasks_per_round(ps, fan_in).shape == (2, 2)
+
+
+@pytest.mark.parametrize("fan_in", [2, 3])
+def test_tasks_per_round_counts_the_one_hop_rounds(fan_in):
+    """The default graph: the tasks OneHopRounds.submit builds for a round after the first
+    (the head's stats pick comes once per batch, not per round)."""
+    from ppt_dask.core import tree
+    from ppt_dask.algorithms.strategies import Sync
+    from ppt_dask.engine import graph, onehop, rounds
+
+    class Built(onehop.OneHopRounds):
+        def _send(self, layers, wanted):
+            self.layers = layers
+            return [None] * len(wanted)
+
+    class Start:
+        key = "start"
+
+    def real(p, s):
+        blocks = [(f"w{w}", a, b) for w, (a, b) in enumerate(tree.split_shards(s, p)) if b > a]
+        plan = graph.make_plan(blocks, s, fan_in)
+        exchange = rounds.choose_exchange("auto", plan)
+        built = Built(None, plan, [type("F", (), {"key": f"shard-{i}"})() for i in range(s)],
+                      Sync(lr=0.1), None, "t-g0", Start(), 0, exchange)
+        built.submitted = 0  # round 0 sent: count round 1, the steady state
+        built.submit(1, 1)
+        return sum(not key.startswith("ppt-stats") for key in built.layers)
+
+    for p in range(1, 18):
+        for s in (p, 8, 16, 13):
+            assert pm.tasks_per_round(p, fan_in, n_shards=s) == real(p, s), (p, s)
+    assert pm.tasks_per_round(16, fan_in) == real(16, 16)
+    from ppt_dask.perf import tasks
+    assert tasks.DOUBLING_FROM == rounds.DOUBLING_FROM
 
 
 @settings(deadline=None)

@@ -11,7 +11,7 @@ timing single arithmetic operations out of context gave errors over 20%. So:
   counts inside real training rounds on the live cluster, on one worker alone and on all
   workers at once: the model's *call curve* (the cost per pattern is not constant, and
   workers sharing a machine slow each other);
-* :func:`measure_head` runs the real round graph with gradient tasks that wait a known
+* :func:`measure_head` runs the engine's round graph with gradient tasks that wait a known
   time and return a tiny vector, over 1..64 *virtual* workers (slots pinned in
   blocks onto the real ones: the tasks and tree of a cluster of that size), and fits
   ``Th = th0 + th1 * tasks_per_round``; rounds with no wait give ``tq``;
@@ -79,17 +79,42 @@ def _probe_apply(state, total):
     return strategies.ModelState(vector, np.zeros_like(vector), stats, state.round + 1)
 
 
+@dataclass(frozen=True)
+class _Probe:
+    """The probe as a strategy of the engine's rounds: gradients of known length, Sync's update."""
+
+    n_weights: int
+    per_call: float
+
+    def work(self, net, params, shard, s: int, r: int) -> tuple:
+        return _probe_work(self.n_weights, self.per_call, params, shard, s, r)
+
+    @staticmethod
+    def apply(net, state, total):
+        return _probe_apply(state, total)
+
+    @staticmethod
+    def broadcast(state):
+        return state.params
+
+
+READ_EVERY = 4  # probe rounds between the head's reads (the trainer reads in batches too)
+
+
 def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: float, *,
-                 rounds: int = 25, warmup: int = WARMUP, fan_in: int = 2, pipeline: int = 1
-                 ) -> np.ndarray:
-    """Seconds per round (after ``warmup``) of the real round graph with probe tasks.
+                 rounds: int = 25, warmup: int = WARMUP, fan_in: int = 2) -> np.ndarray:
+    """Seconds per round (after ``warmup``) of the engine's default round graph with probe tasks.
 
     ``n_virtual`` gradient slots, each owning one shard, are pinned in contiguous blocks
     onto the real ``workers`` (so ``n_virtual == len(workers)`` is the real layout); the
-    busiest real worker spins ``spin_seconds`` in all per round. Rounds are submitted
-    ``pipeline`` ahead and timed as the trainer times them: between stats arrivals.
+    busiest real worker spins ``spin_seconds`` in all per round. The rounds are those of
+    :func:`ppt_dask.train` (:func:`ppt_dask.engine.rounds.choose_exchange` with "auto": one
+    hop, by recursive doubling where it applies), all submitted ahead; the head reads the
+    stats every ``READ_EVERY`` rounds, and each value returned is the seconds per round
+    between two reads.
     """
-    from ppt_dask.engine import graph
+    from ppt_dask.core import keys
+    from ppt_dask.engine import graph, rounds as round_graphs
     from ppt_dask.engine.shards import enter_data, exit_data
 
     if rounds <= warmup:
@@ -98,33 +123,31 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
     n_real = len(workers)
     X, y = np.zeros((n_virtual, 1)), np.zeros(n_virtual)
     shards = enter_data(client, X, y, n_virtual, workers=list(workers), keep_copy=False)
+    engine = None
     try:
         slot_of = {s: slot for slot, (a, b) in enumerate(shards.blocks) for s in range(a, b)}
         plan = graph.make_plan([(shards.label(slot_of[v]), v, v + 1) for v in range(n_virtual)],
                                n_virtual, fan_in)
-        per_call = spin_seconds / -(-n_virtual // n_real)
-        work = functools.partial(_probe_work, int(n_weights), per_call)
+        probe = _Probe(int(n_weights), spin_seconds / -(-n_virtual // n_real))
         params = np.zeros(int(n_weights))
-        weights = client.scatter(params, hash=False)
-        state = client.scatter(strategies.ModelState(params, np.zeros_like(params)), hash=False)
-        run = uuid.uuid4().hex[:8]
-        inflight, periods, submitted = [], [], 0
-        last = time.perf_counter()
-        while submitted < rounds or inflight:
-            while submitted < rounds and len(inflight) <= pipeline:
-                state, weights, stats = graph.submit_round(
-                    client, plan, shards.futures, work, _probe_apply, weights, state, submitted,
-                    tag=f"{run}-r{submitted}", prefix="ppt-probe")
-                inflight.append(stats)
-                submitted += 1
-            waits.result(inflight.pop(0), 120, "a probe round")
+        engine = round_graphs.start(round_graphs.choose_exchange("auto", plan), client, plan, shards.futures,
+                                    probe, None, keys.generation(uuid.uuid4().hex[:8], 0),
+                                    strategies.ModelState(params, np.zeros_like(params)), 0, rounds - 1)
+        engine.submit(0, rounds - 1)
+        wait = functools.partial(waits.round_result, shards=shards)
+        reads = [warmup - 1, *range(warmup - 1 + READ_EVERY, rounds - 1, READ_EVERY), rounds - 1]
+        periods, last = [], None
+        for before, r in zip([None, *reads], reads):
+            engine.read_stats(r, r, wait)
             now = time.perf_counter()
-            periods.append(now - last)
+            if before is not None:
+                periods.append((now - last) / (r - before))
             last = now
-        del weights, state, inflight
     finally:
+        if engine is not None:
+            engine.cancel()
         exit_data(shards)
-    return np.array(periods[warmup:])
+    return np.array(periods)
 
 
 @dataclass(frozen=True)

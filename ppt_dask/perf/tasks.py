@@ -1,6 +1,7 @@
 """The task graph of a round, counted: reduction-tree levels, tasks per round, and how the
 shards and a block's patterns fall on the workers. Pure Python and numpy, for the model
-(:mod:`ppt_dask.perf.model`), mirroring what :mod:`ppt_dask.engine.graph` builds.
+(:mod:`ppt_dask.perf.model`), mirroring what :mod:`ppt_dask.engine.onehop` (the default round
+graph) and :mod:`ppt_dask.engine.graph` (the explicit tree) build.
 """
 
 from __future__ import annotations
@@ -80,24 +81,54 @@ def _round_tasks(p: int, k: int, s: int) -> int:
     return maps + (reduces - fused_root) + 3  # + update, weights, stats
 
 
-def tasks_per_round(p, fan_in: int = 2, n_shards=None):
-    """Tasks of one round exactly as :func:`ppt_dask.engine.graph.round_graph` builds them.
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
 
-    One ``ppt-grad`` task per worker holding shards, a ``ppt-reduce`` task per node of
-    the fixed shard tree (fan-in k) above the subtrees the workers evaluate themselves,
-    except the root, whose combine is fused into ``ppt-update``; then ``ppt-update``,
-    ``ppt-weights`` and ``ppt-stats``. ``n_shards`` None means one shard per worker
-    (the tree over p leaves, 001's picture): ``2p + 1`` tasks when p is a power of k.
+
+DOUBLING_FROM = 8  # as ppt_dask.engine.rounds.DOUBLING_FROM (a test checks they agree)
+
+
+def _one_hop_tasks(p: int, k: int, s: int, exchange: str) -> int:
+    """Tasks of a round of :class:`ppt_dask.engine.onehop.OneHopRounds`: a step per worker
+    holding shards, and with recursive doubling ``log2 p - 1`` hop tasks per worker. "auto" doubles as
+    :func:`ppt_dask.engine.rounds.choose_exchange` does: from ``DOUBLING_FROM`` workers, a
+    power of two of them, fan-in 2, and blocks that are aligned subtrees of one size (the same number of shards each, a power of two)."""
+    workers = min(p, s)
+    aligned = k == 2 and _power_of_two(workers) and s % workers == 0 and _power_of_two(s // workers)
+    doubling = exchange == "doubling" or (exchange == "auto" and workers >= DOUBLING_FROM and aligned)
+    hops = (workers.bit_length() - 2) * workers if doubling and workers > 2 else 0
+    return workers + hops
+
+
+EXCHANGES = ("auto", "all", "doubling", "tree")
+
+
+def tasks_per_round(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
+    """Tasks of one round of the round graph ``exchange`` (as :func:`ppt_dask.train` takes it).
+
+    "auto", "all" and "doubling" are the one-hop rounds of :mod:`ppt_dask.engine.onehop`
+    (the default): a step per worker holding shards (its reduce, update and gradient), plus
+    ``log2 p - 1`` hop tasks per worker where the workers combine by recursive doubling. "tree" is the
+    explicit graph of :func:`ppt_dask.engine.graph.round_graph`: one ``ppt-grad`` task per
+    worker holding shards, a ``ppt-reduce`` task per node of the fixed shard tree (fan-in
+    k) above the subtrees the workers evaluate themselves, except the root, whose combine
+    is fused into ``ppt-update``; then ``ppt-update``, ``ppt-weights`` and ``ppt-stats``.
+    ``n_shards`` None means one shard per worker (the tree over p leaves, 001's picture).
     Fit :func:`ppt_dask.perf.fit.fit_head` with the same counting. Shape of ``p``.
 
     >>> [tasks_per_round(p) for p in (1, 2, 4, 8)]
+    [1, 2, 4, 24]
+    >>> [tasks_per_round(p, exchange="tree") for p in (1, 2, 4, 8)]
     [4, 5, 9, 17]
-    >>> tasks_per_round(3, n_shards=8)  # shards 0-1 | 2-4 | 5-7: three reduce tasks
+    >>> tasks_per_round(3, n_shards=8, exchange="tree")  # shards 0-1 | 2-4 | 5-7: three reduce tasks
     9
     """
     p, k = check_int_array_at_least("p", p, 1), check_fan_in(fan_in)
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     s = None if n_shards is None else int(check_int_array_at_least("n_shards", n_shards, 1))
-    flat = [_round_tasks(int(q), k, int(q) if s is None else s) for q in p.ravel()]
+    count = _round_tasks if exchange == "tree" else functools.partial(_one_hop_tasks, exchange=exchange)
+    flat = [count(int(q), k, int(q) if s is None else s) for q in p.ravel()]
     total = np.array(flat, dtype=np.int64).reshape(p.shape)
     return total if total.ndim else int(total)
 
