@@ -169,8 +169,10 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
     and returns a tiny vector, so ``round - spin`` is the
     head/scheduler cost; :func:`modelfit.fit_head` fits it over
     :func:`perfmodel.tasks_per_round` (relative residuals), then ``th0`` is set so that
-    the line passes, on average, through the sizes at or below ``len(workers)``: the
-    virtual sizes give the growth, the real ones the level. The same rounds without the
+    the line passes through the one-worker rounds (the sizes at or below ``len(workers)``
+    on average when ``p_values`` has no 1): the virtual sizes give the growth, a real
+    one the level. One worker fetches nothing; what real rounds over more workers cost
+    beyond the line is the reduce term's (:func:`measure_reduce`'s ``Ti``). The same rounds without the
     spin, at the real sizes 1..min(len(workers), 2), give ``tq`` (how much longer than
     ``Th`` they take).
 
@@ -187,8 +189,9 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
         tasks.append(n_tasks)
         head.append(max(median - spin_seconds, 1e-6))
     th0, th1 = modelfit.fit_head(tasks, head, relative=True)  # small p count as much
-    # the slope from all sizes, the level from the real ones (the sizes runs can check)
-    real = [(t, h) for p, t, h in zip(p_values, tasks, head) if p <= len(workers)]
+    # the slope from all sizes, the level from one worker (else the real sizes on average)
+    real = ([(t, h) for p, t, h in zip(p_values, tasks, head) if p == 1]
+            or [(t, h) for p, t, h in zip(p_values, tasks, head) if p <= len(workers)])
     if real:
         th0 = max(float(np.mean([h - th1 * t for t, h in real])), 0.0)
     quick = []
