@@ -145,7 +145,11 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
             last = now
     finally:
         if engine is not None:
+            # and its start state: while the root of the rounds is held the scheduler keeps
+            # them as lineage, and cancelling the shards under them would reach tasks no
+            # client wants (distributed asserts that each is wanted)
             engine.cancel()
+            engine = None
         exit_data(shards)
     return np.array(periods)
 
