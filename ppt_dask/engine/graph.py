@@ -277,5 +277,5 @@ class TreeRounds(GenerationGraphs):
     def cancel(self) -> None:
         """Drop every round the head still holds (see :meth:`OneHopRounds.cancel`: a round's
         map and reduce tasks are wanted by no client, so ``Client.cancel`` cannot be used)."""
-        self.weights = None
+        self.start_state = self.weights = None
         self.rounds.clear()

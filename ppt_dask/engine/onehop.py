@@ -292,7 +292,10 @@ class OneHopRounds(GenerationGraphs):
 
         Releasing rather than ``Client.cancel``: cancelling a key also cancels its dependents,
         and distributed asserts that each of them is wanted by a client, which the doubling
-        hops (internal to a round's graph) are not."""
+        hops (internal to a round's graph) are not. The start state goes too: while the root of
+        the rounds is held the scheduler keeps them all as lineage, and a later cancel of the
+        shards under them (``exit_data``) would reach those tasks."""
+        self.start_state = None
         self.tasks.clear()
         self.picks.clear()
         self.finished.clear()

@@ -179,5 +179,6 @@ class OverlapRounds(GenerationGraphs):
             del self.tasks[r]
 
     def cancel(self) -> None:
+        self.start_state = None  # see OneHopRounds.cancel
         self.tasks.clear()
         self.picks.clear()

@@ -145,11 +145,7 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
             last = now
     finally:
         if engine is not None:
-            # and its start state: while the root of the rounds is held the scheduler keeps
-            # them as lineage, and cancelling the shards under them would reach tasks no
-            # client wants (distributed asserts that each is wanted)
             engine.cancel()
-            engine = None
         exit_data(shards)
     return np.array(periods)
 
@@ -176,8 +172,8 @@ def measure_head(client, workers=None, *, p_values=(1, 2, 4, 8, 16, 32, 64),
     the line passes through the one-worker rounds (the sizes at or below ``len(workers)``
     on average when ``p_values`` has no 1): the virtual sizes give the growth, a real
     one the level. One worker fetches nothing; what real rounds over more workers cost
-    beyond the line is the reduce term's (:func:`measure_reduce`'s ``Ti``). The same rounds without the
-    spin, at the real sizes 1..min(len(workers), 2), give ``tq`` (how much longer than
+    beyond the line is the reduce term's (:func:`measure_reduce`'s ``Ti``). The same
+    rounds without the spin, at the real sizes 1..min(len(workers), 2), give ``tq`` (how much longer than
     ``Th`` they take).
 
     A virtual cluster runs its gradient tasks on fewer processes, so per-task *worker*

@@ -90,9 +90,10 @@ DOUBLING_FROM = 8  # as ppt_dask.engine.rounds.DOUBLING_FROM (a test checks they
 
 def _one_hop_tasks(p: int, k: int, s: int, exchange: str) -> int:
     """Tasks of a round of :class:`ppt_dask.engine.onehop.OneHopRounds`: a step per worker
-    holding shards, and with recursive doubling ``log2 p - 1`` hop tasks per worker. "auto" doubles as
-    :func:`ppt_dask.engine.rounds.choose_exchange` does: from ``DOUBLING_FROM`` workers, a
-    power of two of them, fan-in 2, and blocks that are aligned subtrees of one size (the same number of shards each, a power of two)."""
+    holding shards, and with recursive doubling ``log2 p - 1`` hop tasks per worker. "auto"
+    doubles as :func:`ppt_dask.engine.rounds.choose_exchange` does: from ``DOUBLING_FROM``
+    workers, a power of two of them, fan-in 2, and blocks that are aligned subtrees of one
+    size (the same number of shards each, a power of two)."""
     workers = min(p, s)
     aligned = k == 2 and _power_of_two(workers) and s % workers == 0 and _power_of_two(s // workers)
     doubling = exchange == "doubling" or (exchange == "auto" and workers >= DOUBLING_FROM and aligned)
@@ -108,8 +109,8 @@ def tasks_per_round(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
 
     "auto", "all" and "doubling" are the one-hop rounds of :mod:`ppt_dask.engine.onehop`
     (the default): a step per worker holding shards (its reduce, update and gradient), plus
-    ``log2 p - 1`` hop tasks per worker where the workers combine by recursive doubling. "tree" is the
-    explicit graph of :func:`ppt_dask.engine.graph.round_graph`: one ``ppt-grad`` task per
+    ``log2 p - 1`` hop tasks per worker where the workers combine by recursive doubling.
+    "tree" is the explicit graph of :func:`ppt_dask.engine.graph.round_graph`: one ``ppt-grad`` task per
     worker holding shards, a ``ppt-reduce`` task per node of the fixed shard tree (fan-in
     k) above the subtrees the workers evaluate themselves, except the root, whose combine
     is fused into ``ppt-update``; then ``ppt-update``, ``ppt-weights`` and ``ppt-stats``.
