@@ -10,6 +10,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -177,6 +178,63 @@ def test_live_page_shows_the_run_while_it_trains(browser, tmp_path):
     assert not failure, failure
 
 
+PAGE_STATE = """
+const doc = (window.Bokeh && Bokeh.documents.length) ? Bokeh.documents[0] : null;
+if (!doc) return null;
+const get = (name) => doc.get_model_by_name(name);
+if (!get('ppt-rounds') || !get('ppt-throughput') || !get('ppt-phases') || !get('ppt-summary')) return null;
+const finite = (name, column) => Array.from(get(name).data[column]).filter(Number.isFinite);
+const table = get('ppt-phases').source.data;
+return {summary: get('ppt-summary').text,
+        bars: finite('ppt-rounds', 'wall_ms').filter((x) => x > 0).length,
+        throughput: finite('ppt-throughput', 'patterns_per_second').filter((x) => x > 0).length,
+        phases: Array.from(table.phase), percent: Array.from(table.percent).reduce((a, b) => a + b, 0),
+        losses: finite('ppt-curves', 'loss').length};
+"""
+
+
+def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(browser, tmp_path):
+    """``ppt-dask train mnist`` (local SGD on streamed rounds: one task per worker for the run)
+    with /ppt open: the header, the bars, the throughput and the phase table hold the rounds
+    while the run goes, not only when the loops end."""
+    head = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", "2",
+                             "--epochs", "100", "--target-error", "0"], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list = []
+    reader = threading.Thread(target=lambda: lines.extend(head.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any(line.startswith("time breakdown, live: ") for line in lines):
+            assert head.poll() is None and time.monotonic() < deadline, lines[-20:]
+            time.sleep(0.1)
+        url = next(line for line in lines if line.startswith("time breakdown, live: ")).split(": ", 1)[1].strip()
+        browser.get(url)
+        wait_for(browser, PAGE_STATE, lambda v: v["bars"] > 0, timeout=90)  # the first rounds are in
+        time.sleep(8)  # then, as a person would look at it
+        got = browser.execute_script(PAGE_STATE)
+        assert head.poll() is None, "the run is still going"
+        summary = re.sub(r"<[^>]+>", "", got["summary"])
+        rounds = int(re.search(r"(\d+) rounds", summary).group(1))
+        assert rounds > 0 and "n/a" not in summary, summary
+        assert "2 workers" in summary and "no scheduler hop" in summary, summary
+        share = float(re.search(r"([\d.]+) % of the workers' time not computing gradients", summary).group(1))
+        assert 0 < share < 100, summary
+        assert got["bars"] >= min(rounds, 300) - 5 and got["throughput"] >= got["bars"] - 5, got
+        assert "scheduler" not in got["phases"] and "gradient" in got["phases"], got
+        assert got["percent"] == pytest.approx(100, abs=0.5), got  # the table holds the rounds
+        keep_screenshot(browser, tmp_path, "dashboard-streamed.png")
+        time.sleep(1.5)
+        assert browser.execute_script(PAGE_STATE)["bars"] > got["bars"] or rounds >= 300  # live
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGINT)  # Ctrl-C: ends in one line, status 130
+        head.wait(timeout=60)
+        reader.join(timeout=10)
+    assert head.returncode == 130, lines[-20:]
+    assert "Traceback" not in "".join(lines)
+
+
 def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path):
     report, trace, out = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "s.json"
     proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2",
@@ -188,6 +246,29 @@ def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path):
     assert 0 < summary["percent_not_gradient"] < 100 and summary["median_head_submit_ms"] > 0
     assert report.stat().st_size > 100_000
     assert len(json.loads(trace.read_text())["traceEvents"]) > 30 * 5
+
+
+def test_cli_report_and_trace_of_the_streamed_preset_have_a_row_per_round(tmp_path):
+    """The preset's streamed rounds in the report and the trace: one row, one set of spans, per
+    round (the loops' own timings), not one per loop task."""
+    report, trace, out = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "s.json"
+    proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", "2",
+                           "--epochs", "1", "--target-error", "0", "--report", str(report), "--trace", str(trace),
+                           "--json", str(out), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    rounds = summary["rounds"]
+    assert rounds >= 3 and summary["exchange"] == "stream"
+    assert [e["rounds"] for e in summary["phases"]] == [rounds] * 8  # every round has its row
+    assert "scheduler" not in {e["phase"] for e in summary["phases"]}
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "streamed round"]
+    by_round = {}
+    for e in spans:
+        by_round.setdefault(e["args"]["round"], set()).add((e["tid"], e["name"]))
+    assert sorted(by_round) == list(range(rounds))
+    assert all({name for _, name in phases} >= {"gradient"} and len({tid for tid, _ in phases}) == 2
+               for phases in by_round.values())  # each round: both workers' loops, their phases
+    assert f"{rounds} rounds (streamed: one loop per worker, no scheduler hop a round)" in report.read_text()
 
 
 def test_cli_checks_the_report_folder_before_any_work(tmp_path):

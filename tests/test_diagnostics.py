@@ -66,6 +66,66 @@ def test_the_second_round_starts_where_the_first_ended():
     assert rows[1]["idle"] == pytest.approx(0.15)
 
 
+def streamed_heads():
+    """Two streamed rounds on two workers' loops, worked out by hand (each loop's own seconds).
+
+    Round 0: A 0.01 idle, 0.30 gradient, 0.02 transfer; B 0.10 gradient, 0.20 head
+             -> means: idle .005, gradient .2, transfer .01, head .1; wall .315
+    Round 1: A 0.05 idle, 0.01 reduce, 0.25 gradient; B 0.01 reduce, 0.30 gradient
+    """
+    loop = ("ppt-loop-0a1b2c3d-g0-r0", 0)
+    return loop, [
+        {"gen": 0, "round": 0, "head_seconds": 0.002, "wall_seconds": 0.3, "loss": 0.7, "patterns": 40,
+         "loops": [{"worker": A, "at": 0.0, "phases": {"idle": 0.01, "gradient": 0.3, "transfer": 0.02},
+                    "bytes": 800},
+                   {"worker": B, "at": 0.0, "phases": {"gradient": 0.1, "head": 0.2}, "bytes": 800}]},
+        {"gen": 0, "round": 1, "head_seconds": 0.0, "wall_seconds": 0.31, "loss": 0.6, "patterns": 40,
+         "loops": [{"worker": A, "at": 0.33, "phases": {"idle": 0.05, "reduce": 0.01, "gradient": 0.25},
+                    "bytes": 800},
+                   {"worker": B, "at": 0.3, "phases": {"reduce": 0.01, "gradient": 0.3}, "bytes": 800}]}]
+
+
+def test_streamed_rounds_worked_by_hand_a_row_each_from_the_loops_timing():
+    loop, heads = streamed_heads()
+    # the loop tasks themselves (one per worker for the whole run) make no row of their own
+    tasks = [task(str((loop[0], 0)), A, 1.0, 1.7, 0.65, prefix="ppt-loop"),
+             task(str((loop[0], 1)), B, 1.0, 1.7, 0.61, prefix="ppt-loop")]
+    rows = breakdown(tasks, heads)
+    assert [r["round"] for r in rows] == [0, 1]
+    expected = [{"idle": 0.005, "gradient": 0.2, "transfer": 0.01, "head": 0.1, "reduce": 0.0},
+                {"idle": 0.025, "reduce": 0.01, "gradient": 0.275, "transfer": 0.0, "head": 0.0}]
+    for row, want in zip(rows, expected):
+        for phase, seconds in want.items():
+            assert row[phase] == pytest.approx(seconds, abs=1e-12), phase
+        assert row["wall"] == pytest.approx(sum(row[p] for p in PHASES))
+        assert row["scheduler"] == 0.0 and row["streamed"] and row["workers"] == 2
+        assert row["transfer_bytes"] == 1600
+    assert rows[0]["wall"] == pytest.approx(0.315) and rows[1]["wall"] == pytest.approx(0.31)
+    assert rows[0]["patterns_per_second"] == pytest.approx(40 / 0.3) and rows[1]["loss"] == 0.6
+    table = phase_table(rows)
+    assert "scheduler" not in [e["phase"] for e in table]  # no hop: left out, not a zero
+    assert next(e for e in table if e["phase"] == "transfer")["description"].startswith("sending")
+    assert summarize(rows)["streamed"] and summarize(rows)["rounds"] == 2
+
+
+def test_streamed_rounds_on_the_trace_lie_inside_their_loop_task():
+    loop, heads = streamed_heads()
+    tasks = [task(str((loop[0], 0)), A, 1.0, 2.0, 0.7, prefix="ppt-loop"),  # A's loop computes 1.3-2.0
+             task(str((loop[0], 1)), B, 1.0, 2.0, 0.9, prefix="ppt-loop")]  # B's 1.1-2.0
+    events = trace_events(tasks, heads)["traceEvents"]
+    spans = [e for e in events if e.get("cat") == "streamed round"]
+    tid = {e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["tid"]}
+    # A's round 1 starts 0.33 s into A's loop: 1.3 + 0.33 = 1.63 (origin: the first sent, 1.0)
+    a1 = [e for e in spans if e["tid"] == tid[A] and e["args"]["round"] == 1]
+    assert [e["name"] for e in a1] == ["idle", "reduce", "gradient"]
+    assert a1[0]["ts"] == pytest.approx(0.63e6) and a1[2]["dur"] == pytest.approx(0.25e6)
+    assert a1[1]["ts"] == pytest.approx(a1[0]["ts"] + a1[0]["dur"])  # the phases follow one another
+    b0 = [e for e in spans if e["tid"] == tid[B] and e["args"]["round"] == 0]
+    assert [e["name"] for e in b0] == ["gradient", "head"] and b0[0]["ts"] == pytest.approx(0.1e6)
+    losses = [e["args"]["loss"] for e in events if e["ph"] == "C"]
+    assert losses == [0.7, 0.6]  # the loss counter, once per round
+
+
 def test_only_rounds_the_head_completed_get_a_row():
     tasks = worked_round() + [task("g9", A, 2.0, 2.5, 0.4, rnd=1)]  # round 1 was cancelled
     rows = breakdown(tasks, [{"gen": 0, "round": 0, "head_seconds": 0.0}])

@@ -10,6 +10,7 @@ import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd
 from ppt_dask.engine import stream
 from ppt_dask.core import tree
+from ppt_dask.observe.breakdown import PHASES
 
 from conftest import scheduler_keys
 from test_localsgd import NET, STRATEGY, _data
@@ -32,15 +33,17 @@ def test_take_waits_for_every_slot_and_then_empties_the_inbox():
         box.stop()
 
 
-def test_keep_holds_a_loop_that_runs_too_far_ahead_of_the_head():
+def test_a_loop_that_runs_too_far_ahead_of_the_head_waits_for_room():
     box = stream.Mailbox("test-ahead")
     try:
         for r in range(stream.AHEAD):
-            box.keep(r, {}, {}, timeout=1)
+            box.wait_room(r, timeout=1)
+            box.keep(r, {}, {})
         with pytest.raises(TimeoutError, match="the head read no round"):
-            box.keep(stream.AHEAD, {}, {}, timeout=0.05)
+            box.wait_room(stream.AHEAD, timeout=0.05)
         box.release(5)  # the head has read up to round 5: the loop may go on
-        box.keep(stream.AHEAD, {}, {}, timeout=1)
+        box.wait_room(stream.AHEAD, timeout=1)
+        box.keep(stream.AHEAD, {}, {})
         assert min(box._kept) == 5
     finally:
         box.stop()
@@ -83,7 +86,7 @@ def test_stopping_mid_generation_keeps_the_state_of_that_round(client4, workers4
     assert scheduler_keys(client4) == []  # the loops and the mailboxes are gone
 
 
-def test_the_breakdown_shows_where_the_loops_spent_their_time(client4, workers4):
+def test_the_breakdown_has_a_row_per_streamed_round_from_the_loops_own_timing(client4, workers4, tmp_path):
     X, y = _data(960)
     shards = ppt.enter_data(client4, X, y, n_shards=2, workers=workers4[:2])
     slowed = ppt.Slowed(STRATEGY, seconds=0.02)  # 20 ms of "gradient" per shard and round
@@ -92,17 +95,38 @@ def test_the_breakdown_shows_where_the_loops_spent_their_time(client4, workers4)
     finally:
         ppt.exit_data(shards)
     rows = result.breakdown()
-    assert rows, "the streamed tasks reached the scheduler's records"
-    gradient = sum(row["gradient"] for row in rows)
-    idle = sum(row["idle"] for row in rows)
-    assert gradient >= 0.02 * result.rounds * 0.9  # the slowed steps count as gradient work
-    assert gradient > idle
-    # one task per worker ran every round: its row covers them, and per-round figures count them
-    assert sum(row["rounds"] for row in rows) == result.rounds
+    assert result.settings["exchange"] == "stream"
+    # one row per round, as for a round graph (not one per loop task)
+    assert [(r["gen"], r["round"]) for r in rows] == [(0, r) for r in range(result.rounds)]
+    for row, record in zip(rows, result.history):
+        assert row["streamed"] and row["workers"] == 2 and row["scheduler"] == 0
+        assert row["gradient"] >= 0.02 * 0.99  # each loop slept 20 ms in its shard's steps
+        assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"])  # the phases tile the round
+        assert row["loss"] == record["loss"] and row["patterns"] == record["patterns"]
+        # each loop sent its partial sums (weights times patterns, and stats) to the other
+        assert row["transfer_bytes"] == 2 * (NET.n_params * 8 + 3 * 8)
+    # the loops' rounds follow one another: a round's wall is about the head's time per round
+    loop_seconds = sum(r["wall"] for r in rows)
+    assert loop_seconds <= result.wall_seconds
     summary, table = result.diagnostics.summary(), result.diagnostics.table()
-    assert summary["rounds"] == result.rounds and table[0]["rounds"] == result.rounds
+    assert summary["rounds"] == result.rounds and summary["streamed"] and summary["workers"] == 2
+    assert [e["phase"] for e in table if e["phase"] == "scheduler"] == []  # no hop: not shown as a zero
+    gradient = sum(row["gradient"] for row in rows)
     row_gradient = next(e for e in table if e["phase"] == "gradient")
     assert row_gradient["ms_per_round"] == pytest.approx(1e3 * gradient / result.rounds)
+    assert 0 < summary["percent_not_gradient"] < 100
+    # the trace: one span per phase that took time, per round, on each worker's track
+    trace = result.diagnostics.trace()["traceEvents"]
+    spans = [e for e in trace if e["ph"] == "X" and e["cat"] == "streamed round"]
+    assert {e["name"] for e in spans} <= set(PHASES)
+    assert {e["args"]["round"] for e in spans if e["name"] == "gradient"} == set(range(result.rounds))
+    assert len([e for e in spans if e["name"] == "gradient"]) == 2 * result.rounds
+    loops = [e for e in trace if e["ph"] == "X" and e["name"] == "ppt-loop"]
+    assert len(loops) == 2
+    for loop in loops:  # each round's spans lie inside its worker's loop task
+        mine = [e for e in spans if e["tid"] == loop["tid"]]
+        assert min(e["ts"] for e in mine) >= loop["ts"] - 1
+        assert max(e["ts"] + e["dur"] for e in mine) <= loop["ts"] + loop["dur"] + 1e3  # 1 ms of rounding
 
 
 @dataclass(frozen=True)

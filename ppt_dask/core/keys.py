@@ -24,6 +24,10 @@ LOOP = "ppt-loop"  # one task that runs many rounds (the local strategy's stream
 SHARD = "ppt-shard"  # a placed shard (the worker's own aligned copy)
 SHARD_INFO = "ppt-shardinfo"  # a shard's checks and summary, computed where it lives
 PHASES = "ppt-phases"  # the entry of a finished task's metadata with its own timings {phase: seconds}
+# What a streamed loop times in each of its rounds, in the order they run: waiting for the other
+# workers' sums, adding them, the optimizer step, the shards' gradients (or local steps),
+# sending its sums, waiting for the head to read (ppt_dask.engine.stream)
+LOOP_PHASES = ("idle", "reduce", "update", "gradient", "transfer", "head")
 
 _KEY = re.compile(r"^(ppt-[a-z]+)-(.+)$")
 _RUN = re.compile(r"^([0-9a-f]{8})-(.+)$")

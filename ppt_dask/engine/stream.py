@@ -19,6 +19,14 @@ head keeps a copy, checks the target or ends, it asks every mailbox for its shar
 after that round, which each loop leaves there until the head has read past it. A loop
 runs at most ``AHEAD`` rounds past the rounds the head has read. When the run ends or a
 worker is lost, the head stops every mailbox, which ends the loops.
+
+Each loop also times its own rounds (no scheduler sees inside a task that runs many rounds):
+per round, the seconds it waited for the other workers' sums (``idle``), added them
+(``reduce``), ran its shards' steps (``gradient``), sent its sums (``transfer``) and waited
+for the head to read (``head``, when ``AHEAD`` rounds ahead), with the round's start as
+seconds since the loop began and the bytes it sent. Those timings ride with the stats the
+head reads (:meth:`StreamRounds.loop_phases`), so the time breakdown has a row per round
+while the run goes, as for a round graph.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any
 
-from distributed import wait
+from distributed import get_worker, wait
 
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
 from ppt_dask.core import keys, tree
@@ -58,9 +66,10 @@ class Mailbox:
 
     def __init__(self, name: str, first: int = 0):
         self.name = name
+        self.worker = _worker_address()  # where the loop it serves runs (its timings' track)
         self._lock = threading.Condition()
         self._inbox: dict = {}  # (round, slot) -> {tree node: partial}
-        self._kept: dict = {}  # round -> (models, {tree node: partial}, running mean)
+        self._kept: dict = {}  # round -> (models, {tree node: partial}, running mean, timing)
         self._released = first  # the head needs no round before this one
         self._failed: str | None = None
         self._stopped = False
@@ -121,16 +130,18 @@ class Mailbox:
             except asyncio.TimeoutError:
                 pass
 
-    async def stats(self, first: int, last: int, release: int | None = None, timeout: float = WAIT_SECONDS) -> list:
-        """The logged stats of rounds ``first..last``, once the loop has run them; with
-        ``release``, first :meth:`release` the rounds before it (one message, not two)."""
+    async def stats(self, first: int, last: int, release: int | None = None, timeout: float = WAIT_SECONDS) -> dict:
+        """The logged stats of rounds ``first..last``, once the loop has run them, and the loop's
+        timing of each (``{"worker": address, "rounds": [({tree node: (stats,)}, timing)]}``);
+        with ``release``, first :meth:`release` the rounds before it (one message, not two)."""
         if release is not None:
             self.release(release)
 
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
-                return [{node: (value[-1],) for node, value in self._kept[r][1].items()}
-                        for r in range(first, last + 1)]
+                return {"worker": self.worker,
+                        "rounds": [({node: (value[-1],) for node, value in self._kept[r][1].items()},
+                                    self._kept[r][3]) for r in range(first, last + 1)]}
         return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}")
 
     async def models(self, r: int, timeout: float = WAIT_SECONDS) -> tuple:
@@ -139,7 +150,7 @@ class Mailbox:
         def ready():
             if r in self._kept:
                 before = self._kept.get(r - 1)
-                models, partial, mean = self._kept[r]
+                models, partial, mean, _timing = self._kept[r]
                 return models, partial, None if before is None else before[1], mean
         return await self._wait(ready, timeout, f"{self.name}'s models after round {r}")
 
@@ -155,14 +166,21 @@ class Mailbox:
                 raise Stopped(self.name)
             return [self._inbox.pop(k) for k in waited]
 
-    def keep(self, r: int, models: dict, partial: dict, timeout: float, mean=None) -> None:
-        """Leave round ``r`` for the head; wait while the loop is ``AHEAD`` rounds ahead."""
+    def wait_room(self, r: int, timeout: float) -> None:
+        """Wait while round ``r`` would be ``AHEAD`` rounds past what the head has read."""
         with self._lock:
             if not self._lock.wait_for(lambda: self._stopped or r - self._released < AHEAD, timeout):
                 raise TimeoutError(f"{self.name}: the head read no round for {timeout} s")
             if self._stopped:
                 raise Stopped(self.name)
-            self._kept[r] = (models, partial, mean)
+
+    def keep(self, r: int, models: dict, partial: dict, mean=None, timing=None) -> None:
+        """Leave round ``r`` for the head (after :meth:`wait_room`): the shards' models, the
+        partial sums, the running mean and the loop's ``timing`` of the round."""
+        with self._lock:
+            if self._stopped:
+                raise Stopped(self.name)
+            self._kept[r] = (models, partial, mean, timing)
             self._changed()
 
     def fail(self, message: str) -> None:
@@ -195,7 +213,7 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
         box = _BOXES.get(step.box)
     if box is None:  # stopped before this task began
         return {}
-    seconds = {"idle": 0.0, "reduce": 0.0, "update": 0.0, "gradient": 0.0}
+    seconds = dict.fromkeys(keys.LOOP_PHASES, 0.0)
     try:
         _loop(step, first, last, start, shards, peers, box, seconds)
     except Stopped:
@@ -215,8 +233,8 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
     mean = start.opt_state.get("mean")  # the running mean a^(first-3), advanced each round
     others = sorted(peers)
     own: dict = {}  # round -> this slot's partial sums
+    began = t0 = time.perf_counter()
     for r in range(first, last + 1):
-        t0 = time.perf_counter()
         if r - 2 >= first:
             parts = box.take(r - 2, others, step.wait)
             t1 = time.perf_counter()
@@ -231,17 +249,34 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
                                       step.fan_in, step.n_shards)
         t3 = time.perf_counter()
         own[r] = partial
+        sent = 0
         for slot in others:
             try:
                 peers[slot].put(r, step.slot, partial, separate_thread=False)
+                sent += _nbytes(partial)
             except (OSError, RuntimeError):  # its worker is gone: the head sees the loss and stops us
                 pass
-        box.keep(r, models, partial, step.wait, mean)
         t4 = time.perf_counter()
-        seconds["idle"] += t1 - t0  # waiting for the other workers' sums
-        seconds["reduce"] += t2 - t1
-        seconds["gradient"] += t3 - t2
-        seconds["update"] += t4 - t3  # sending the sums and leaving the round for the head
+        box.wait_room(r, step.wait)
+        t5 = time.perf_counter()
+        phases = {"idle": t1 - t0, "reduce": t2 - t1, "gradient": t3 - t2, "transfer": t4 - t3, "head": t5 - t4}
+        box.keep(r, models, partial, mean, (t0 - began, phases, sent))
+        for name, value in phases.items():
+            seconds[name] += value
+        t0 = t5  # the next round starts where this one's timing ends: the rounds tile the loop
+
+
+def _nbytes(partial: dict) -> int:
+    """The bytes of a round's partial sums (the arrays sent to each other worker)."""
+    return sum(getattr(v, "nbytes", 8) for value in partial.values() for v in value)
+
+
+def _worker_address() -> str | None:
+    """The address of the worker this runs on (None outside a worker)."""
+    try:
+        return get_worker().address
+    except ValueError:
+        return None
 
 
 class _State:
@@ -278,6 +313,7 @@ class StreamRounds:
         self.states: dict = {}
         self.submitted = first - 1
         self.pending_release: int | None = None  # sent to the mailboxes with the next read
+        self.timings: dict = {}  # round -> every loop's timing of it, until the trainer takes it
 
     def _start(self) -> None:
         labels = [label for label, *_ in self.plan.blocks]
@@ -318,8 +354,15 @@ class StreamRounds:
     def read_stats(self, first: int, last: int, wait) -> list:
         # the release the head asked for since its last read rides on this call
         release, self.pending_release = self.pending_release, None
-        logs = self._ask("stats", first, last, release, wait=wait)
+        replies = self._ask("stats", first, last, release, wait=wait)
+        for i, r in enumerate(range(first, last + 1)):
+            self.timings[r] = [loop_timing(reply["worker"], *reply["rounds"][i][1]) for reply in replies]
+        logs = [[nodes for nodes, _timing in reply["rounds"]] for reply in replies]
         return round_stats(logs, self.plan.fan_in, self.plan.n_shards)
+
+    def loop_phases(self, r: int) -> list | None:
+        """Every loop's timing of round ``r`` (read with its stats; given once)."""
+        return self.timings.pop(r, None)
 
     def _build(self, r: int, timeout: float):
         outs = self._ask("models", r, wait=lambda call: call.result(timeout=timeout))
@@ -367,3 +410,11 @@ class StreamRounds:
         self.loops.clear()
         self.boxes.clear()
         self.states.clear()
+        self.timings.clear()
+
+
+def loop_timing(worker, at: float, phases: dict, sent: int) -> dict:
+    """One loop's timing of one round, as the time breakdown reads it: the worker, the
+    round's start in seconds since the loop began, the seconds per phase (in the order they
+    ran) and the bytes sent to the other workers."""
+    return {"worker": worker, "at": at, "phases": phases, "bytes": sent}

@@ -150,7 +150,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         (:mod:`ppt_dask.engine.overlap`).
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
-        ``round_done(record)`` sees every round, its ``finish()`` returns the run's records
+        ``round_done(record)`` sees every round (on streamed rounds with each loop's timing of
+        it under ``loops``), its ``finish()`` returns the run's records
         (``Result.diagnostics``: breakdown, report, trace). :func:`ppt_dask.train` passes the
         collector of :mod:`ppt_dask.observe`; None records nothing.
 
@@ -302,7 +303,8 @@ def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End | _Grow:
             run.history.append(record)
             if run.progress is not None:
                 run.progress(record)
-            run.diag.round_done(record)
+            loops = engine.loop_phases(r)  # streamed rounds: each loop's own timing of the round
+            run.diag.round_done(record if loops is None else {**record, "loops": loops})
             end = _check(run, attempt, engine, r, record, estimate, checks)
             if end is not None:
                 return end

@@ -43,6 +43,20 @@ A row gives each phase as the mean over the workers in seconds, so the phases ad
 the round's ``wall`` exactly, by construction. ``head_submit_seconds`` (the head's own
 time to build and submit the round) is reported beside them but is not a part of the sum:
 with rounds submitted ahead it overlaps the workers' compute.
+
+Streamed rounds
+---------------
+On streamed rounds (:mod:`ppt_dask.engine.stream`) one task per worker runs many rounds, so
+the scheduler sees no round at all. Each loop times its own rounds and the head's record of
+a round carries those timings (``loops``: per worker, seconds per phase, on that worker's
+clock, durations only). The row of such a round gives each phase as the mean over the
+workers' loops, and ``wall`` as the mean of their round times, so the phases add up to it
+here too. The phases mean: ``idle``, waiting for the other workers' sums of an earlier
+round; ``reduce``, adding them along the shard tree; ``update``, the optimizer step;
+``gradient``, the shards' gradients or local steps; ``transfer``, sending this round's sums
+to the other workers; ``head``, waiting for the head to read (a loop runs a bounded number
+of rounds ahead). There is no ``scheduler`` phase: no task is handed over per round, and the
+row says so (``streamed``) rather than giving a zero that reads as a measurement.
 """
 
 from __future__ import annotations
@@ -68,8 +82,20 @@ DESCRIPTIONS = {
     "scheduler": "task sent to the worker, not running (scheduling latency)",
     "idle": "waiting for other workers",
 }
-# ``ppt-loop``: one task running many rounds (the local strategy's streamed rounds); its row
-# covers the head's rounds from its own to the next row's, and per-round figures count them
+# What the phases are on streamed rounds (the loops time them; see the module docstring)
+STREAM_DESCRIPTIONS = {
+    "gradient": "the shards' gradients or local steps, inside each worker's loop",
+    "reduce": "adding the other workers' sums along the shard tree",
+    "update": "the optimizer step",
+    "evaluate": "verification passes (ppt-eval)",
+    "other": "other ppt work",
+    "transfer": "sending this round's sums to the other workers' mailboxes",
+    "head": "waiting for the head to read the last rounds (a loop runs a bounded number ahead)",
+    "idle": "waiting for the other workers' sums",
+}
+NOT_STREAMED = ("scheduler",)  # phases a streamed round does not have: no task is handed over per round
+# ``ppt-loop``: one task running many rounds (streamed rounds); rows come from the loops'
+# own timings in the head's records, the task itself only places them on the trace
 CATEGORY_OF_PREFIX = {keys.GRAD: "gradient", keys.LOOP: "gradient", keys.REDUCE: "reduce",
                       keys.UPDATE: "update", keys.WEIGHTS: "update", keys.STATS: "update",
                       keys.EVAL: "evaluate"}
@@ -166,11 +192,11 @@ def _segments(intervals: list) -> list:
     return out
 
 
-def _round_ids(tasks, heads) -> list:
+def _round_ids(tasks, heads, streamed) -> list:
     have = {(t.gen or 0, t.round) for t in tasks if t.round is not None and category(t) != "evaluate"}
     if heads:
         have &= {(h.get("gen", 0), h["round"]) for h in heads}
-    return sorted(have)
+    return sorted(have - streamed)
 
 
 def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
@@ -182,24 +208,35 @@ def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
         The run's finished tasks, any order.
     heads : list of dict, optional
         The head's per-round records (``gen``, ``round``, ``head_seconds``,
-        ``wall_seconds``, ``loss``, ``error_rate``, ``patterns``, ``epoch``...). When given,
-        only rounds the head completed get a row, and the row carries its numbers.
+        ``wall_seconds``, ``loss``, ``error_rate``, ``patterns``, ``epoch``...; ``loops`` on
+        streamed rounds). When given, only rounds the head completed get a row, and the row
+        carries its numbers.
 
     Returns
     -------
     list of dict
         One per round in (generation, round) order: ``gen``, ``round``, ``wall``, one key
         per phase in :data:`PHASES` (mean seconds per worker; they sum to ``wall``),
-        ``rounds`` (1; for a ``ppt-loop`` task, the head's rounds it ran, up to the next row),
-        ``workers``, ``transfer_bytes``, ``head_submit_seconds``, ``head_wall_seconds``,
-        and the head's ``loss``, ``error_rate``, ``error_estimate``, ``patterns``,
-        ``epoch``, ``patterns_per_second`` where known.
+        ``workers``, ``transfer_bytes``, ``streamed`` (the round ran inside the workers'
+        loops: no scheduler phase), ``head_submit_seconds``, ``head_wall_seconds``, and the
+        head's ``loss``, ``error_rate``, ``error_estimate``, ``patterns``, ``epoch``,
+        ``patterns_per_second`` where known.
     """
     heads = heads or []
-    ids = _round_ids(tasks, heads)
-    if not ids:
-        return []
     head_of = {(h.get("gen", 0), h["round"]): h for h in heads}
+    streamed = {rid for rid, h in head_of.items() if h.get("loops")}
+    rows = [_loop_row(rid, head_of[rid]) for rid in streamed]
+    tasks = [t for t in tasks if t.prefix != keys.LOOP]
+    ids = _round_ids(tasks, heads, streamed)
+    if ids:
+        rows += _task_rows(ids, tasks, head_of)
+    for row in rows:
+        _add_head(row, head_of.get((row["gen"], row["round"])))
+    return sorted(rows, key=lambda row: (row["gen"], row["round"]))
+
+
+def _task_rows(ids, tasks, head_of) -> list[dict]:
+    """The rows of rounds that ran as tasks, from the scheduler's records of them."""
     by_round: dict = defaultdict(list)
     for t in tasks:
         if t.round is not None and category(t) != "evaluate":
@@ -208,30 +245,40 @@ def breakdown(tasks: list, heads: list | None = None) -> list[dict]:
     workers = sorted({t.worker for rid in ids for t in by_round[rid]})
     seconds = _worker_seconds(tasks, workers, starts, ends, arrivals)
     nbytes_of = {t.key: (t.worker, t.nbytes) for t in tasks}
-
     rows = []
     idle = _PRIORITY["idle"]
-    head_ids = sorted(head_of)
     for k, rid in enumerate(ids):
         wall = ends[k] - starts[k]
         parts = [s / len(workers) for s in seconds[k]]
         parts[idle] = max(0.0, wall - sum(parts[:idle]))  # the rest; >= 0 up to rounding
-        covered = 1
-        if any(t.prefix == keys.LOOP for t in by_round[rid]):
-            covered = max(1, sum(1 for h in head_ids if h >= rid and (k + 1 == len(ids) or h < ids[k + 1])))
-        row = {"gen": rid[0], "round": rid[1], "wall": wall, **dict(zip(PHASES, parts)), "rounds": covered,
-               "workers": len(workers), "transfer_bytes": _moved(by_round[rid], nbytes_of)}
-        h = head_of.get(rid)
-        if h is not None:
-            row["head_submit_seconds"] = h.get("head_seconds")
-            row["head_wall_seconds"] = h.get("wall_seconds")
-            for name in ("loss", "error_rate", "error_estimate", "patterns", "epoch"):
-                if h.get(name) is not None:
-                    row[name] = h[name]
-            if h.get("patterns") and h.get("wall_seconds"):
-                row["patterns_per_second"] = h["patterns"] / h["wall_seconds"]
-        rows.append(row)
+        rows.append({"gen": rid[0], "round": rid[1], "wall": wall, **dict(zip(PHASES, parts)),
+                     "workers": len(workers), "transfer_bytes": _moved(by_round[rid], nbytes_of),
+                     "streamed": False})
     return rows
+
+
+def _loop_row(rid: tuple, head: dict) -> dict:
+    """The row of a streamed round, from the loops' own timings in the head's record."""
+    loops = head["loops"]
+    parts = dict.fromkeys(PHASES, 0.0)
+    for loop in loops:
+        for phase, seconds in loop["phases"].items():
+            parts[phase if phase in _PRIORITY else "other"] += max(0.0, seconds) / len(loops)
+    return {"gen": rid[0], "round": rid[1], "wall": sum(parts.values()), **parts, "workers": len(loops),
+            "transfer_bytes": sum(int(loop.get("bytes") or 0) for loop in loops), "streamed": True}
+
+
+def _add_head(row: dict, h: dict | None) -> None:
+    """The head's numbers of the round, where it has a record of it."""
+    if h is None:
+        return
+    row["head_submit_seconds"] = h.get("head_seconds")
+    row["head_wall_seconds"] = h.get("wall_seconds")
+    for name in ("loss", "error_rate", "error_estimate", "patterns", "epoch"):
+        if h.get(name) is not None:
+            row[name] = h[name]
+    if h.get("patterns") and h.get("wall_seconds"):
+        row["patterns_per_second"] = h["patterns"] / h["wall_seconds"]
 
 
 def _boundaries(ids, by_round, head_of) -> tuple:
@@ -287,13 +334,16 @@ def _moved(round_tasks, nbytes_of) -> int:
     return sum(nbytes_of[d][1] for _, d in seen)
 
 
-def _rounds(rows: list[dict]) -> int:
-    """The rounds the rows cover (a streamed task's row covers many)."""
-    return sum(r.get("rounds", 1) for r in rows)
+def is_streamed(rows: list[dict]) -> bool:
+    """Whether every round of the rows ran on streamed rounds (no scheduler hop a round)."""
+    return bool(rows) and all(r.get("streamed") for r in rows)
 
 
 def phase_table(rows: list[dict]) -> list[dict]:
     """A gprof-style flat profile of the rounds (002, Table 1): one entry per phase.
+
+    Streamed rounds have no ``scheduler`` phase: it is left out, and the descriptions say
+    what each phase is inside a worker's loop.
 
     Returns
     -------
@@ -303,15 +353,18 @@ def phase_table(rows: list[dict]) -> list[dict]:
         ``rounds``, ``ms_per_round`` and ``description``.
     """
     wall = sum(r["wall"] for r in rows)
-    n = _rounds(rows)
-    totals = sorted(((sum(r[p] for r in rows), p) for p in PHASES), key=lambda x: -x[0])
+    n = len(rows)
+    streamed = is_streamed(rows)
+    phases = [p for p in PHASES if not (streamed and p in NOT_STREAMED)]
+    words = STREAM_DESCRIPTIONS if streamed else DESCRIPTIONS
+    totals = sorted(((sum(r[p] for r in rows), p) for p in phases), key=lambda x: -x[0])
     out, cumulative = [], 0.0
     for seconds, phase in totals:
         cumulative += seconds
         out.append({"phase": phase, "percent": 100.0 * seconds / wall if wall else 0.0,
                     "cumulative_seconds": cumulative, "seconds": seconds, "rounds": n,
                     "ms_per_round": 1e3 * seconds / n if n else 0.0,
-                    "description": DESCRIPTIONS[phase]})
+                    "description": words[phase]})
     return out
 
 
@@ -337,10 +390,11 @@ def summarize(rows: list[dict]) -> dict:
     wall = sum(r["wall"] for r in rows)
     gradient = sum(r["gradient"] for r in rows)
     submit = [r["head_submit_seconds"] for r in rows if r.get("head_submit_seconds") is not None]
-    n = _rounds(rows)
+    n = len(rows)
     out = {"rounds": n, "workers": max(r["workers"] for r in rows), "wall_seconds": wall,
+           "streamed": is_streamed(rows),
            "percent_not_gradient": 100.0 * (1.0 - gradient / wall) if wall else 0.0,
-           "median_round_ms": 1e3 * statistics.median(r["wall"] / r.get("rounds", 1) for r in rows),
+           "median_round_ms": 1e3 * statistics.median(r["wall"] for r in rows),
            "transfer_bytes_per_round": sum(r["transfer_bytes"] for r in rows) / n,
            "median_head_submit_ms": 1e3 * statistics.median(submit) if submit else None}
     head_wall = sum(r.get("head_wall_seconds") or 0.0 for r in rows)

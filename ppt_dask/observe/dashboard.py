@@ -26,7 +26,7 @@ from bokeh import __version__ as bokeh_version
 from bokeh.embed import file_html
 from bokeh.layouts import column, row
 from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, HoverTool, LinearAxis,
-                          NumberFormatter, TableColumn)
+                          NumberFormatter, NumeralTickFormatter, TableColumn)
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 from distributed.dashboard.components import add_periodic_callback
@@ -43,6 +43,10 @@ COLORS = {"gradient": "#1f77b4", "reduce": "#2ca02c", "other": "#8c564b", "trans
           "scheduler": "#9467bd", "head": "#d62728", "idle": "#c7c7c7"}
 LABELS = {"gradient": "gradient", "reduce": "reduce + update", "other": "eval / other",
           "transfer": "transfer", "scheduler": "scheduler latency", "head": "head", "idle": "idle"}
+# streamed rounds (one loop per worker for the run): the same stacks named for what they are
+# there, and no scheduler latency (no task is handed over per round)
+STREAM_LABELS = {**LABELS, "transfer": "sending sums", "head": "waiting for the head",
+                 "idle": "waiting for others' sums", "scheduler": None}
 
 
 class View(NamedTuple):
@@ -96,16 +100,34 @@ class RoundBars(_Component):
                            x_axis_label="round of the run", y_axis_label="ms", height=320,
                            tools="pan,xwheel_zoom,box_zoom,reset,save", **kwargs)
         names = [name for name, _ in bd.STACKS]
-        self.root.vbar_stack(names, x="x", width=0.9, source=self.source,
-                             color=[COLORS[n] for n in names], legend_label=[LABELS[n] for n in names])
-        self.root.legend.location = "top_left"
+        renderers = self.root.vbar_stack(names, x="x", width=0.9, source=self.source,
+                                         color=[COLORS[n] for n in names], legend_label=[LABELS[n] for n in names])
         self.root.legend.orientation = "horizontal"
         self.root.legend.label_text_font_size = "8pt"
-        self.root.add_tools(HoverTool(tooltips=[("round", "@gen/@round"), ("wall", "@wall_ms{0.0} ms"),
-                                                *((LABELS[n], f"@{n}{{0.00}} ms") for n in names)]))
+        self.root.add_layout(self.root.legend[0], "above")  # over the plot, not over the bars
+        self.hover = HoverTool(tooltips=self._tooltips(LABELS))
+        self.root.add_tools(self.hover)
+        self.items = dict(zip(names, self.root.legend[0].items))
+        self.renderers = dict(zip(names, renderers))
+        self.streamed = False
+
+    @staticmethod
+    def _tooltips(labels: dict) -> list:
+        return [("round", "@gen/@round"), ("wall", "@wall_ms{0.0} ms"),
+                *((labels[n], f"@{n}{{0.00}} ms") for n, _ in bd.STACKS if labels[n] is not None)]
 
     def draw(self, view: View):
         self.source.data = bd.bar_columns(view.rows)
+        streamed = bool(view.summary.get("streamed"))
+        if streamed != self.streamed:  # name the stacks for the rounds shown
+            self.streamed = streamed
+            labels = STREAM_LABELS if streamed else LABELS
+            for name, item in self.items.items():
+                self.renderers[name].visible = labels[name] is not None
+                if labels[name] is not None:
+                    item.label = {"value": labels[name]}
+            self.root.legend[0].items = [item for name, item in self.items.items() if labels[name] is not None]
+            self.hover.tooltips = self._tooltips(labels)
 
 
 class Curves(_Component):
@@ -144,6 +166,7 @@ class Throughput(_Component):
                            tools="pan,xwheel_zoom,box_zoom,reset,save", **kwargs)
         self.root.line("x", "patterns_per_second", source=self.source, color="#1f77b4", line_width=2,
                        legend_label="patterns / s")
+        self.root.yaxis[0].formatter = NumeralTickFormatter(format="0,0")
         self.root.extra_y_ranges = {"pct": DataRange1d(start=0, end=100)}
         self.root.add_layout(LinearAxis(y_range_name="pct", axis_label="% not gradient"), "right")
         self.root.line("x", "not_gradient_percent", source=self.source, color="#ff7f0e",
@@ -201,7 +224,10 @@ def _fmt(value, spec="", unit="") -> str:
 
 def summary_html(view: View) -> str:
     s = view.summary
-    parts = [f"<b>run {html.escape(view.run)}</b>", f"{s.get('rounds', 0)} rounds",
+    rounds = f"{s.get('rounds', 0)} rounds"
+    if s.get("streamed"):
+        rounds += " (streamed: one loop per worker, no scheduler hop a round)"
+    parts = [f"<b>run {html.escape(view.run)}</b>", rounds,
              f"{_fmt(s.get('workers'))} workers",
              f"<b>{_fmt(s.get('percent_not_gradient'), '.1f', ' %')}</b> of the workers' time not "
              f"computing gradients",

@@ -12,7 +12,8 @@ rows, a gprof-style phase table and a Chrome trace; :mod:`ppt_dask.observe.dashb
   timed inside the tasks. Records are kept per run (the run id is in every key,
   ``ppt-grad-<run>-g<gen>-r<round>``) in bounded deques.
 * :class:`Recorder` is the head's side: it announces a run, sends its per-round records
-  (loss, error, head seconds) to the collector in batches every quarter of a second,
+  (loss, error, head seconds; on streamed rounds, each loop's own timing of the round, which
+  the scheduler cannot see) to the collector in batches every quarter of a second,
   without waiting for a reply (``log_event`` through the client's event loop), and
   fetches the records at the end. Its cost per round is measured (``head_cost_seconds``).
 
@@ -40,6 +41,7 @@ NAME = "ppt-diagnostics"  # the plugin's name on the scheduler
 HANDLER = "ppt_diagnostics"  # its rpc handler on the scheduler (fetches a run's records)
 HEAD_FIELDS = ("round", "epoch", "loss", "error_rate", "error_estimate", "patterns",
                "wall_seconds", "head_seconds")
+LOOPS = "loops"  # a streamed round's record: each worker loop's own timing of the round
 
 def _text(key) -> str:
     return key if isinstance(key, str) else str(key)
@@ -300,6 +302,8 @@ class Recorder:
         t0 = time.perf_counter()
         h = {k: record.get(k) for k in HEAD_FIELDS}
         h["gen"] = record.get("gen", self.generation + int(record.get("try", 0)))
+        if record.get(LOOPS) is not None:  # streamed rounds: the loops timed them
+            h[LOOPS] = record[LOOPS]
         self.heads.append(h)
         self._batch.append(h)
         if t0 - self._last >= self.flush_seconds:
