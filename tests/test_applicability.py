@@ -53,7 +53,7 @@ def test_every_flag_that_does_not_apply_is_refused_and_every_one_that_does_passe
     refused = []
     for row in cliflags.STRATEGY_FLAGS:
         argv = base + values[row] if not (row == "block" and strategy == "block") else base
-        if row == "pipeline" and strategy == "local":  # it applies to its per-round graph
+        if row == "pipeline" and strategy != "async":  # it applies to the per-round graphs
             argv = argv + ["--exchange", "all"]
         if applicability.applies(row, strategy, "tree"):
             args = cli.build_parser().parse_args(argv)
@@ -80,26 +80,27 @@ def test_exchange_all_applies_to_local_and_auto_to_all():
         applicability.refuse("async", {"exchange": "all"})
 
 
-def test_exchange_stream_applies_to_local_only():
-    applicability.refuse("local", {"exchange": "stream"})
-    for strategy in ("epoch", "block", "ppt", "average", "async"):
-        with pytest.raises(ValueError, match=f"exchange 'stream' applies to strategy local, not to strategy {strategy}"):
-            applicability.refuse(strategy, {"exchange": "stream"})
-    with pytest.raises(ValueError, match="--exchange 'stream' applies to --strategy local, not to --strategy block"):
-        applicability.refuse("block", {"exchange": "stream"}, spell=applicability.cli_spelling)
+def test_exchange_stream_applies_to_every_synchronous_strategy():
+    for strategy in ("epoch", "block", "ppt", "average", "local"):
+        applicability.refuse(strategy, {"exchange": "stream"})
+    with pytest.raises(ValueError, match="exchange 'stream' applies to strategy epoch, block, ppt, average, "
+                                         "local, not to strategy async"):
+        applicability.refuse("async", {"exchange": "stream"})
 
 
-def test_pipeline_is_refused_on_the_local_strategys_streamed_rounds(threads_client):
+@pytest.mark.parametrize("strategy", ["local", "block"])
+def test_pipeline_is_refused_on_streamed_rounds(strategy, threads_client):
     """The streamed rounds run ahead by themselves: a pipeline there would change nothing."""
-    out = _cli("train", "parity8", "--strategy", "local", "--pipeline", "2")
+    out = _cli("train", "parity8", "--strategy", strategy, "--pipeline", "2")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "--pipeline applies to the per-round graphs" in out.stderr
     X, y = np.random.default_rng(0).normal(size=(64, 3)), np.arange(64) % 2
     shards = ppt.enter_data(threads_client, X, y, n_shards=2)
+    made = choose.make(strategy, lr=0.1, block=8, interval=16 if strategy == "local" else None)
     try:
         with pytest.raises(ValueError, match="^pipeline=2 applies to the per-round graphs"):
-            ppt.train(ppt.MLP((3, 4, 2)), shards, ppt.LocalSGD(lr=0.1, block=8, interval=16),
-                      ppt.Stop(max_epochs=1), pipeline=2)
+            ppt.train(ppt.MLP((3, 4, 2)), shards, made, ppt.Stop(max_epochs=1), pipeline=2)
+        ppt.train(ppt.MLP((3, 4, 2)), shards, made, ppt.Stop(max_epochs=1), pipeline=2, exchange="all")
     finally:
         ppt.exit_data(shards)
 
@@ -124,7 +125,7 @@ def test_train_refuses_what_does_not_apply_and_runs_what_does(strategy, threads_
         for row in TRAIN_ROWS:
             keyword = {"checkpoint": "checkpoint_dir"}.get(row, row)
             kwargs = {keyword: values[keyword]} if row != "restarts" else {}
-            if row == "pipeline" and strategy == "local":  # it applies to its per-round graph
+            if row == "pipeline" and strategy != "async":  # it applies to the per-round graphs
                 kwargs["exchange"] = "all"
             if row == "resume":
                 kwargs["checkpoint_dir"] = str(tmp_path)

@@ -39,10 +39,12 @@ def test_a_round_never_moves_shards(client4, workers4):
     ppt.exit_data(shards)
 
 
+@pytest.mark.parametrize("exchange", ["stream", "all"])
 @pytest.mark.parametrize("strategy", [ppt.Sync(lr=0.5, momentum=0.9, l2=0.01),
                                       ppt.Sync(lr=0.3, momentum=0.5, block=24)],
                          ids=["epoch", "block"])
-def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strategy):
+def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strategy, exchange):
+    """Streamed rounds (one loop per worker, sums sent loop to loop) and the one-hop graph."""
     X, y = _data()
     net = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
     expected, _ = train_serial(net, X, y, strategy, rounds=10, n_shards=8, seed=3)
@@ -50,9 +52,10 @@ def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strate
     for p in (1, 2, 4):
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
         epochs = 10 / strategy.rounds_per_epoch(len(X))
-        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3)
+        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3, exchange=exchange)
         ppt.exit_data(shards)
         rounds[p] = result.rounds
+        assert result.settings["exchange"] == exchange
         assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
     assert rounds == {1: 10, 2: 10, 4: 10}
 
@@ -72,11 +75,13 @@ def test_pipelining_does_not_change_the_result(client4, workers4):
     X, y = _data()
     net = ppt.MLP((5, 4, 3))
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
-    a = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6), pipeline=0)
-    b = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6), pipeline=3)
+    a = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6), pipeline=0, exchange="all")
+    b = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6), pipeline=3, exchange="all")
+    streamed = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6))  # runs ahead by itself
     ppt.exit_data(shards)
-    assert a.params.tobytes() == b.params.tobytes()
-    assert [r["loss"] for r in a.history] == [r["loss"] for r in b.history]
+    assert streamed.settings["exchange"] == "stream" and a.settings["exchange"] == "all"
+    assert a.params.tobytes() == b.params.tobytes() == streamed.params.tobytes()
+    assert [r["loss"] for r in a.history] == [r["loss"] for r in b.history] == [r["loss"] for r in streamed.history]
 
 
 def test_history_records_loss_error_wall_and_head_time(client4, workers4):

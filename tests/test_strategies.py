@@ -21,22 +21,23 @@ def _data(n=96, seed=0):
 NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax")
 
 
-@pytest.mark.parametrize("strategy", [
-    ppt.PPT(lr=0.5, momentum=0.3, local_epoch=5),
-    ppt.Average(lr=0.2, momentum=0.9, block=4, local_epochs=1.0),
-    ppt.Average(lr=0.2, momentum=0.9, block=5, interval=7, momentum_policy="average"),
-    ppt.Average(lr=0.5, l2=0.7, sample_fraction=0.9, local_epochs=3),
-], ids=["ppt", "average-reset", "average-momentum", "average-bootstrap"])
-def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strategy):
+@pytest.mark.parametrize("strategy, exchange", [
+    (ppt.PPT(lr=0.5, momentum=0.3, local_epoch=5), "stream"),
+    (ppt.Average(lr=0.2, momentum=0.9, block=4, local_epochs=1.0), "stream"),
+    (ppt.Average(lr=0.2, momentum=0.9, block=5, interval=7, momentum_policy="average"), "stream"),
+    (ppt.Average(lr=0.2, momentum=0.9, block=5, interval=7, momentum_policy="average"), "all"),
+    (ppt.Average(lr=0.5, l2=0.7, sample_fraction=0.9, local_epochs=3), "stream"),
+], ids=["ppt", "average-reset", "average-momentum", "average-momentum-one-hop", "average-bootstrap"])
+def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strategy, exchange):
     X, y = _data()
     rounds = 6
     expected, _ = train_serial(NET, X, y, strategy, rounds=rounds, n_shards=8, seed=5)
     for p in (1, 2, 4):
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
         epochs = rounds / strategy.check([12] * 8, 5).rounds_per_epoch(len(X))
-        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5)
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5, exchange=exchange)
         ppt.exit_data(shards)
-        assert result.rounds == rounds
+        assert result.rounds == rounds and result.settings["exchange"] == exchange
         assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
 
 

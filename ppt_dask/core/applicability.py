@@ -30,7 +30,7 @@ TABLE: dict[str, tuple[str, ...]] = {
     "momentum_policy": ("average",),
     "staleness": ("async",),
     # the round loop (train); the asynchronous loop has none of these
-    "exchange": ("epoch", "block", "ppt", "average"),  # tree, doubling (and all, see below)
+    "exchange": ("epoch", "block", "ppt", "average"),  # tree, doubling (all and stream: see below)
     "pipeline": _SYNCHRONOUS,
     "checkpoint": _SYNCHRONOUS,
     "resume": _SYNCHRONOUS,
@@ -47,10 +47,11 @@ STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs
 # values that say "not given" for every strategy (the defaults of train and the CLI)
 NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,),
            "snapshot_epochs": ((),)}
-# values that apply beyond the table's row: the local strategy's graph is all to all
-ALSO = {("exchange", "all"): ("local",)}
-# values that apply to their own strategies only: the streamed rounds are the local strategy's
-ONLY = {("exchange", "stream"): ("local",)}
+# values that apply beyond the table's row: the local strategy's graph is all to all, and it
+# streams its rounds as the others do
+ALSO = {("exchange", "all"): ("local",), ("exchange", "stream"): ("local",)}
+# values that apply to their own strategies only
+ONLY: dict = {}
 
 
 def strategy_name(strategy) -> str:
@@ -107,18 +108,18 @@ def refuse(strategy: str, given: dict, spell=str) -> None:
             raise ValueError(f"unknown parameter {spell(parameter)} (known: {', '.join(sorted(TABLE))})")
         if is_given(parameter, value) and not applies(parameter, strategy, value):
             shown = f"{spell(parameter)} {value!r}" if parameter == "exchange" else spell(parameter)
-            extra = (" (and 'all' to local)" if parameter == "exchange" else "")
-            only = ONLY.get((parameter, value)) if isinstance(value, str) else None
-            place = (("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(only) if only
-                     else where(parameter, spell) + extra)
+            key = (parameter, value) if isinstance(value, str) else None
+            names = ONLY.get(key) or (*TABLE[parameter], *ALSO.get(key, ()))
+            place = (where(parameter, spell) if names == STRATEGIES
+                     else ("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(names))
             raise ValueError(f"{shown} applies to {place}, "
                              f"not to {'--strategy ' if spell is cli_spelling else 'strategy '}{strategy}")
 
 
 def refuse_pipeline(strategy: str, exchange: str, pipeline: int, spell=str) -> None:
-    """The local strategy's streamed rounds (its default exchange) run ahead by themselves:
-    a pipeline there would change nothing, so it is refused."""
-    if strategy == "local" and exchange in ("auto", "stream") and pipeline != 1:
+    """Streamed rounds (exchange "stream", and "auto"'s choice) run ahead by themselves: a
+    pipeline there would change nothing, so it is refused."""
+    if strategy in _SYNCHRONOUS and exchange in ("auto", "stream") and pipeline != 1:
         shown = spell("pipeline") if spell is cli_spelling else f"pipeline={pipeline}"
         raise ValueError(f"{shown} applies to the per-round graphs (exchange 'all', 'doubling', 'tree'); "
-                         "the local strategy's streamed rounds run ahead by themselves")
+                         "streamed rounds (exchange 'stream', the default) run ahead by themselves")

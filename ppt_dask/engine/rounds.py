@@ -19,10 +19,11 @@ DOUBLING_FROM = 8
 def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
 
-    The local strategy has rounds of its own: "stream" (and "auto") runs one long task per
-    worker whose averages go straight between workers (:mod:`ppt_dask.engine.stream`, no scheduler
-    hop a round); "all" is one task per worker per round whose exchange overlaps the next
-    round's steps (:mod:`ppt_dask.engine.overlap`, one hop a round)."""
+    "stream" (and "auto" below ``DOUBLING_FROM`` workers) runs one long task per worker whose
+    partial sums go straight between the workers (:mod:`ppt_dask.engine.stream`, no scheduler
+    hop a round); the per-round graphs stay selectable, to see what the head-worker arrangement
+    costs beside it. For the local strategy "all" is one task per worker per round whose
+    exchange overlaps the next round's steps (:mod:`ppt_dask.engine.overlap`)."""
     if exchange not in EXCHANGES:
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     if getattr(strategy, "shard_models", False):
@@ -30,11 +31,9 @@ def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
             raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
                              "(streamed rounds) or 'all' (one task per worker per round)")
         return "overlap" if exchange == "all" else "stream"
-    if exchange == "stream":
-        raise ValueError("exchange='stream' applies to the local strategy only")
     if exchange == "auto":
         doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
-        return "doubling" if doubling else "all"
+        return "doubling" if doubling else "stream"
     return exchange
 
 
@@ -44,8 +43,9 @@ def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net,
     ``last`` is the run's last round (the streamed rounds run up to it by themselves)."""
     start_state = client.scatter(state, hash=False)
     if exchange == "stream":
+        kind = "local" if getattr(strategy, "shard_models", False) else "sync"
         return stream.StreamRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state,
-                                   last)
+                                   last, kind)
     if exchange == "overlap":
         return overlap.OverlapRounds(client, plan, shard_futures, strategy, net, tag, start_state, first)
     if exchange == "tree":

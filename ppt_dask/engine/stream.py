@@ -1,52 +1,64 @@
-"""Rounds of the local strategy as one long task per worker: no scheduler hop a round.
+"""Streamed rounds: one long task per worker for a generation of the run, no scheduler hop a round.
 
-The per-round graph of :mod:`ppt_dask.engine.overlap` sends one task per worker per round; each
-waits for the scheduler to hand it over and then fetches the other workers' results of
-two rounds ago, so a round pays a scheduler hop and a fetch on its critical path. Here
-each worker slot runs one task for a whole generation of the run. The task runs its
-shards' rounds in a loop and, after each round, puts its partial sums (the weights times
-the patterns, and the stats) into the *mailbox* of every other slot: an actor
-(``distributed.Actor``, a public interface of Dask) on that slot's worker, so the
-partial sums go straight from worker to worker. At the start of round ``r`` a slot takes
-round ``r - 2``'s partial sums from its own mailbox (they left the other workers a whole
-round earlier: a worker waits only when another lags a round behind), adds them along the
-fixed shard tree and pulls its shards toward that average, as the per-round graph does:
-the same bits on any number of workers, and as :func:`ppt_dask.algorithms.localsgd.train_serial`.
+A round graph (:mod:`ppt_dask.engine.onehop`, :mod:`ppt_dask.engine.overlap`) sends one task per
+worker per round, and each waits for the scheduler to hand it over and for the fetch of the
+other workers' results: a scheduler hop on every round's critical path. Here each worker slot
+runs one task for a whole generation of the run, a loop over the rounds of its shards, and the
+loops send their partial sums straight to each other over links of their own
+(:mod:`ppt_dask.engine.links`: Dask's comms, thread to thread). Two kinds of loop:
 
-The head does not wait on tasks. Each loop logs its round's stats in its own mailbox, and
-the head reads them there (an actor call that answers once the round is logged); when the
-head keeps a copy, checks the target or ends, it asks every mailbox for its shards' models
-after that round, which each loop leaves there until the head has read past it. A loop
-runs at most ``AHEAD`` rounds past the rounds the head has read. When the run ends or a
-worker is lost, the head stops every mailbox, which ends the loops.
+* ``"sync"`` (:class:`~ppt_dask.Sync` by epoch or block, :class:`~ppt_dask.PPT`,
+  :class:`~ppt_dask.Average`): round ``r`` computes its shards' partial sums at the state after
+  round ``r - 1``, sends them to every other loop, takes theirs for the same round, adds them
+  all along the fixed shard tree and applies the strategy's step. Every loop adds in the same
+  order, so every loop holds bitwise the same state, as the one-hop graph's tasks do and as the
+  serial path (:func:`ppt_dask.algorithms.serial.train_serial`): the replicated reduce of an
+  ``MPI_Allreduce``.
+* ``"local"`` (:class:`~ppt_dask.LocalSGD`): at the start of round ``r`` a loop takes round
+  ``r - 2``'s sums (sent a whole round earlier: it waits only when another loop lags a round
+  behind), adds them along the fixed tree and pulls its shards toward that average, as the
+  per-round graph does: the same bits on any number of workers and as
+  :func:`ppt_dask.algorithms.localsgd.train_serial`.
 
-Each loop also times its own rounds (no scheduler sees inside a task that runs many rounds):
-per round, the seconds it waited for the other workers' sums (``idle``), added them
-(``reduce``), ran its shards' steps (``gradient``), sent its sums (``transfer``) and waited
-for the head to read (``head``, when ``AHEAD`` rounds ahead), with the round's start as
-seconds since the loop began and the bytes it sent. Those timings ride with the stats the
-head reads (:meth:`StreamRounds.loop_phases`), so the time breakdown has a row per round
-while the run goes, as for a round graph.
+The head does not wait on tasks. Each loop leaves its rounds in its *mailbox*, an actor
+(``distributed.Actor``, a public interface of Dask) on its worker: the round's stats and its
+own timing of the round, which the head reads every batch of rounds (an actor call that
+answers once the rounds are there), and what the head needs to build the state after a
+round (the state; for local SGD every shard's model), which it asks for when it keeps a copy,
+checks the target or ends. A loop runs at most ``AHEAD`` rounds past the rounds the head has
+read. When the run ends or a worker is lost, the head stops every mailbox, which ends the
+loops; a loop that loses a link says so, and the head rolls back and replays.
+
+Each loop times its rounds (no scheduler sees inside a task that runs many rounds): per
+round, the seconds it computed (``gradient``), sent its sums (``transfer``), waited for the
+others' (``idle``), added them (``reduce``), applied the step (``update``) and waited for the
+head to read (``head``), with the round's start as seconds since the loop began and the
+bytes it sent. Those timings ride with the stats (:meth:`StreamRounds.loop_phases`), so the
+time breakdown has a row per round while the run goes, as for a round graph.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any
 
-from distributed import get_worker, wait
+from distributed import get_worker, secede, wait
 
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
 from ppt_dask.core import keys, tree
 from ppt_dask.engine import taskmeta
+from ppt_dask.engine.graph import local_task
+from ppt_dask.engine.links import LinkLost, Links
 
 AHEAD = 32  # rounds a loop may run past the last round the head has read
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it
+ADDRESSES = -1  # the "round" under which the loops swap their links' addresses
 
 _BOXES: dict = {}  # the mailboxes living in this process, by name
 _BOXES_LOCK = threading.Lock()
@@ -59,19 +71,19 @@ class Stopped(Exception):
 class Mailbox:
     """One worker slot's mailbox for one generation of a run (an actor on its worker).
 
-    Other slots ``put`` their partial sums; the slot's own loop takes them (``take``) and
-    leaves its rounds there (``keep``); the head reads the rounds' stats (``stats``) and
-    the shards' models after a round (``models``), ``release``s what it has read and
-    ``stop``s the mailbox at the end."""
+    The slot's loop leaves its rounds here (``wait_room``, then ``keep``); the head reads the
+    rounds' stats and timings (``stats``) and what a round left (``kept``), ``release``s what it
+    has read and ``stop``s the mailbox at the end. Other slots ``put`` small messages the loop
+    ``take``s (the links' addresses, when a generation starts)."""
 
     def __init__(self, name: str, first: int = 0):
         self.name = name
         self.worker = _worker_address()  # where the loop it serves runs (its timings' track)
         self._lock = threading.Condition()
-        self._inbox: dict = {}  # (round, slot) -> {tree node: partial}
-        self._kept: dict = {}  # round -> (models, {tree node: partial}, running mean, timing)
+        self._inbox: dict = {}  # (round, slot) -> message
+        self._kept: dict = {}  # round -> (log, value, timing)
         self._released = first  # the head needs no round before this one
-        self._failed: str | None = None
+        self._failed: tuple | None = None  # (error class, message)
         self._stopped = False
         self._event = asyncio.Event()  # wakes the head's waits on the worker's event loop
         self._loop = None
@@ -85,10 +97,10 @@ class Mailbox:
             self._loop.call_soon_threadsafe(self._event.set)
 
     # -- from the other slots' loops --
-    def put(self, r: int, slot: int, partial: dict) -> None:
+    def put(self, r: int, slot: int, message) -> None:
         with self._lock:
             if not self._stopped:
-                self._inbox[r, slot] = partial
+                self._inbox[r, slot] = message
                 self._changed()
 
     # -- from the head --
@@ -116,7 +128,8 @@ class Mailbox:
             self._event.clear()
             with self._lock:
                 if self._failed is not None:
-                    raise RuntimeError(self._failed)
+                    error, message = self._failed
+                    raise error(message)
                 if self._stopped:
                     raise Stopped(f"mailbox {self.name} was stopped")
                 value = ready()
@@ -131,32 +144,30 @@ class Mailbox:
                 pass
 
     async def stats(self, first: int, last: int, release: int | None = None, timeout: float = WAIT_SECONDS) -> dict:
-        """The logged stats of rounds ``first..last``, once the loop has run them, and the loop's
-        timing of each (``{"worker": address, "rounds": [({tree node: (stats,)}, timing)]}``);
-        with ``release``, first :meth:`release` the rounds before it (one message, not two)."""
+        """The logs and the loop's timings of rounds ``first..last``, once the loop has run them
+        (``{"worker": address, "rounds": [(log, timing), ...]}``); with ``release``, first
+        :meth:`release` the rounds before it (one message, not two)."""
         if release is not None:
             self.release(release)
 
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
                 return {"worker": self.worker,
-                        "rounds": [({node: (value[-1],) for node, value in self._kept[r][1].items()},
-                                    self._kept[r][3]) for r in range(first, last + 1)]}
+                        "rounds": [(self._kept[r][0], self._kept[r][2]) for r in range(first, last + 1)]}
         return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}")
 
-    async def models(self, r: int, timeout: float = WAIT_SECONDS) -> tuple:
-        """The shards' models after round ``r``, the partial sums of rounds ``r`` and
-        ``r - 1`` (None where the loop did not run it) and the running mean at round ``r``."""
+    async def kept(self, r: int, timeout: float = WAIT_SECONDS) -> tuple:
+        """What the loop left after round ``r`` and after round ``r - 1`` (None where it did
+        not run it)."""
         def ready():
             if r in self._kept:
                 before = self._kept.get(r - 1)
-                models, partial, mean, _timing = self._kept[r]
-                return models, partial, None if before is None else before[1], mean
-        return await self._wait(ready, timeout, f"{self.name}'s models after round {r}")
+                return self._kept[r][1], None if before is None else before[1]
+        return await self._wait(ready, timeout, f"{self.name}'s round {r}")
 
     # -- from the slot's own loop (the same process) --
     def take(self, r: int, slots, timeout: float) -> list:
-        """The other ``slots``' partial sums of round ``r``, waiting for them."""
+        """The other ``slots``' messages of round ``r``, waiting for them."""
         waited = [(r, s) for s in slots]
         with self._lock:
             if not self._lock.wait_for(lambda: self._stopped or all(k in self._inbox for k in waited), timeout):
@@ -174,18 +185,23 @@ class Mailbox:
             if self._stopped:
                 raise Stopped(self.name)
 
-    def keep(self, r: int, models: dict, partial: dict, mean=None, timing=None) -> None:
-        """Leave round ``r`` for the head (after :meth:`wait_room`): the shards' models, the
-        partial sums, the running mean and the loop's ``timing`` of the round."""
+    def keep(self, r: int, log, value, timing=None) -> None:
+        """Leave round ``r`` for the head (after :meth:`wait_room`): its ``log`` (what the head
+        reads every round), the ``value`` it needs to build the state, the loop's ``timing``."""
         with self._lock:
             if self._stopped:
                 raise Stopped(self.name)
-            self._kept[r] = (models, partial, mean, timing)
+            self._kept[r] = (log, value, timing)
             self._changed()
 
-    def fail(self, message: str) -> None:
+    def stopped(self) -> None:
+        """Raise :class:`Stopped` if the head stopped the mailbox (a waiting loop looks)."""
+        if self._stopped:
+            raise Stopped(self.name)
+
+    def fail(self, message: str, error: type = RuntimeError) -> None:
         with self._lock:
-            self._failed = message
+            self._failed = (error, message)
             self._changed()
 
 
@@ -193,6 +209,7 @@ class Mailbox:
 class StreamStep:
     """The fixed arguments of one worker slot's loop."""
 
+    kind: str  # "sync" or "local"
     strategy: Any
     net: Any
     slot: int
@@ -208,35 +225,105 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
     """Rounds ``first..last`` of one worker slot's shards, from the start state ``start``.
 
     ``peers`` maps every other slot to its mailbox (an actor). Returns the seconds spent in
-    each part, also attached to the task's metadata for the time breakdown."""
+    each phase, also attached to the task's metadata."""
     with _BOXES_LOCK:
         box = _BOXES.get(step.box)
     if box is None:  # stopped before this task began
         return {}
     seconds = dict.fromkeys(keys.LOOP_PHASES, 0.0)
+    links = None
+    # A loop holds its worker for the whole run: leave the worker's thread pool (a long-running
+    # task, Dask's documented secede), so the head's other tasks there (a verification pass
+    # over the shards, say) run beside it instead of waiting for the loop to end.
+    secede()
     try:
-        _loop(step, first, last, start, shards, peers, box, seconds)
+        links = _links(step, box, peers)
+        loop = _sync_loop if step.kind == "sync" else _local_loop
+        loop(step, first, last, start, shards, links, box, seconds)
     except Stopped:
         pass
+    except LinkLost as exc:  # the head rolls the run back (a worker left, say)
+        box.fail(str(exc), LinkLost)
     except BaseException as exc:
         box.fail(f"the loop of worker slot {step.slot} failed: {exc!r}")
         raise
     finally:
+        if links is not None:
+            links.close()
         taskmeta.record(seconds)
     return seconds
 
 
-def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: dict, box: Mailbox,
-          seconds: dict) -> None:
+def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
+    """Links to every other slot's loop (None alone): addresses swapped through the mailboxes."""
+    if not peers:
+        return None
+    worker = get_worker()
+    security = getattr(worker, "security", None)
+    links = Links(step.slot, worker.address, security.get_connection_args("worker") if security else None)
+    try:
+        for slot, mailbox in peers.items():
+            mailbox.put(ADDRESSES, step.slot, links.address, separate_thread=False)
+        others = sorted(peers)
+        links.connect(dict(zip(others, box.take(ADDRESSES, others, step.wait))))
+    except BaseException:
+        links.close()
+        raise
+    return links
+
+
+def _send(links: Links | None, partial: dict) -> int:
+    """Send this round's partial sums to every other loop; the bytes sent."""
+    if links is None:
+        return 0
+    links.send(partial)
+    return len(links.outgoing) * sum(getattr(v, "nbytes", 8) for value in partial.values() for v in value)
+
+
+def _receive(links: Links | None, step: StreamStep, box: Mailbox) -> list:
+    """The other loops' next partial sums, in slot order."""
+    return [] if links is None else links.receive(step.wait, box.stopped)
+
+
+def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
+               seconds: dict) -> None:
+    """Synchronous rounds: gradient, send, take the others', add along the tree, update."""
+    strategy = step.strategy
+    work, apply = functools.partial(strategy.work, step.net), functools.partial(strategy.apply, step.net)
+    state = start
+    began = t0 = time.perf_counter()
+    for r in range(first, last + 1):
+        partial = local_task(work, strategy.broadcast(state), shards, list(step.shard_ids), r, list(step.nodes),
+                             step.fan_in, step.n_shards)
+        t1 = time.perf_counter()
+        sent = _send(links, partial)
+        t2 = time.perf_counter()
+        parts = _receive(links, step, box)
+        t3 = time.perf_counter()
+        total = tree.evaluate_owned(tree.merged([partial, *parts]), step.fan_in, step.n_shards)
+        t4 = time.perf_counter()
+        state = apply(state, total)
+        t5 = time.perf_counter()
+        box.wait_room(r, step.wait)
+        t6 = time.perf_counter()
+        phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": t3 - t2, "reduce": t4 - t3,
+                  "update": t5 - t4, "head": t6 - t5}
+        box.keep(r, state.stats.tolist(), state, (t0 - began, phases, sent))
+        _add(seconds, phases)
+        t0 = t6  # the next round starts where this one's timing ends: the rounds tile the loop
+
+
+def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
+                seconds: dict) -> None:
+    """Local SGD rounds: take round r - 2's sums, average, local steps, send round r's sums."""
     strategy = step.strategy
     models = {s: strategy.model_of(start, s) for s in step.shard_ids}
     mean = start.opt_state.get("mean")  # the running mean a^(first-3), advanced each round
-    others = sorted(peers)
     own: dict = {}  # round -> this slot's partial sums
     began = t0 = time.perf_counter()
     for r in range(first, last + 1):
         if r - 2 >= first:
-            parts = box.take(r - 2, others, step.wait)
+            parts = _receive(links, step, box)  # round r - 2's: each link delivers in order
             t1 = time.perf_counter()
             values = tree.merged([own.pop(r - 2), *parts])
             average = strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
@@ -249,26 +336,20 @@ def _loop(step: StreamStep, first: int, last: int, start, shards: list, peers: d
                                       step.fan_in, step.n_shards)
         t3 = time.perf_counter()
         own[r] = partial
-        sent = 0
-        for slot in others:
-            try:
-                peers[slot].put(r, step.slot, partial, separate_thread=False)
-                sent += _nbytes(partial)
-            except (OSError, RuntimeError):  # its worker is gone: the head sees the loss and stops us
-                pass
+        sent = _send(links, partial)
         t4 = time.perf_counter()
         box.wait_room(r, step.wait)
         t5 = time.perf_counter()
         phases = {"idle": t1 - t0, "reduce": t2 - t1, "gradient": t3 - t2, "transfer": t4 - t3, "head": t5 - t4}
-        box.keep(r, models, partial, mean, (t0 - began, phases, sent))
-        for name, value in phases.items():
-            seconds[name] += value
-        t0 = t5  # the next round starts where this one's timing ends: the rounds tile the loop
+        log = {node: (value[-1],) for node, value in partial.items()}
+        box.keep(r, log, (models, partial, mean), (t0 - began, phases, sent))
+        _add(seconds, phases)
+        t0 = t5
 
 
-def _nbytes(partial: dict) -> int:
-    """The bytes of a round's partial sums (the arrays sent to each other worker)."""
-    return sum(getattr(v, "nbytes", 8) for value in partial.values() for v in value)
+def _add(seconds: dict, phases: dict) -> None:
+    for name, value in phases.items():
+        seconds[name] += value
 
 
 def _worker_address() -> str | None:
@@ -295,16 +376,16 @@ class _State:
 class StreamRounds:
     """The head's side of the streamed rounds for one generation of a run.
 
-    Same interface as :class:`ppt_dask.engine.overlap.OverlapRounds` (``submit``, ``read_stats``,
-    ``state_after``, ``state_before``, ``release``, ``cancel``); the loops start at the
-    first ``submit`` and run to ``last_round`` unless stopped."""
+    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds`); the loops start at the
+    first ``submit`` and run to ``last_round`` unless stopped. ``kind`` is "sync" or "local"."""
 
     lag = 0
     max_batch = AHEAD // 2
 
     def __init__(self, client, plan, shard_futures, strategy, net, tag: str, start_state, first: int,
-                 start_value, last_round: int):
-        self.client, self.plan, self.tag, self.first = client, plan, tag, first
+                 start_value, last_round: int, kind: str = "sync"):
+        assert kind in ("sync", "local"), kind
+        self.client, self.plan, self.tag, self.first, self.kind = client, plan, tag, first, kind
         self.strategy, self.net = strategy, net
         self.shard_futures = list(shard_futures)
         self.start_state, self.start_value, self.last_round = start_state, start_value, last_round
@@ -322,8 +403,8 @@ class StreamRounds:
                    for slot, label in enumerate(labels)]
         self.boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
         for slot, (label, a, b, nodes) in enumerate(self.plan.blocks):
-            step = StreamStep(self.strategy, self.net, slot, tuple(range(a, b)), tuple(nodes), self.plan.fan_in,
-                              self.plan.n_shards, f"{self.tag}-s{slot}")
+            step = StreamStep(self.kind, self.strategy, self.net, slot, tuple(range(a, b)), tuple(nodes),
+                              self.plan.fan_in, self.plan.n_shards, f"{self.tag}-s{slot}")
             peers = {other: actor for other, (_f, actor) in enumerate(self.boxes) if other != slot}
             self.loops.append(self.client.submit(
                 stream_task, step, self.first, self.last_round, self.start_state, self.shard_futures[a:b], peers,
@@ -338,14 +419,15 @@ class StreamRounds:
         self.submitted = last
         return time.perf_counter() - t0
 
-    def _ask(self, method: str, *args, wait) -> list:
+    def _ask(self, method: str, *args, wait, boxes=None) -> list:
+        boxes = self.boxes if boxes is None else boxes
         try:
-            calls = [getattr(actor, method)(*args) for _f, actor in self.boxes]
+            calls = [getattr(actor, method)(*args) for _f, actor in boxes]
             return [wait(call) for call in calls]
-        except (OSError, RuntimeError, Stopped) as exc:
-            if isinstance(exc, OSError) or any(f.status != "finished" for f, _actor in self.boxes):
+        except (OSError, RuntimeError, Stopped, LinkLost) as exc:
+            if isinstance(exc, (OSError, LinkLost)) or any(f.status != "finished" for f, _actor in self.boxes):
                 # a worker was lost: the trainer rolls back and replays (as for a lost task)
-                raise CancelledError(f"a mailbox of the run was lost: {exc!r}") from exc
+                raise CancelledError(f"a loop of the run was lost: {exc!r}") from exc
             failed = [f for f in self.loops if f.status == "error"]
             if failed:
                 failed[0].result()  # the loop's own error
@@ -357,7 +439,9 @@ class StreamRounds:
         replies = self._ask("stats", first, last, release, wait=wait)
         for i, r in enumerate(range(first, last + 1)):
             self.timings[r] = [loop_timing(reply["worker"], *reply["rounds"][i][1]) for reply in replies]
-        logs = [[nodes for nodes, _timing in reply["rounds"]] for reply in replies]
+        if self.kind == "sync":  # every loop holds the same total: slot 0's
+            return [log for log, _timing in replies[0]["rounds"]]
+        logs = [[log for log, _timing in reply["rounds"]] for reply in replies]
         return round_stats(logs, self.plan.fan_in, self.plan.n_shards)
 
     def loop_phases(self, r: int) -> list | None:
@@ -365,12 +449,16 @@ class StreamRounds:
         return self.timings.pop(r, None)
 
     def _build(self, r: int, timeout: float):
-        outs = self._ask("models", r, wait=lambda call: call.result(timeout=timeout))
-        previous = tree.merged(out[2] for out in outs) if all(out[2] is not None for out in outs) else None
-        models, partial = tree.merged(out[0] for out in outs), tree.merged(out[1] for out in outs)
+        wait = lambda call: call.result(timeout=timeout)  # noqa: E731
+        if self.kind == "sync":  # every loop holds the same state: slot 0's
+            return self._ask("kept", r, wait=wait, boxes=self.boxes[:1])[0][0]
+        outs = self._ask("kept", r, wait=wait)
+        values, before = [out[0] for out in outs], [out[1] for out in outs]
+        previous = tree.merged(b[1] for b in before) if all(b is not None for b in before) else None
+        models, partial = tree.merged(v[0] for v in values), tree.merged(v[1] for v in values)
         pending = self.start_value.opt_state["averages"].get(r - 1)
         return state_after(self.strategy, r, models, partial, previous, pending,
-                           self.plan.fan_in, self.plan.n_shards, outs[0][3])
+                           self.plan.fan_in, self.plan.n_shards, values[0][2])
 
     def state_after(self, r: int):
         """The state after round ``r`` (``first - 1``: the start state's future)."""

@@ -138,16 +138,16 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         Weights *and* optimizer state to start from (a previous ``Result.state``), so a
         run continues another one without resetting momentum.
     exchange : {"auto", "all", "doubling", "tree", "stream"}
-        How a round's partial sums meet. "all" and "doubling" run the reduce and the update
-        inside the next round's gradient tasks (one scheduler hop per round; "doubling"
-        pairs workers over ``log2 p`` hops, see :mod:`ppt_dask.engine.onehop`); "tree" is the
-        explicit graph of map, reduce and update tasks (:mod:`ppt_dask.engine.graph`, three hops).
-        "auto" takes "all", and "doubling" from 8 workers on where it applies. The local
-        strategy (:class:`ppt_dask.LocalSGD`) has rounds of its own: "stream" (its "auto")
-        runs one long task per worker and sends the averages straight between workers
-        (:mod:`ppt_dask.engine.stream`, no scheduler hop a round); "all" is its one-hop graph, one
-        task per worker per round, the exchange overlapping the next round's local steps
-        (:mod:`ppt_dask.engine.overlap`).
+        How a round's partial sums meet. "stream" (the "auto" choice below 8 workers) runs one
+        long task per worker for the whole run, whose sums go straight to the other workers
+        (:mod:`ppt_dask.engine.stream`, no scheduler hop a round). The per-round graphs stay
+        selectable to see what the head-worker arrangement costs: "all" and "doubling" run the
+        reduce and the update inside the next round's gradient tasks (one scheduler hop per
+        round; "doubling" pairs workers over ``log2 p`` hops, the "auto" choice from 8 workers
+        on, see :mod:`ppt_dask.engine.onehop`); "tree" is the explicit graph of map, reduce and
+        update tasks (:mod:`ppt_dask.engine.graph`, three hops). For the local strategy
+        (:class:`ppt_dask.LocalSGD`), "all" is one task per worker per round whose exchange
+        overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`).
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
         ``round_done(record)`` sees every round (on streamed rounds with each loop's timing of

@@ -92,8 +92,7 @@ def _loop_spans(tasks: list, head_of: dict, ends: dict) -> list:
     for rid, h in sorted(head_of.items()):
         for loop in h.get("loops") or ():
             a = anchors.get((rid[0], loop["worker"]), fallback) + loop["at"]
-            for phase in keys.LOOP_PHASES:
-                seconds = loop["phases"].get(phase, 0.0)
+            for phase, seconds in loop["phases"].items():  # in the order the loop ran them
                 if seconds > 0:
                     spans.append((loop["worker"], a, a + seconds, phase, rid))
                     a += seconds
