@@ -95,3 +95,30 @@ def test_missing_data_dir_names_the_file_and_the_remedy(tmp_path):
                env={**os.environ, "PPT_DASK_OFFLINE": "1"})
     assert proc.returncode == 2
     assert "train-images-idx3-ubyte.gz" in proc.stderr and "PPT_DASK_DATA" in proc.stderr
+
+
+DATASETS = ("parity8", "encoder", "function", "mnist", "digits5000")
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_every_strategy_runs_on_every_built_in_set(dataset, client4, tmp_path, capsys):
+    """``ppt-dask train SET --strategy S`` for every pair, one short run each, with the set's
+    and the strategy's presets: none of one strategy's settings reaches another (the mnist
+    preset's local-SGD settings once reached the asynchronous strategy: a TypeError). The
+    command runs in this process against the session's scheduler, as ``--scheduler`` does."""
+    from ppt_dask.cli import main
+    from ppt_dask.core.applicability import STRATEGIES
+
+    address = client4.scheduler.address
+    epochs = {"mnist": "0.2", "digits5000": "1"}.get(dataset, "2")
+    for strategy in STRATEGIES:
+        out = tmp_path / f"{strategy}.json"
+        status = main(["train", dataset, "--strategy", strategy, "--scheduler", address, "--workers", "2",
+                       "--epochs", epochs, "--target-error", "0", "--quiet", "--json", str(out)]
+                      if dataset != "function" else  # no target (a regression): as its preset
+                      ["train", dataset, "--strategy", strategy, "--scheduler", address, "--workers", "2",
+                       "--epochs", epochs, "--quiet", "--json", str(out)])
+        err = capsys.readouterr().err
+        assert status == 0, (strategy, err)
+        summary = json.loads(out.read_text())
+        assert summary["strategy"] == strategy and summary["workers"] == 2 and summary["rounds"] >= 1, summary

@@ -68,7 +68,9 @@ def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy):
     assert killed["killed_at"] is not None
     assert result.settings["recoveries"] >= 1
     event = result.settings["events"][0]
-    assert event["rolled_back_to"] in (9, 19) and event["moved"][0]["resent"] is True
+    # a kept copy (every 10 rounds): on streamed rounds the surviving loop still holds the whole
+    # state, so the head may keep the copy of a round read after the kill
+    assert event["rolled_back_to"] in (9, 19, 29) and event["moved"][0]["resent"] is True
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()  # bitwise as undisturbed
 
@@ -244,7 +246,7 @@ def test_shards_on_named_workers_stay_there(client2):
     ppt.exit_data(shards)
     assert not [e for e in result.settings.get("events", []) if e["event"] == "workers_joined"]
     assert {w for addrs in held.values() for w in addrs} == {a}
-    assert {t.worker for t in result.diagnostics.tasks if t.prefix == "ppt-grad"} == {a}
+    assert {t.worker for t in result.diagnostics.tasks if t.prefix == "ppt-loop"} == {a}  # the rounds ran there
 
 
 def _close_worker_at(client, address, at_round):

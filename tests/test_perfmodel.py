@@ -385,7 +385,7 @@ def test_tasks_per_round_counts_the_one_hop_rounds(fan_in):
     def real(p, s):
         blocks = [(f"w{w}", a, b) for w, (a, b) in enumerate(tree.split_shards(s, p)) if b > a]
         plan = graph.make_plan(blocks, s, fan_in)
-        exchange = rounds.choose_exchange("auto", plan)
+        exchange = rounds.choose_graph(plan)  # the per-round graph "auto" of the model counts
         built = Built(None, plan, [type("F", (), {"key": f"shard-{i}"})() for i in range(s)],
                       Sync(lr=0.1), None, "t-g0", Start(), 0, exchange)
         built.submitted = 0  # round 0 sent: count round 1, the steady state

@@ -20,6 +20,7 @@ import numpy as np
 from ppt_dask import __version__
 from ppt_dask.cli import errors as clierrors, flags as cliflags, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
+from ppt_dask.core import applicability
 from ppt_dask.data import datasets
 
 SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
@@ -207,7 +208,11 @@ def _output_flags(t) -> None:
 
 def _settings(args) -> dict:
     s = dict(PRESETS[args.dataset])
-    s.update(STRATEGY_PRESETS.get((args.dataset, args.strategy or s["strategy"]), {}))
+    strategy = args.strategy or s["strategy"]
+    s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
+    for name in [k for k in s if k in applicability.TABLE]:  # the preset's values for another strategy
+        if not applicability.applies(name, strategy):
+            del s[name]
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
                  "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "dtype", "check_every", "screen",

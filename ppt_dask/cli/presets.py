@@ -27,6 +27,10 @@ PRESETS = {
 # Per (data set, strategy): settings that differ from the data set's preset.
 STRATEGY_PRESETS = {
     ("parity8", "ppt"): dict(local_epoch=32, replicate=True, epochs=5000),
+    # learning by block (001) where the set's preset learns by epoch: a quarter of the set a step
+    ("parity8", "block"): dict(block=64, lr=0.5),
+    ("encoder", "block"): dict(block=64, lr=0.5),
+    ("digits5000", "block"): dict(block=500, lr=0.5),
     ("parity8", "average"): dict(lr=0.5, block=16),
     ("mnist", "average"): dict(lr=0.1, momentum=0.9, block=100, local_epochs=1.0, interval=None, epochs=15),
     ("mnist", "block"): dict(block=1000, lr=0.5, momentum=0.9, epochs=15),

@@ -24,10 +24,19 @@ from __future__ import annotations
 import asyncio
 import time
 
-from distributed.comm import CommClosedError, connect, listen
+from distributed.comm import CommClosedError, connect, get_address_host, listen, unparse_host_port
 
 CONNECT_SECONDS = 30.0  # the longest a loop waits for the others to connect
 POLL_SECONDS = 0.1  # how often a waiting loop looks whether the head stopped the run
+
+
+def listen_address(worker_address: str) -> str:
+    """Where a loop's links listen: the worker's host and protocol, any free port (TLS stays
+    TLS); tcp on the loopback for a worker of a threads cluster (``inproc://``: one process)."""
+    scheme = worker_address.partition("://")[0]
+    if scheme not in ("tcp", "tls"):
+        return "tcp://127.0.0.1:0"
+    return f"{scheme}://{unparse_host_port(get_address_host(worker_address), 0)}"
 
 
 class LinkLost(Exception):
@@ -59,8 +68,7 @@ class Links:
         self._writes: list = []  # writes started and not yet seen to end
         self._reads: list = []  # the reads of the last wait (pending ones if it was cut short)
         self._arrived = asyncio.Event()
-        scheme, _, rest = address.partition("://")
-        self.listener = self._run(self._listen(f"{scheme}://{rest.rsplit(':', 1)[0]}:0"))
+        self.listener = self._run(self._listen(listen_address(address)))
         self.address = self.listener.contact_address
 
     def _run(self, coroutine):

@@ -32,9 +32,15 @@ def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
                              "(streamed rounds) or 'all' (one task per worker per round)")
         return "overlap" if exchange == "all" else "stream"
     if exchange == "auto":
-        doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
-        return "doubling" if doubling else "stream"
+        return "doubling" if choose_graph(plan) == "doubling" else "stream"
     return exchange
+
+
+def choose_graph(plan: graph.Plan) -> str:
+    """The fastest measured per-round graph for this placement: one hop all to all, or by
+    recursive doubling from ``DOUBLING_FROM`` workers on where it applies."""
+    doubling = len(plan.blocks) >= DOUBLING_FROM and onehop.can_double(plan) is None
+    return "doubling" if doubling else "all"
 
 
 def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net, tag: str, state,

@@ -91,7 +91,7 @@ DOUBLING_FROM = 8  # as ppt_dask.engine.rounds.DOUBLING_FROM (a test checks they
 def _one_hop_tasks(p: int, k: int, s: int, exchange: str) -> int:
     """Tasks of a round of :class:`ppt_dask.engine.onehop.OneHopRounds`: a step per worker
     holding shards, and with recursive doubling ``log2 p - 1`` hop tasks per worker. "auto"
-    doubles as :func:`ppt_dask.engine.rounds.choose_exchange` does: from ``DOUBLING_FROM``
+    doubles as :func:`ppt_dask.engine.rounds.choose_graph` does: from ``DOUBLING_FROM``
     workers, a power of two of them, fan-in 2, and blocks that are aligned subtrees of one
     size (the same number of shards each, a power of two)."""
     workers = min(p, s)

@@ -1,0 +1,239 @@
+"""The floor of a synchronous round's exchange, each way of exchanging measured side by side.
+
+    python graphs/exchange_floor.py            # p = 1, 2, 4; 3 trials of 400 rounds
+    python graphs/exchange_floor.py --quick    # p = 1, 2; 1 trial of 100 rounds
+
+A synchronous round (:class:`ppt.Sync` by block) is a gradient, an exchange of the workers'
+partial sums (every worker ends with their total, as an ``MPI_Allreduce`` leaves it) and an
+update. What the exchange costs here, per round, with the MNIST network's 55,050 float32
+parameters (and 16 floats, to see the latency alone), each measured on ``ppt.connect``'s
+LocalCluster in the same run, trials interleaved:
+
+* ``links``: the streamed rounds ppt_dask runs (:mod:`ppt_dask.engine.stream`), through
+  ``ppt.train`` with a strategy whose gradient and update do nothing (zeros of the real size):
+  the loops' own timing of what remains (sending, waiting for the others' sums, adding them,
+  leaving the round for the head: ``transfer + idle + reduce + head``);
+* ``mailbox``: the same sums sent through an actor on each worker (a method call on the other
+  worker: its event loop takes it, then wakes the loop's thread), loops of this script;
+* ``one-hop graph``: a chain of trivial tasks, round ``r``'s task on each worker taking every
+  worker's task of round ``r - 1`` (the floor of :mod:`ppt_dask.engine.onehop`'s rounds,
+  graphs/round_latency.py);
+* ``mpi4py Allreduce`` of the same buffer (``mpiexec -n p``), where mpi4py and an MPI are
+  installed: what a hand-written MPI program pays;
+* ``sync round``: the real thing, ``ppt.Sync(block=1000)`` on MNIST through ``ppt.train`` on
+  streamed rounds, its round beyond the compute (``wall - gradient - update``), beside the
+  ``links`` floor of the same trial: the ratio the engine must keep small.
+
+Medians over rounds after a warm-up, then over trials; ratios are taken trial by trial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import ppt_dask as ppt
+from ppt_dask.algorithms.strategies import ModelState
+from ppt_dask.engine import stream
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+import round_latency  # noqa: E402
+
+DEFAULTS = dict(WORKERS=(1, 2, 4), TRIALS=3, ROUNDS=400, SIZES=(55050, 16), SYNC_BLOCK=1000, SYNC_ROUNDS=150)
+QUICK = dict(WORKERS=(1, 2), TRIALS=1, ROUNDS=100, SYNC_ROUNDS=40)
+WARMUP = 20
+NET = (784, 64, 64, 10)  # 55,050 parameters
+
+
+@dataclass(frozen=True)
+class Exchange(ppt.Sync):
+    """A synchronous strategy that computes nothing: zero partial sums of ``size`` floats."""
+
+    size: int = 16
+
+    def work(self, net, params, shard, s, r):
+        return np.zeros(self.size, dtype=np.float32), np.array([0.0, 0.0, 1.0])
+
+    def apply(self, net, state, total):
+        return ModelState(state.params, state.opt_state, total[-1], state.round + 1)
+
+
+def links_floor(client, addresses, p: int, size: int, rounds: int) -> float:
+    """Median seconds of a streamed round's exchange (the loops' own timing) with no compute."""
+    X = np.zeros((8 * p, 1), dtype=np.float32)
+    shards = ppt.enter_data(client, X, np.zeros(8 * p, dtype=np.int64), n_shards=p, workers=addresses[:p],
+                            dtype="float32")
+    net = ppt.MLP((1, 2), output="softmax", dtype="float32")
+    try:
+        result = ppt.train(net, shards, Exchange(block=p, size=size), ppt.Stop(max_epochs=rounds * p / (8 * p)),
+                           exchange="stream")
+    finally:
+        ppt.exit_data(shards)
+    rows = result.breakdown()[WARMUP:]
+    return statistics.median(r["transfer"] + r["idle"] + r["reduce"] + r["head"] for r in rows)
+
+
+def _mailbox_loop(slot: int, size: int, rounds: int, box: str, peers: dict) -> float:
+    """A loop that sends ``size`` float32 to every peer's mailbox and takes theirs, each round."""
+    mailbox = stream._BOXES[box]
+    partial = {(0, slot): (np.ones(size, np.float32), np.zeros(3))}
+    stamps = []
+    for r in range(rounds):
+        for actor in peers.values():
+            actor.put(r, slot, partial, separate_thread=False)
+        mailbox.take(r, sorted(peers), 60)
+        stamps.append(time.perf_counter())
+    return float(np.median(np.diff(stamps[WARMUP:])))
+
+
+def mailbox_floor(client, addresses, p: int, size: int, rounds: int) -> float:
+    tag = f"floor-{time.perf_counter_ns()}"
+    futures = [client.submit(stream.Mailbox, f"{tag}-{s}", actor=True, workers=[addresses[s]]) for s in range(p)]
+    actors = [f.result(timeout=60) for f in futures]
+    loops = [client.submit(_mailbox_loop, s, size, rounds, f"{tag}-{s}",
+                           {o: actors[o] for o in range(p) if o != s}, workers=[addresses[s]], pure=False)
+             for s in range(p)]
+    seconds = client.gather(loops)
+    for actor in actors:
+        actor.stop().result(timeout=30)
+    return statistics.median(seconds)
+
+
+def graph_floor(client, addresses, p: int, size: int, rounds: int) -> float:
+    X = np.zeros((8 * p, 1), dtype=np.float32)
+    shards = ppt.enter_data(client, X, np.zeros(8 * p, dtype=np.int64), n_shards=p, workers=addresses[:p])
+    try:
+        return round_latency.floor(client, shards, size, rounds)
+    finally:
+        ppt.exit_data(shards)
+
+
+MPI_PROGRAM = """
+import sys, time
+import numpy as np
+from mpi4py import MPI
+size, rounds, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+comm = MPI.COMM_WORLD
+send, total = np.ones(size + 3, np.float32), np.empty(size + 3, np.float32)
+stamps = []
+for r in range(rounds):
+    comm.Allreduce(send, total, op=MPI.SUM)
+    stamps.append(time.perf_counter())
+if comm.Get_rank() == 0:
+    print(float(np.median(np.diff(stamps[warmup:]))))
+"""
+
+
+def mpi_floor(p: int, size: int, rounds: int) -> float | None:
+    """Median seconds of an Allreduce of ``size`` float32 on ``p`` MPI ranks (None without MPI)."""
+    mpiexec = shutil.which("mpiexec")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    if mpiexec is None:
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(MPI_PROGRAM)
+    try:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        oversubscribe = ["-oversubscribe"] if p > (os.cpu_count() or 1) and "openmpi" in mpiexec else []
+        out = subprocess.run([mpiexec, *oversubscribe, "-n", str(p), sys.executable, fh.name, str(size), str(rounds),
+                              str(WARMUP)], capture_output=True, text=True, timeout=300, env=env)
+        return float(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
+    finally:
+        os.unlink(fh.name)
+
+
+def sync_round(client, addresses, p: int, data, rounds: int, block: int) -> tuple:
+    """(beyond the compute, gradient) median seconds of a streamed Sync(block) MNIST round."""
+    shards = ppt.enter_data(client, data.X, data.y, n_shards=8, workers=addresses[:p], dtype="float32")
+    net = ppt.MLP(NET, hidden="tanh", output="softmax", dtype="float32")
+    try:
+        result = ppt.train(net, shards, ppt.Sync(lr=0.1, momentum=0.9, block=block),
+                           ppt.Stop(max_epochs=rounds * block / shards.n_rows), exchange="stream")
+    finally:
+        ppt.exit_data(shards)
+    rows = result.breakdown()[WARMUP:]
+    return (statistics.median(r["wall"] - r["gradient"] - r["update"] for r in rows),
+            statistics.median(r["gradient"] for r in rows))
+
+
+def main():
+    args = common.arguments(__doc__, DEFAULTS, QUICK)
+    data = ppt.datasets.mnist(n_train=24000, n_test=10, dtype="float32")
+    seen: dict = {}
+    t_start = time.perf_counter()
+    client = ppt.connect(n_workers=max(args.workers), dashboard_address=None)
+    try:
+        addresses = ppt.cluster.worker_addresses(client)
+        for trial in range(args.trials):
+            for p in args.workers:
+                for size in args.sizes:
+                    ways = {"links": lambda: links_floor(client, addresses, p, size, args.rounds),
+                            "mailbox": lambda: mailbox_floor(client, addresses, p, size, args.rounds),
+                            "one-hop graph": lambda: graph_floor(client, addresses, p, size, args.rounds),
+                            "mpi4py Allreduce": lambda: mpi_floor(p, size, args.rounds)}
+                    order = list(ways) if trial % 2 == 0 else list(reversed(ways))
+                    for name in order:
+                        if p == 1 and name == "mailbox":
+                            continue  # nothing to send
+                        value = ways[name]()
+                        if value is not None:
+                            seen.setdefault((p, size, name), []).append(value)
+                            print(f"trial {trial + 1} p={p} {size} floats {name}: {1e3 * value:.3f} ms", flush=True)
+                beyond, gradient = sync_round(client, addresses, p, data, args.sync_rounds, args.sync_block)
+                seen.setdefault((p, "sync"), []).append(beyond)
+                seen.setdefault((p, "gradient"), []).append(gradient)
+                print(f"trial {trial + 1} p={p} sync block {args.sync_block}: {1e3 * beyond:.3f} ms beyond the "
+                      f"compute ({1e3 * gradient:.2f} ms gradient)", flush=True)
+    finally:
+        ppt.cluster.close(client)
+    print(report(seen, args, time.perf_counter() - t_start))
+
+
+def _ms(values) -> str:
+    return f"{1e3 * statistics.median(values):.3f}" if values else "n/a"
+
+
+def report(seen: dict, args, seconds: float) -> str:
+    big = max(args.sizes)
+    lines = [f"Median ms per round of the exchange alone ({args.trials} trial(s) of {args.rounds} rounds, "
+             f"{seconds:.0f} s in all; {common.machine()}).", "",
+             "| p | floats | links (streamed rounds) | mailbox (actor) | one-hop graph | mpi4py Allreduce |",
+             "|---|---|---|---|---|---|"]
+    for p in args.workers:
+        for size in args.sizes:
+            cells = [_ms(seen.get((p, size, name), [])) for name in ("links", "mailbox", "one-hop graph",
+                                                                      "mpi4py Allreduce")]
+            lines.append(f"| {p} | {size:,} | " + " | ".join(cells) + " |")
+    lines += ["", f"Streamed Sync(block={args.sync_block}) on MNIST {NET}, float32, 8 shards, through ppt.train: "
+              f"the round beyond its compute (wall - gradient - update) against the links floor of {big:,} "
+              "floats of the same trial.", "",
+              "| p | gradient ms | beyond the compute ms | links floor ms | ratio (median of trials) |",
+              "|---|---|---|---|---|"]
+    for p in args.workers:
+        beyond, floor = seen[(p, "sync")], seen[(p, big, "links")]
+        ratios = [b / f for b, f in zip(beyond, floor)]
+        lines.append(f"| {p} | {_ms(seen[(p, 'gradient')])} | {_ms(beyond)} | {_ms(floor)} | "
+                     f"{statistics.median(ratios):.2f} |")
+    text = "\n".join(lines)
+    if not args.quick:
+        (args.out / "exchange_floor.md").write_text(text + "\n")
+        (args.out / "exchange_floor.json").write_text(json.dumps({f"{k}": v for k, v in seen.items()}, indent=1))
+    return text
+
+
+if __name__ == "__main__":
+    main()
