@@ -28,8 +28,8 @@ PRESETS = {
 STRATEGY_PRESETS = {
     ("parity8", "ppt"): dict(local_epoch=32, replicate=True, epochs=5000),
     # learning by block (001) where the set's preset learns by epoch: a quarter of the set a step
-    ("parity8", "block"): dict(block=64, lr=0.5),
-    ("encoder", "block"): dict(block=64, lr=0.5),
+    ("parity8", "block"): dict(block=64, lr=0.5),  # learnt in 360 epochs
+    ("encoder", "block"): dict(block=32, lr=2.0, momentum=0.5),  # learnt in 1034 epochs (8268 rounds)
     ("digits5000", "block"): dict(block=500, lr=0.5),
     ("parity8", "average"): dict(lr=0.5, block=16),
     ("mnist", "average"): dict(lr=0.1, momentum=0.9, block=100, local_epochs=1.0, interval=None, epochs=15),

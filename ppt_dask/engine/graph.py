@@ -146,6 +146,11 @@ class GenerationGraphs:
     def _send(self, layers: dict, wanted: list) -> list:
         return send(self.client, layers, wanted)
 
+    def salvage(self, r: int) -> None:
+        """None: after a lost worker a round graph's state is gone with it (the trainer goes
+        back to its last copy)."""
+        return None
+
     def loop_phases(self, r: int) -> None:
         """None: a round graph's tasks are timed by the scheduler, not by a loop of their own
         (:meth:`ppt_dask.engine.stream.StreamRounds.loop_phases`)."""

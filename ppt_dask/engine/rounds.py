@@ -1,7 +1,8 @@
 """Which round graph a run uses, and the object that runs it for one generation.
 
 Every kind has the same interface (``submit``, ``read_stats``, ``loop_phases``,
-``state_after``, ``state_before``, ``release``, ``cancel``, ``lag``, ``max_batch``), so the
+``state_after``, ``state_before``, ``salvage``, ``release``, ``cancel``, ``lag``,
+``max_batch``), so the
 round loop (:mod:`ppt_dask.engine.trainer`) does not know which one it drives.
 """
 

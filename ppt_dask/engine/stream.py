@@ -127,14 +127,14 @@ class Mailbox:
         while True:
             self._event.clear()
             with self._lock:
+                value = ready()  # what the loop left stays readable after it failed (salvage)
+                if value is not None:
+                    return value
                 if self._failed is not None:
                     error, message = self._failed
                     raise error(message)
                 if self._stopped:
                     raise Stopped(f"mailbox {self.name} was stopped")
-                value = ready()
-                if value is not None:
-                    return value
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 raise TimeoutError(f"{what} did not arrive within {timeout} s")
@@ -459,6 +459,20 @@ class StreamRounds:
         pending = self.start_value.opt_state["averages"].get(r - 1)
         return state_after(self.strategy, r, models, partial, previous, pending,
                            self.plan.fan_in, self.plan.n_shards, values[0][2])
+
+    def salvage(self, r: int, timeout: float = STOP_SECONDS):
+        """The state after round ``r`` from any loop whose worker survived, or None (local SGD:
+        the shards' models are spread over the workers; a round no loop keeps any more)."""
+        if self.kind != "sync":
+            return None
+        for f, actor in self.boxes:
+            if f.status != "finished":
+                continue
+            try:
+                return actor.kept(r, timeout).result(timeout=timeout)[0]
+            except Exception:  # gone too, or failed: try the next
+                continue
+        return None
 
     def state_after(self, r: int):
         """The state after round ``r`` (``first - 1``: the start state's future)."""

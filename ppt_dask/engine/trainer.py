@@ -232,19 +232,36 @@ def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
                 run.events.append({**event, "round": kept.round + 1,
                                    "elapsed_seconds": time.perf_counter() - run.t_start})
         except (CancelledError, KilledWorker, waits.WorkerLost) as exc:
-            # a worker died: put its shards back, roll back to the head's copy, replay
+            # a worker died: put its shards back, go back to the newest state a surviving worker
+            # still holds (streamed rounds) or to the head's copy, and replay from there
             run.recoveries += 1
             if run.recoveries > MAX_RECOVERIES:
                 raise
+            kept = _salvage(run, attempt, engine) or run.last_kept
             engine.cancel()
             moved = run.shards.repair()
-            kept = run.last_kept
+            run.last_kept = kept
             run.events.append({"event": "recovered", "round": engine.submitted, "rolled_back_to": kept.round,
                                "elapsed_seconds": time.perf_counter() - run.t_start,
                                "error": repr(exc)[:200], "moved": moved})
         finally:
             engine.cancel()
         run.gen += 1
+
+
+def _salvage(run: _Run, attempt: int, engine) -> _Kept | None:
+    """After a lost worker: the state after the round before the last one read, if a surviving
+    worker still holds it (a streamed synchronous loop holds the whole state, the same bits on
+    every worker), so the run replays one round instead of going back to the last copy. The
+    last round read is replayed: its checks may not have run."""
+    mine = [h for h in run.history if h["try"] == attempt and h["gen"] == run.gen]
+    if len(mine) < 2:
+        return None
+    r = mine[-2]["round"]
+    state = engine.salvage(r)
+    if state is None:
+        return None
+    return _Kept(r, state, len(run.history) - 1)
 
 
 def _engine(run: _Run, kept: _Kept):
