@@ -59,6 +59,29 @@ def test_stop_ends_a_waiting_loop_at_once():
     assert "test-stop" not in stream._BOXES
 
 
+def test_a_loop_keeps_fewer_rounds_for_the_head_of_a_large_model():
+    """What a loop keeps for the head (a state a round) stays under KEEP_BYTES: all AHEAD rounds
+    for the MNIST network, fewer for a large one, never under 4 (the head reads half of it)."""
+    import numpy as np
+
+    from ppt_dask.algorithms.strategies import ModelState
+
+    small = ModelState(np.zeros(55_050, np.float32), {"velocity": np.zeros(55_050, np.float32)})
+    large = ModelState(np.zeros(25_000_000, np.float32), {"velocity": np.zeros(25_000_000, np.float32)})
+    assert stream.rounds_ahead(small, "sync", 4) == stream.AHEAD
+    assert stream.rounds_ahead(large, "sync", 4) == max(4, stream.KEEP_BYTES // (2 * 25_000_000 * 4))
+    assert stream.rounds_ahead(large, "local", 4) == 4
+    box = stream.Mailbox("test-ahead-small", ahead=4)
+    try:
+        for r in range(4):
+            box.wait_room(r, timeout=1)
+            box.keep(r, {}, {})
+        with pytest.raises(TimeoutError, match="the head read no round"):
+            box.wait_room(4, timeout=0.05)
+    finally:
+        box.stop()
+
+
 # -- runs on a real cluster --
 
 def test_stopping_mid_generation_keeps_the_state_of_that_round(client4, workers4):

@@ -26,7 +26,7 @@ own timing of the round, which the head reads every batch of rounds (an actor ca
 answers once the rounds are there), and what the head needs to build the state after a
 round (the state; for local SGD every shard's model), which it asks for when it keeps a copy,
 checks the target or ends. A loop runs at most ``AHEAD`` rounds past the rounds the head has
-read. When the run ends or a worker is lost, the head stops every mailbox, which ends the
+read (fewer for a large model: what it keeps stays under ``KEEP_BYTES``). When the run ends or a worker is lost, the head stops every mailbox, which ends the
 loops; a loop that loses a link says so, and the head rolls back and replays.
 
 Each loop times its rounds (no scheduler sees inside a task that runs many rounds): per
@@ -55,7 +55,8 @@ from ppt_dask.engine import taskmeta
 from ppt_dask.engine.graph import local_task
 from ppt_dask.engine.links import LinkLost, Links
 
-AHEAD = 32  # rounds a loop may run past the last round the head has read
+AHEAD = 32  # rounds a loop may run past the last round the head has read (at most)
+KEEP_BYTES = 256 * 2**20  # what a loop may keep for the head (a state a round) bounds that for large models
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it
 ADDRESSES = -1  # the "round" under which the loops swap their links' addresses
@@ -76,8 +77,9 @@ class Mailbox:
     has read and ``stop``s the mailbox at the end. Other slots ``put`` small messages the loop
     ``take``s (the links' addresses, when a generation starts)."""
 
-    def __init__(self, name: str, first: int = 0):
+    def __init__(self, name: str, first: int = 0, ahead: int = AHEAD):
         self.name = name
+        self.ahead = ahead
         self.worker = _worker_address()  # where the loop it serves runs (its timings' track)
         self._lock = threading.Condition()
         self._inbox: dict = {}  # (round, slot) -> message
@@ -87,13 +89,16 @@ class Mailbox:
         self._stopped = False
         self._event = asyncio.Event()  # wakes the head's waits on the worker's event loop
         self._loop = None
+        self._untils: list = []  # per head's wait, the round it needs before it can answer
         with _BOXES_LOCK:
             _BOXES[name] = self
 
-    def _changed(self) -> None:
-        """Wake the waiters (called with the lock held)."""
+    def _changed(self, r: int | None = None) -> None:
+        """Wake the waiters (called with the lock held). A round ``r`` kept wakes the head's
+        wait only once it is the round that wait needs: the worker's event loop is not woken
+        (and does not take the GIL from the loop) for every round of a batch."""
         self._lock.notify_all()
-        if self._loop is not None:
+        if self._loop is not None and (r is None or not self._untils or r >= min(self._untils)):
             self._loop.call_soon_threadsafe(self._event.set)
 
     # -- from the other slots' loops --
@@ -121,8 +126,17 @@ class Mailbox:
         with _BOXES_LOCK:
             _BOXES.pop(self.name, None)
 
-    async def _wait(self, ready, timeout: float, what: str):
+    async def _wait(self, ready, timeout: float, what: str, until: int = -1):
         self._loop = asyncio.get_running_loop()
+        with self._lock:
+            self._untils.append(until)
+        try:
+            return await self._waiting(ready, timeout, what)
+        finally:
+            with self._lock:
+                self._untils.remove(until)
+
+    async def _waiting(self, ready, timeout: float, what: str):
         deadline = self._loop.time() + timeout
         while True:
             self._event.clear()
@@ -154,7 +168,7 @@ class Mailbox:
             if all(r in self._kept for r in range(first, last + 1)):
                 return {"worker": self.worker,
                         "rounds": [(self._kept[r][0], self._kept[r][2]) for r in range(first, last + 1)]}
-        return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}")
+        return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}", until=last)
 
     async def kept(self, r: int, timeout: float = WAIT_SECONDS) -> tuple:
         """What the loop left after round ``r`` and after round ``r - 1`` (None where it did
@@ -163,7 +177,7 @@ class Mailbox:
             if r in self._kept:
                 before = self._kept.get(r - 1)
                 return self._kept[r][1], None if before is None else before[1]
-        return await self._wait(ready, timeout, f"{self.name}'s round {r}")
+        return await self._wait(ready, timeout, f"{self.name}'s round {r}", until=r)
 
     # -- from the slot's own loop (the same process) --
     def take(self, r: int, slots, timeout: float) -> list:
@@ -178,9 +192,9 @@ class Mailbox:
             return [self._inbox.pop(k) for k in waited]
 
     def wait_room(self, r: int, timeout: float) -> None:
-        """Wait while round ``r`` would be ``AHEAD`` rounds past what the head has read."""
+        """Wait while round ``r`` would be ``ahead`` rounds past what the head has read."""
         with self._lock:
-            if not self._lock.wait_for(lambda: self._stopped or r - self._released < AHEAD, timeout):
+            if not self._lock.wait_for(lambda: self._stopped or r - self._released < self.ahead, timeout):
                 raise TimeoutError(f"{self.name}: the head read no round for {timeout} s")
             if self._stopped:
                 raise Stopped(self.name)
@@ -192,7 +206,7 @@ class Mailbox:
             if self._stopped:
                 raise Stopped(self.name)
             self._kept[r] = (log, value, timing)
-            self._changed()
+            self._changed(r)
 
     def stopped(self) -> None:
         """Raise :class:`Stopped` if the head stopped the mailbox (a waiting loop looks)."""
@@ -380,7 +394,6 @@ class StreamRounds:
     first ``submit`` and run to ``last_round`` unless stopped. ``kind`` is "sync" or "local"."""
 
     lag = 0
-    max_batch = AHEAD // 2
 
     def __init__(self, client, plan, shard_futures, strategy, net, tag: str, start_state, first: int,
                  start_value, last_round: int, kind: str = "sync"):
@@ -395,10 +408,12 @@ class StreamRounds:
         self.submitted = first - 1
         self.pending_release: int | None = None  # sent to the mailboxes with the next read
         self.timings: dict = {}  # round -> every loop's timing of it, until the trainer takes it
+        self.ahead = rounds_ahead(start_value, kind, max(b - a for _label, a, b, _nodes in plan.blocks))
+        self.max_batch = self.ahead // 2  # a batch the head waits for fits in what a loop may keep
 
     def _start(self) -> None:
         labels = [label for label, *_ in self.plan.blocks]
-        futures = [self.client.submit(Mailbox, f"{self.tag}-s{slot}", self.first, actor=True,
+        futures = [self.client.submit(Mailbox, f"{self.tag}-s{slot}", self.first, self.ahead, actor=True,
                                       key=f"mailbox-{self.tag}-s{slot}", resources={label: 1})
                    for slot, label in enumerate(labels)]
         self.boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
@@ -513,6 +528,21 @@ class StreamRounds:
         self.boxes.clear()
         self.states.clear()
         self.timings.clear()
+
+
+def rounds_ahead(start, kind: str, shards_per_worker: int) -> int:
+    """How many rounds a loop may run past the head's reads: ``AHEAD``, fewer where what a loop
+    keeps a round (the state; for local SGD its shards' models) would pass ``KEEP_BYTES``."""
+    def nbytes(value) -> int:
+        if isinstance(value, dict):
+            return sum(nbytes(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return sum(nbytes(v) for v in value)
+        return int(getattr(value, "nbytes", 0))
+    per_round = nbytes(start.params) + nbytes(start.opt_state)
+    if kind == "local":  # every shard's weights and velocity, and the partial sums
+        per_round = nbytes(start.params) * (2 * shards_per_worker + 1)
+    return int(min(AHEAD, max(4, KEEP_BYTES // max(per_round, 1))))
 
 
 def loop_timing(worker, at: float, phases: dict, sent: int) -> dict:
