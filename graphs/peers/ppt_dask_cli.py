@@ -3,7 +3,8 @@
     python graphs/peers/ppt_dask_cli.py SPEC.json RESULT.json
 
 runs ``ppt-dask train mnist --workers P --quiet --json PATH`` as printed in the README
-(``python -m ppt_dask.cli``, the same code): the preset's strategy, block, interval,
+(``python -m ppt_dask.cli``, the same code; the spec's ``args`` after it, when it has some,
+as graphs/sync_race.py gives them): the preset's strategy, block, interval,
 learning rate and dtype, its own LocalCluster, the data set from ``PPT_DASK_DATA``, and its
 stopping rule (a test-set check when the error estimate over the last epoch is at or below
 3%; the check's time counts). The race's clock is the run's ``wall_seconds`` (training,
@@ -27,7 +28,7 @@ PRESET_TARGET = 0.97  # the mnist preset's --target-error 0.03
 def main():
     spec, out = c.load_spec()
     summary_path = Path(out).with_suffix(".cli.json")
-    args = ["train", "mnist", "--workers", str(spec["p"]), "--quiet"]
+    args = ["train", "mnist", "--workers", str(spec["p"]), "--quiet", *spec.get("args", ())]
     if abs(spec["target"] - PRESET_TARGET) > 1e-9:  # the quick race
         args += ["--target-error", str(round(1 - spec["target"], 12)), "--epochs", str(spec["max_epochs"])]
     cmd = [sys.executable, "-m", "ppt_dask.cli", *args, "--json", str(summary_path)]
