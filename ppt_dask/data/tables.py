@@ -1,0 +1,534 @@
+"""The user's own data, as dask arrays the workers build: :func:`from_table`, :func:`from_arrays`.
+
+    >>> data = ppt.datasets.from_table("s3://bucket/train.parquet", target="label",
+    ...                                test_fraction=0.2, client=client)      # doctest: +SKIP
+    >>> shards = ppt.enter_data(client, data.X, data.y, n_shards=8)         # doctest: +SKIP
+
+Three steps, the rows never on the head:
+
+1. **Metadata** (the head): the file exists and is of a kind that is read, the target and
+   feature columns are there and the features are numbers (from the Parquet schema, or
+   Dask's inference from the first 256 KB of a CSV), a test file has the same columns, a
+   row shape fits. Errors here name the file and cost no cluster work.
+2. **Survey** (the workers, one task per partition): rows, missing and infinite values per
+   column, the training rows' means and spreads, the labels
+   (:mod:`ppt_dask.data.tablestats`). The head gets a few numbers per partition and refuses
+   missing values (unless ``dropna``), an empty table, a single class.
+3. **The arrays**: dask arrays of known chunk sizes whose blocks are a partition read,
+   split (``test_fraction``), scaled with the survey's statistics and labels encoded, each
+   built where it is computed. :func:`ppt_dask.enter_data` takes them: each shard is a task
+   over those blocks on its worker, and Dask builds it again if the worker is lost.
+
+The features are scaled to zero mean and unit variance over the training rows (as
+scikit-learn's ``StandardScaler``), and regression targets too; :attr:`Table.preprocessing`
+is what the model file keeps so that prediction applies the same.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ppt_dask.core.validation import check_dtype, check_int_at_least
+from ppt_dask.data import sources, tablestats
+from ppt_dask.data.sources import Source
+
+TASKS = ("classification", "regression")
+MEMORY_SHARE = 0.4  # the shards may take this share of a worker's memory_limit (the rest:
+# reading partitions, training buffers, and distributed's spill threshold at 60%)
+SURVEY_TIMEOUT = 3600.0  # seconds for one pass over the table
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """A data set read on the workers: what :func:`ppt_dask.enter_data` takes, and its facts.
+
+    Attributes
+    ----------
+    X, y : dask arrays, shapes (n_rows, n_features) and (n_rows,) class indices, or
+        (n_rows, 1) scaled targets; built on whatever computes them (the workers).
+    X_test, y_test : dask arrays or None
+        The test rows (``test`` file or ``test_fraction``), prepared the same way.
+    task : {"classification", "regression"}
+    classes : ndarray or None
+        The labels in order (output k stands for ``classes[k]``).
+    features : tuple of str
+        The feature columns (``x0``, ``x1`` ... for arrays).
+    target : str or None
+        The label column of a table.
+    scaling : dict
+        ``mean`` and ``scale`` per feature; ``y_mean``, ``y_scale`` for regression.
+    row_shape : tuple of int
+        The shape of one row for networks that take shaped rows (``(n_features,)`` by
+        default); the MLP takes the rows flat.
+    n_rows, n_test, dropped : int
+        Training rows, test rows, rows dropped for missing values.
+    test_spread : float or None
+        Regression: the scaled test targets' sum of squared deviations (R^2's denominator).
+    """
+
+    name: str
+    X: object
+    y: object
+    X_test: object
+    y_test: object
+    task: str
+    classes: np.ndarray | None
+    features: tuple
+    target: str | None
+    scaling: dict = field(repr=False)
+    row_shape: tuple
+    n_rows: int
+    n_test: int
+    dropped: int
+    dtype: str
+    test_spread: float | None = None  # regression: the test targets' sum of squares about their mean
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.classes) if self.classes is not None else len(self.scaling["y_mean"])
+
+    def nbytes(self) -> int:
+        """Bytes the training and test rows take on the workers, labels included."""
+        per_row = self.n_features * np.dtype(self.dtype).itemsize + 8
+        return (self.n_rows + self.n_test) * per_row
+
+    @property
+    def preprocessing(self) -> dict:
+        """What prediction needs to treat new rows as these were (for the model file)."""
+        return {"features": list(self.features), "target": self.target, "row_shape": list(self.row_shape),
+                **{k: np.asarray(v) for k, v in self.scaling.items()}}
+
+
+# ---- step 1: metadata ------------------------------------------------------------------------
+
+
+@dataclass
+class _Layout:
+    source: Source
+    features: list
+    target: str | None
+    label_kind: str  # numpy kind of the labels: "i", "u", "b", "f", or "O" for text
+    row_shape: tuple
+    frame: object = None  # tables: the lazy dask DataFrame of the used columns
+    arrays: tuple = ()  # arrays: (X file, y file)
+
+    def partitions(self) -> sources.Partitions:
+        if self.frame is not None:
+            return sources.Partitions(self.source.name(), self.frame, tuple(self.features), self.target)
+        x, y = self.arrays
+        blocks = sources.row_blocks(x.shape[0], x.row_bytes, x.deflated or x.fortran or y.deflated or y.fortran)
+        return sources.Partitions(self.source.name(), arrays=(x, y), blocks=tuple(blocks))
+
+
+def _kind_of(dtype) -> str:
+    kind = getattr(dtype, "kind", "O") if isinstance(dtype, np.dtype) else "O"
+    if kind == "O" and str(dtype).lower().startswith(("int", "uint")):
+        return "i"  # nullable integers
+    if kind == "O" and str(dtype).lower().startswith("float"):
+        return "f"
+    return kind if kind in "iubf" else "O"
+
+
+def _table_layout(source: Source, target, features) -> _Layout:
+    frame = sources.read_frame(source)
+    columns = [str(c) for c in frame.columns]
+    where = source.path
+    if target is None:
+        raise ValueError(f"{where}: name the label column with --target (target=...); its columns are "
+                         f"{_listed(columns)}")
+    if target not in columns:
+        raise ValueError(f"{where}: no column {target!r} to take the labels from; its columns are {_listed(columns)}")
+    if features is None:
+        features = [c for c in columns if c != target]
+    else:
+        features = list(features)
+        missing = [c for c in features if c not in columns]
+        if missing:
+            raise ValueError(f"{where}: no feature column {_listed(missing)}; its columns are {_listed(columns)}")
+        if target in features:
+            raise ValueError(f"{where}: column {target!r} is the target; it cannot be a feature too")
+    if not features:
+        raise ValueError(f"{where}: no feature columns besides the target {target!r}")
+    kinds = {c: _kind_of(frame.dtypes[c]) for c in features}
+    text = [c for c in features if kinds[c] == "O"]
+    if text:
+        raise ValueError(f"{where}: feature column {text[0]!r} is not numeric ({frame.dtypes[text[0]]}); "
+                         "encode it as numbers, or leave it out with --features (features=...)")
+    ints = [c for c in features if kinds[c] in "iu"]
+    if ints and source.kind == "csv":  # read as floats: a later empty cell would not match the sample
+        frame = sources.read_frame(source, float_columns=ints)
+    frame = frame[[*features, target]]
+    return _Layout(source, features, target, _kind_of(frame.dtypes[target]), (len(features),), frame=frame)
+
+
+def _array_layout(source: Source) -> _Layout:
+    x, y = sources.array_pair(source)
+    features = [f"x{i}" for i in range(math.prod(x.shape[1:]))]
+    kind = np.dtype(y.dtype).kind
+    return _Layout(source, features, None, "O" if kind in "US" else kind, tuple(x.shape[1:]), arrays=(x, y))
+
+
+def _layout(source: Source, target, features) -> _Layout:
+    if source.is_table:
+        return _table_layout(source, target, features)
+    for name, value in (("--target (target=)", target), ("--features (features=)", features)):
+        if value is not None:
+            raise ValueError(f"{source.path}: {name} names columns of a table; arrays hold their labels as y")
+    return _array_layout(source)
+
+
+def _listed(names) -> str:
+    names = [repr(n) for n in names]
+    return ", ".join(names[:12]) + (f" ... ({len(names)} in all)" if len(names) > 12 else "")
+
+
+def _decide_task(kind: str, task, where: str, y_2d: bool) -> str:
+    """Labels that are text, integers or booleans make a classifier, floats a regressor."""
+    if task is None:
+        return "regression" if kind == "f" or y_2d else "classification"
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if task == "regression" and kind == "O":
+        raise ValueError(f"{where}: the labels are text; a regression needs numbers")
+    if task == "classification" and y_2d:
+        raise ValueError(f"{where}: y has several columns (targets); a classifier takes one label per row")
+    return task
+
+
+def _row_shape(row_shape, layout: _Layout) -> tuple:
+    if row_shape is None:
+        return layout.row_shape
+    shape = tuple(int(check_int_at_least("every entry of row_shape", d, 1)) for d in row_shape)
+    if math.prod(shape) != len(layout.features):
+        raise ValueError(f"{layout.source.name()}: row shape {shape} holds {math.prod(shape)} values, but a row "
+                         f"has {len(layout.features)} features")
+    return shape
+
+
+def _test_layout(train: _Layout, test_source: Source) -> _Layout:
+    """The test file's layout, with the training columns (or row shape) and kind of labels."""
+    where = test_source.name()
+    if test_source.is_table != train.source.is_table:
+        raise ValueError(f"{where}: a test file must be of the training data's kind "
+                         f"({'a table' if train.source.is_table else 'an .npz with X and y'})")
+    if train.target is not None:
+        columns = [str(c) for c in sources.read_frame(test_source).columns]
+        missing = [c for c in [*train.features, train.target] if c not in columns]
+        if missing:
+            raise ValueError(f"{where}: the test file's columns differ from {train.source.name()}'s: "
+                             f"it has no column {_listed(missing)}")
+    test = _layout(test_source, train.target, train.features if train.target else None)
+    if len(test.features) != len(train.features) or test.row_shape != train.row_shape:
+        raise ValueError(f"{where}: test rows of shape {test.row_shape}, but the training rows have shape "
+                         f"{train.row_shape}")
+    if (test.label_kind == "O") != (train.label_kind == "O"):
+        words = {True: "text", False: "numbers"}
+        raise ValueError(f"{where}: the test labels are {words[test.label_kind == 'O']}, the training "
+                         f"labels {words[train.label_kind == 'O']}")
+    return test
+
+
+# ---- step 2: the survey ---------------------------------------------------------------------
+
+
+def _compute(tasks: list, client, timeout: float) -> list:
+    """Results of delayed ``tasks``: on the client's workers, else on dask's default scheduler."""
+    if client is None:
+        import dask
+        return list(dask.compute(*tasks))
+    futures = client.compute(tasks)
+    try:
+        return [f.result(timeout=timeout) for f in futures]
+    except BaseException:
+        client.cancel(futures)
+        raise
+
+
+_MISMATCH = re.compile(r"^\|\s*(\S.*?)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|\s*$", re.M)
+
+
+def explain(exc: BaseException, where: str) -> Exception:
+    """A read error of a partition as one line naming the file (and the column, when known)."""
+    text = str(exc)
+    if "Mismatched dtypes" in text:  # Dask's CSV reader: a column differs from the first rows
+        rows = [m for m in _MISMATCH.findall(text) if m[0] != "Column"]
+        if rows:
+            column, found, expected = rows[0]
+            value = re.search(r"could not convert string to float: ('.*?')", text)
+            more = f" such as {value.group(1)}" if value else ""
+            return ValueError(f"{where}: column {column!r} holds {found} values{more} further down, where "
+                              f"the first rows hold {expected}; encode it as numbers or leave it out "
+                              "(--features)")
+    value = re.search(r"could not convert string to float: ('.*?')", text)
+    if value:
+        return ValueError(f"{where}: a feature column holds text ({value.group(1)}) further down; encode it "
+                          "as numbers or leave it out (--features)")
+    if text.startswith(where):
+        return ValueError(text.splitlines()[0])
+    return ValueError(f"{where}: cannot be read ({type(exc).__name__}: {sources._first_line(exc)})")
+
+
+def survey_task(parts: sources.Partitions, i: int, plan) -> dict:
+    """:func:`ppt_dask.data.tablestats.survey_part` of partition ``i``, read here; a read error
+    comes back as the result (the head words it), not as a failed task."""
+    try:
+        raw = parts.read(i)
+    except Exception as exc:  # pandas', pyarrow's, fsspec's: any problem of the file
+        return {"index": i, "error": exc}
+    return tablestats.survey_part(raw, i, plan)
+
+
+def prepare_task(parts: sources.Partitions, i: int, *args):
+    """:func:`ppt_dask.data.tablestats.prepare_part` of partition ``i``, read here."""
+    return tablestats.prepare_part(parts.read(i), i, *args)
+
+
+def _survey(layout: _Layout, plan, client, timeout: float) -> tablestats.Survey:
+    import dask
+
+    parts = layout.partitions()
+    step = dask.delayed(survey_task, pure=True)
+    results = _compute([step(parts, i, plan) for i in range(parts.n)], client, timeout)
+    for r in results:
+        if "error" in r:
+            raise explain(r["error"], layout.source.name())
+    return tablestats.combine(results, len(layout.features))
+
+
+def _check_survey(s: tablestats.Survey, layout: _Layout, plan, dropna: bool) -> None:
+    where = layout.source.name()
+    names = layout.features if layout.target is not None else [f"column {i} of X" for i in range(len(layout.features))]
+    if s.rows == 0:
+        raise ValueError(f"{where}: the table has no rows")
+    inf = [(n, int(c)) for n, c in zip(names, s.infinite) if c]
+    if inf:
+        raise ValueError(f"{where}: infinite values in " + ", ".join(f"{n!r} ({c})" for n, c in inf[:5]))
+    if not dropna:
+        gaps = [(n, int(c)) for n, c in zip(names, s.missing) if c]
+        if s.y_missing:
+            gaps.append((layout.target or "y", s.y_missing))
+        if gaps:
+            listed = ", ".join(f"{n!r} ({c} row{'s' if c != 1 else ''})" for n, c in gaps[:8])
+            raise ValueError(f"{where}: missing values in {listed}; drop those rows with --dropna (dropna=True)")
+    if s.kept == 0:
+        raise ValueError(f"{where}: no rows left after dropping the {s.rows} with missing values")
+    part = "test" if plan.all_test else "train"
+    if s.n[part] == 0:
+        raise ValueError(f"{where}: no {'test' if plan.all_test else 'training'} rows (of {s.kept}); "
+                         "lower the test fraction")
+    if plan.task != "classification":
+        return
+    labels = s.labels[part]
+    if "too_many" in labels:
+        raise ValueError(f"{where}: {labels['too_many']} or more distinct labels in {layout.target or 'y'!r}, "
+                         f"more than a classifier takes ({tablestats.MAX_CLASSES}); for numbers to "
+                         "predict, use --task regression")
+    if not plan.all_test and len(labels) < 2:
+        raise ValueError(f"{where}: the labels ({layout.target or 'y'!r}) hold one class only "
+                         f"({next(iter(labels), None)!r}); a classifier needs two or more")
+
+
+# ---- step 3: the arrays ----------------------------------------------------------------------
+
+
+def _arrays(layout: _Layout, plan, part: str, lengths: list, scaling: dict, classes, dtype: str):
+    # y: (n,) class indices, or (n, n_targets) scaled targets
+    """Dask arrays (X, y) of the ``part`` rows, one block per partition that has any."""
+    import dask
+    import dask.array as da
+
+    prepare = dask.delayed(prepare_task, pure=True, nout=2)
+    parts = layout.partitions()
+    n_features = len(layout.features)
+    Xs, ys = [], []
+    for i, n in enumerate(lengths):
+        if n == 0:
+            continue
+        X, y = prepare(parts, i, plan, part, scaling, classes, dtype)
+        Xs.append(da.from_delayed(X, (n, n_features), dtype=dtype))
+        ys.append(da.from_delayed(y, (n,) if classes is not None else (n, len(scaling["y_mean"])),
+                                  dtype=np.int64 if classes is not None else dtype))
+    return da.concatenate(Xs), da.concatenate(ys)
+
+
+def _classes(labels: dict, kind: str) -> np.ndarray:
+    values = sorted(labels)
+    return np.array(values, dtype=str) if kind == "O" else np.array(values)
+
+
+@dataclass
+class Reading:
+    """A data set whose metadata is checked (no cluster work yet); :meth:`read` surveys it
+    on the workers and returns the :class:`Table`. Made by :func:`open_data`."""
+
+    layout: _Layout
+    test_layout: _Layout | None
+    plan: tablestats.Plan
+    row_shape: tuple
+    dtype: str
+
+    @property
+    def kind(self) -> str:
+        """"table" or "arrays"."""
+        return "table" if self.layout.source.is_table else "arrays"
+
+    def read(self, client=None, timeout: float = SURVEY_TIMEOUT) -> Table:
+        """Survey the rows on the workers (``client``'s, else dask's current scheduler),
+        refuse what cannot be trained on, and return the lazy arrays."""
+        layout, plan, dtype = self.layout, self.plan, self.dtype
+        s = _survey(layout, plan, client, timeout)
+        _check_survey(s, layout, plan, plan.dropna)
+        mean, scale = tablestats.scale_of(s.moments)
+        scaling = {"mean": mean, "scale": scale}
+        classes = None
+        if plan.task == "classification":
+            classes = _classes(s.labels["train"], layout.label_kind)
+        else:
+            scaling["y_mean"], scaling["y_scale"] = tablestats.scale_of(s.y_moments["train"])
+        X, y = _arrays(layout, plan, "train", s.lengths["train"], scaling, classes, dtype)
+        X_test = y_test = None
+        test, test_layout = s, layout
+        if self.test_layout is not None:
+            test_layout, test_plan = self.test_layout, replace(plan, test_fraction=0.0, all_test=True)
+            test = _survey(test_layout, test_plan, client, timeout)
+            _check_survey(test, test_layout, test_plan, plan.dropna)
+            X_test, y_test = _arrays(test_layout, test_plan, "test", test.lengths["test"], scaling, classes, dtype)
+        elif s.n["test"]:
+            X_test, y_test = _arrays(layout, plan, "test", s.lengths["test"], scaling, classes, dtype)
+        spread = None
+        if classes is not None:
+            unseen = sorted(set(test.labels["test"]) - set(classes.tolist()), key=str)
+            if unseen:
+                raise ValueError(f"{test_layout.source.name()}: test labels {unseen[:5]} are not among the "
+                                 f"training labels {classes.tolist()[:10]}")
+        elif test.n["test"]:  # the test targets' spread (scaled), for R^2
+            spread = float(np.sum(test.y_moments["test"][2] / scaling["y_scale"] ** 2))
+        return Table(layout.source.name(), X, y, X_test, y_test, plan.task, classes, tuple(layout.features),
+                     layout.target, scaling, self.row_shape, s.n["train"], test.n["test"], s.rows - s.kept, dtype,
+                     spread)
+
+
+def open_data(path=None, target=None, *, x=None, y=None, features=None, task=None, test=None, test_fraction=None,
+              seed=0, dropna=False, row_shape=None, dtype="float64", storage_options=None) -> Reading:
+    """Check a data set's metadata on the head: :func:`from_table` without the survey.
+
+    ``path`` is a table or an ``.npz``; or ``x`` and ``y`` name two ``.npy`` files.
+    """
+    check_dtype("dtype", dtype)
+    check_int_at_least("seed", seed, 0)
+    if test_fraction is not None and not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    if test_fraction is not None and test is not None:
+        raise ValueError("give a test file or a test fraction, not both")
+    options = dict(storage_options or {})
+    if (path is None) == (x is None and y is None):
+        raise ValueError("give a data file (path), or the rows and labels as x= and y= (.npy files)")
+    if path is None and (x is None or y is None):
+        raise ValueError("give both x= (the rows) and y= (the labels), two .npy files")
+    source = sources.locate(path if path is not None else x, y_path=y, storage_options=options)
+    test_source = sources.locate(test, storage_options=options) if test is not None else None
+    layout = _layout(source, target, features)
+    y_2d = bool(layout.arrays) and len(layout.arrays[1].shape) == 2
+    task = _decide_task(layout.label_kind, task, source.name(), y_2d)
+    shape = _row_shape(row_shape, layout)
+    test_layout = None if test_source is None else _test_layout(layout, test_source)
+    plan = tablestats.Plan(task, bool(dropna), float(test_fraction or 0.0), int(seed))
+    return Reading(layout, test_layout, plan, shape, dtype)
+
+
+def from_table(path, target=None, *, features=None, task=None, test=None, test_fraction=None, seed=0,
+               dropna=False, row_shape=None, dtype="float64", storage_options=None, client=None,
+               timeout=SURVEY_TIMEOUT) -> Table:
+    """A table (CSV, Parquet) or an ``.npz`` (``X`` and ``y``) read on the workers.
+
+    Parameters
+    ----------
+    path : str or path
+        ``.csv``/``.tsv`` (optionally ``.gz``, ``.bz2``, ``.xz``, ``.zst``), ``.parquet`` (a
+        file or a folder of parts), or ``.npz``; local, or any URL fsspec reads.
+    target : str
+        The label column of a table (not for ``.npz``).
+    features : list of str, optional
+        The feature columns (default: every column but the target); numbers only.
+    task : {"classification", "regression"}, optional
+        Default: labels that are text, integers or booleans give a classification (the
+        classes in sorted order), floats a regression.
+    test : str, optional
+        A test file with the same columns (or an ``.npz`` of the same row shape).
+    test_fraction : float, optional
+        The share of rows drawn into the test set instead, seeded with ``seed``.
+    dropna : bool
+        Drop the rows with a missing value (else they are refused, counted per column).
+    row_shape : tuple of int, optional
+        The shape of one row (its product the number of features).
+    dtype : {"float64", "float32"}
+        Of the prepared rows (match the network's).
+    storage_options : dict, optional
+        For fsspec (credentials, endpoints of object stores).
+    client : distributed.Client, optional
+        Where the survey runs (default: dask's current scheduler, the client's workers
+        when a client exists).
+
+    Returns
+    -------
+    Table
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        One line that names the file and the problem.
+    ImportError
+        A table without pandas and pyarrow (``pip install 'ppt_dask[tables]'``).
+    """
+    return open_data(path, target, features=features, task=task, test=test, test_fraction=test_fraction,
+                     seed=seed, dropna=dropna, row_shape=row_shape, dtype=dtype,
+                     storage_options=storage_options).read(client, timeout)
+
+
+def from_arrays(x, y, *, task=None, test=None, test_fraction=None, seed=0, dropna=False, row_shape=None,
+                dtype="float64", storage_options=None, client=None, timeout=SURVEY_TIMEOUT) -> Table:
+    """Rows and labels from two ``.npy`` files (rows of any shape, flattened); see :func:`from_table`.
+
+    ``test`` is an ``.npz`` with ``X`` and ``y``.
+    """
+    return open_data(x=x, y=y, task=task, test=test, test_fraction=test_fraction, seed=seed, dropna=dropna,
+                     row_shape=row_shape, dtype=dtype, storage_options=storage_options).read(client, timeout)
+
+
+def check_fits(table: Table, memory_limits: list, n_workers: int | None = None) -> None:
+    """Refuse a table whose rows would take more than ``MEMORY_SHARE`` of the workers' memory.
+
+    Parameters
+    ----------
+    memory_limits : list of int
+        Each worker's ``memory_limit`` in bytes (0 or None: no limit, nothing checked).
+    n_workers : int, optional
+        The workers the rows are spread over (default: all of ``memory_limits``).
+    """
+    limits = [m for m in memory_limits if m]
+    if not limits or len(limits) != len(memory_limits):
+        return
+    n = n_workers or len(limits)
+    need, allowed = table.nbytes(), MEMORY_SHARE * min(limits) * n
+    if need > allowed:
+        raise ValueError(f"{table.name}: too large for the workers' memory: its {table.n_rows + table.n_test:,} "
+                         f"rows x {table.n_features} features take {_size(need)} as {table.dtype}, and "
+                         f"{n} worker{'s' if n != 1 else ''} of {_size(min(limits))} each hold at most "
+                         f"{_size(allowed)} of shards ({MEMORY_SHARE:.0%} of their memory); add workers "
+                         "or memory, use fewer features, or float32")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
