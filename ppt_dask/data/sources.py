@@ -17,6 +17,7 @@ which need pandas and pyarrow: the ``[tables]`` extra. Arrays need only numpy an
 from __future__ import annotations
 
 import math
+import os
 import struct
 import zipfile
 from dataclasses import dataclass, field, replace
@@ -90,7 +91,7 @@ def locate(path, *, y_path=None, storage_options=None) -> Source:
         A kind of file that is not read (the message names the kinds that are).
     """
     options = dict(storage_options or {})
-    path = str(path)
+    path, y_path = os.fspath(path), (None if y_path is None else os.fspath(y_path))
     for p in (path, y_path):
         if p is None:
             continue
@@ -134,7 +135,7 @@ def _dataframe_module():
         import pandas  # noqa: F401  (dask imports it too; named for the message)
         import pyarrow  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f"reading tables needs pandas and pyarrow: {INSTALL_HINT} ({exc})") from None
+        raise ImportError(f"reading tables needs pandas and pyarrow: {INSTALL_HINT} ({_first_line(exc)})") from None
     return dd
 
 
@@ -158,6 +159,15 @@ def read_frame(source: Source, float_columns=()):
     except Exception as exc:  # pyarrow's and pandas' own parse errors
         raise ValueError(f"{source.path}: not a readable {source.kind} table "
                          f"({type(exc).__name__}: {_first_line(exc)})") from None
+
+
+def csv_has_rows(source: Source) -> bool:
+    """Whether a CSV holds a line after its header (reads its first lines only)."""
+    import fsspec
+
+    with fsspec.open(source.path, "rt", compression="infer", **source.storage_options) as fh:
+        fh.readline()
+        return any(line.strip() for line in (fh.readline(), fh.readline()))
 
 
 def _first_line(exc) -> str:

@@ -159,6 +159,8 @@ def _table_layout(source: Source, target, features) -> _Layout:
         raise ValueError(f"{where}: no feature columns besides the target {target!r}")
     kinds = {c: _kind_of(frame.dtypes[c]) for c in features}
     text = [c for c in features if kinds[c] == "O"]
+    if text and source.kind == "csv" and not sources.csv_has_rows(source):  # no rows to tell a type by
+        raise ValueError(f"{where}: the table has no rows")
     if text:
         raise ValueError(f"{where}: feature column {text[0]!r} is not numeric ({frame.dtypes[text[0]]}); "
                          "encode it as numbers, or leave it out with --features (features=...)")
@@ -523,7 +525,7 @@ def check_fits(table: Table, memory_limits: list, n_workers: int | None = None) 
                          f"rows x {table.n_features} features take {_size(need)} as {table.dtype}, and "
                          f"{n} worker{'s' if n != 1 else ''} of {_size(min(limits))} each hold at most "
                          f"{_size(allowed)} of shards ({MEMORY_SHARE:.0%} of their memory); add workers "
-                         "or memory, use fewer features, or float32")
+                         "or memory, use fewer features" + (", or float32" if table.dtype != "float32" else ""))
 
 
 def _size(n: float) -> str:

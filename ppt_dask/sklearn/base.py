@@ -23,13 +23,14 @@ from ppt_dask.engine import cluster
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.shards import enter_data, exit_data
 from ppt_dask.api import train
-from ppt_dask.sklearn.contract import (BaseEstimator, ConvergenceWarning, check_is_fitted, check_X, is_dask,
-                                       n_features_message, seed_of)
+from ppt_dask.sklearn.contract import (BaseEstimator, ConvergenceWarning, check_is_fitted, check_X, columns_of, frame_as_array,
+                                       is_dask, is_dask_frame, n_features_message, seed_of, validate_data)
 from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
 
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours
 AUTO_BATCH = {"local": 100}  # batch_size="auto" is min(AUTO_BATCH[strategy], n_samples) ...
 AUTO_BATCH_OTHERS = 1000  # ... or this for the strategies not named there
+RESULT_TIMEOUT = 600.0  # seconds to wait for a small dask result (a dask DataFrame's row counts)
 PER_SHARD = {"ppt": "local_epoch", "average": "block", "local": "block"}  # size per shard
 # The defaults that differ by strategy (graphs/estimator_race.py measured them on MNIST):
 LOCAL_LR = 0.05  # learning_rate_init=None with "local" (0.1 ended at 97.0 %, 0.02 took 1.4x as long)
@@ -217,11 +218,13 @@ class PPTBase(BaseEstimator):
     # -- the cluster --
 
     @contextlib.contextmanager
-    def _client(self):
-        """The client of one fit: ``scheduler``'s, the current one, or a new LocalCluster."""
+    def _client(self, given=None):
+        """The client of one fit: ``given``, ``scheduler``'s, the current one, or a new LocalCluster."""
         from distributed import get_client
 
-        if self.scheduler is not None:
+        if given is not None:
+            client, close = given, None
+        elif self.scheduler is not None:
             client, close = cluster.connect(self.scheduler), cluster.close
         else:
             try:
@@ -241,8 +244,10 @@ class PPTBase(BaseEstimator):
 
         Parameters
         ----------
-        X : ndarray or dask array of shape (n_samples, n_features)
-        y : ndarray or dask array of shape (n_samples,)
+        X : ndarray, dask array, pandas or dask DataFrame of shape (n_samples, n_features)
+            A DataFrame's column names become ``feature_names_in_``; a dask DataFrame's
+            rows stay on the workers (only their counts per partition come here).
+        y : ndarray, dask array, pandas or dask Series of shape (n_samples,)
             Labels (numbers or strings) for the classifier; targets, also of shape
             (n_samples, n_outputs), for the regressor.
 
@@ -256,11 +261,18 @@ class PPTBase(BaseEstimator):
         """One more epoch on ``(X, y)`` from the current weights; returns self."""
         return self._fit(X, y, incremental=True)
 
-    def _fit(self, X, y, *, incremental: bool, classes=None):
+    def _fit(self, X, y, *, incremental: bool, classes=None, client=None):
         settings = self._settings()
+        continuing = hasattr(self, "params_") and (incremental or self.warm_start)
+        if client is None:  # the column names of a DataFrame (feature_names_in_), as scikit-learn
+            validate_data(self, columns_of(X), reset=not continuing, skip_check_array=True)
+        if client is None and (is_dask_frame(X) or is_dask_frame(y)):
+            with self._client() as client:  # a dask DataFrame's rows are counted on the workers
+                X, y = (frame_as_array(a, client, RESULT_TIMEOUT, name) if is_dask_frame(a) else a
+                        for a, name in ((X, "X"), (y, "y")))
+                return self._fit(X, y, incremental=incremental, classes=classes, client=client)
         X = check_X(X)
         n_rows, n_features = (int(d) for d in X.shape)
-        continuing = hasattr(self, "params_") and (incremental or self.warm_start)
         if continuing and n_features != self.n_features_in_:
             raise ValueError(n_features_message(n_features, self, self.n_features_in_))
         y = self._check_y(y, n_rows, type(self).__name__)
@@ -287,7 +299,7 @@ class PPTBase(BaseEstimator):
 
         if prepared is not None:  # the architecture, checked before the cluster
             network(prepared[1])
-        with self._client() as client:
+        with self._client(client) as client:
             target, n_outputs, learned = prepared or self._prepare(y, client, *args)
             net = network(n_outputs)
             n_workers = len(cluster.worker_addresses(client))
@@ -372,6 +384,11 @@ class PPTBase(BaseEstimator):
     def _output_of(self, X, what: str, classes=None):
         """:func:`_output_block` on numpy X here, or on each row block of a dask X."""
         check_is_fitted(self)
+        if hasattr(X, "columns") or hasattr(self, "feature_names_in_"):  # the columns of fit, by name
+            validate_data(self, columns_of(X), reset=False, skip_check_array=True)
+        if is_dask_frame(X):  # the rows of each partition counted where they are
+            from distributed import get_client
+            X = frame_as_array(X, get_client(), RESULT_TIMEOUT, "X")
         X = check_X(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(n_features_message(X.shape[1], self, self.n_features_in_))

@@ -20,17 +20,25 @@ from __future__ import annotations
 import numpy as np
 
 from ppt_dask.core.metrics import r2_score
-from ppt_dask.sklearn.base import PPTBase
+from ppt_dask.sklearn.base import RESULT_TIMEOUT, PPTBase
 from ppt_dask.sklearn.contract import (ClassifierMixin, NotFittedError, RegressorMixin, check_is_fitted,
-                                       check_y_labels, check_y_targets, distinct_labels, is_dask)
+                                       check_y_labels, check_y_targets, distinct_labels, frame_as_array, is_dask,
+                                       is_dask_frame)
 
 __all__ = ["PPTClassifier", "PPTRegressor", "NotFittedError"]
 
-RESULT_TIMEOUT = 600.0  # seconds to wait for a small dask result (the labels of a dask y)
 
 
 def _encode_block(y, classes):
     return np.searchsorted(classes, y).astype(np.int64)
+
+
+def _labels_here(y):
+    """A dask Series of labels or targets as a dask array (its counts read on the workers)."""
+    if is_dask_frame(y):
+        from distributed import get_client
+        return frame_as_array(y, get_client(), RESULT_TIMEOUT, "y")
+    return y
 
 
 _DOC = """
@@ -183,6 +191,7 @@ class PPTClassifier(ClassifierMixin, PPTBase):
 
     def score(self, X, y, sample_weight=None):
         """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight``), a float."""
+        y = _labels_here(y)
         right = self.predict(X) == (y if is_dask(y) else np.asarray(y).reshape(len(y), -1)[:, 0])
         right = right.compute() if is_dask(right) else right
         return float(np.average(right, weights=sample_weight))
@@ -214,5 +223,5 @@ class PPTRegressor(RegressorMixin, PPTBase):
 
     def score(self, X, y, sample_weight=None):
         """R^2 averaged over the targets, as scikit-learn's ``r2_score``: a float."""
-        pred, y = (a.compute() if is_dask(a) else a for a in (self.predict(X), y))
+        pred, y = (a.compute() if is_dask(a) else a for a in (self.predict(X), _labels_here(y)))
         return r2_score(y, pred, sample_weight)
