@@ -79,7 +79,17 @@ def source_kind(args) -> str:
                          "an .npz, or --x X.npy --y y.npy")
     if args.dataset in PRESETS:
         return "preset"
+    check_named_file(args.dataset, PRESETS)
     return "arrays" if args.dataset.lower().endswith(".npz") else "table"
+
+
+def check_named_file(name: str, builtin) -> None:
+    """A name that is neither a built-in set nor a file (no suffix, no folder, no URL): say both."""
+    import os
+
+    if not os.path.splitext(name.rstrip("/"))[1] and "://" not in name and not os.path.isdir(name):
+        raise ValueError(f"unknown data set {name!r}: not a built-in set ({', '.join(sorted(builtin))}) nor a "
+                         "file (.csv, .parquet, .npz) or folder of Parquet parts")
 
 
 GIVEN = ("target", "features", "task", "test", "test_fraction", "row_shape", "dropna", "data_dir", "splits",

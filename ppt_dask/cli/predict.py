@@ -52,8 +52,10 @@ def _check(args) -> None:
                             ("--input", args.input)):
             if value is not None:
                 raise ValueError(f"{flag} applies to a built-in DATASET, not to a file ({args.dataset})")
+        from ppt_dask.cli.owndata import check_named_file
         from ppt_dask.cli.predictfile import check_output
 
+        check_named_file(args.dataset, datasets.DATASETS)
         check_output(args.output, args.keep, "arrays" if args.dataset.lower().endswith(".npz") else "table")
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
             raise ValueError(f"--output: the folder of {args.output!r} does not exist")
