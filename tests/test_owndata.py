@@ -200,6 +200,7 @@ def test_train_a_classifier_on_csv_with_string_labels_and_predict_to_each_kind(t
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["network"] == [4, 100, 3] and summary["strategy"] == "local"
+    assert (summary["lr"], summary["block"], summary["shards"]) == (0.001, 200, 1)  # Adam on a small table
     assert summary["test_accuracy"] > 0.9, summary  # on the test file's rows, on the workers
     model = ppt.load_model(tmp_path / "m.npz")
     assert model.classes.tolist() == ["cat", "dog", "eel"]
@@ -361,8 +362,9 @@ def test_the_table_preset_is_the_estimators_defaults():
     from ppt_dask.sklearn import base
 
     est = ppt.PPTClassifier()
-    assert (TABLE["strategy"], TABLE["lr"], TABLE["batch"], TABLE["steps"]) == (
-        est.strategy, base.LOCAL_LR, base.AUTO_BATCH["local"], base.LOCAL_STEPS)
+    assert (TABLE["strategy"], TABLE["lr"], TABLE["batch"], TABLE["steps"], TABLE["adam_lr"], TABLE["adam_batch"]) == (
+        est.strategy, base.LOCAL_LR, base.AUTO_BATCH["local"], base.LOCAL_STEPS, base.ADAM_LR, base.ADAM_BATCH)
+    assert est.solver == "auto" and TABLE["solver"] is None  # both: Adam on a set of fewer than 60 x 100 rows
     assert (TABLE["hidden"], TABLE["activation"], TABLE["momentum"], TABLE["l2"], TABLE["epochs"], TABLE["tol"],
             TABLE["n_iter_no_change"], TABLE["dtype"]) == (
         est.hidden_layer_sizes, est.activation, est.momentum, est.alpha, est.max_iter, est.tol,

@@ -24,7 +24,7 @@ from ppt_dask.data import datasets
 
 SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
-                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema")
+                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "solver", "shuffle")
 
 
 def _checkpoints(text: str) -> tuple[float, ...]:
@@ -142,6 +142,9 @@ def _strategy_flags(t) -> None:
                    help="average: the velocity across averages")
     t.add_argument("--staleness", type=_int_at_least(0), default=None,
                    help="async: the largest staleness (updates) a gradient may have")
+    t.add_argument("--solver", choices=["sgd", "adam"], default=None,
+                   help="local: the local steps' optimizer (default sgd; a table of your own: adam when it "
+                        "has fewer than 60 batches of rows, each pass in a new order)")
 
 
 def _stop_flags(t) -> None:
@@ -218,7 +221,7 @@ def _settings(args, kind: str = "preset") -> dict:
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
                  "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "dtype", "check_every", "screen",
-                 "window_epochs"):
+                 "window_epochs", "solver"):
         value = getattr(args, name)
         if value is not None:
             s[name] = value

@@ -15,6 +15,7 @@ see :data:`ppt_dask.cli.presets.TABLE`.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ppt_dask.cli.presets import PRESETS, TABLE, TABLE_STRATEGY_PRESETS
 from ppt_dask.core import applicability
@@ -130,6 +131,10 @@ def fill_sizes(args, s: dict, n_rows: int, n_workers: int) -> int:
     ``batch`` rows a step over all shards; ``steps`` steps between averages, at most a pass
     over a shard."""
     strategy = s["strategy"]
+    if s.get("solver") is None and strategy == "local" and n_rows < s["steps"] * s["batch"]:
+        s["solver"] = "adam"  # on a set too small for a round of local steps (else momentum SGD)
+    if s.get("solver") == "adam":  # MLPClassifier's rate and batch, each pass in a new order
+        s.update(batch=s["adam_batch"], shuffle=True, **({} if args.lr is not None else {"lr": s["adam_lr"]}))
     batch = min(s["batch"], n_rows)
     per_worker = strategy in ("ppt", "average", "local")
     if args.shards:
@@ -169,6 +174,11 @@ def read_on(client, args, s: dict, reading, dtype: str, addresses):
     known = ppt.cluster.workers(client)
     used = addresses or sorted(known)
     tables.check_fits(table, [known[w].get("memory_limit") for w in used])
+    if not args.quiet:
+        kind = f"{len(table.classes)} classes" if table.classes is not None else "regression"
+        print(f"read on the workers: {table.n_rows} training rows, {table.n_test} test rows, "
+              f"{table.n_features} features, {kind}" + (f"; {table.dropped} rows with missing values dropped"
+                                                        if table.dropped else ""), file=sys.stderr)
     test_shards = None
     if table.X_test is not None:
         test_shards = ppt.enter_data(client, table.X_test, table.y_test, min(len(used), table.n_test),

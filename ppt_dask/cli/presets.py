@@ -42,12 +42,14 @@ STRATEGY_PRESETS = {
 # command line and PPTClassifier() / PPTRegressor() train alike (tests/test_owndata.py checks
 # them against ppt_dask.sklearn.base): a (100,) relu layer, local SGD in float32 with `batch`
 # rows a step over all shards and `steps` local steps between averages (at most a pass over a
-# shard; one shard for a set of fewer than `steps` batches), lr 0.05, momentum 0.9, L2 1e-4,
-# features (and regression targets) scaled to zero mean and unit variance on the cluster;
+# shard; one shard for a set of fewer than `steps` batches), lr 0.05, momentum 0.9, L2 1e-4;
+# on such a small set (solver "auto") Adam with MLPClassifier's lr 0.001 and batches of 200,
+# each pass in a new order; features (and regression targets) scaled on the cluster;
 # at most 200 epochs, stopped by scikit-learn's tol rule (the epoch's mean training loss not
 # below the best minus `tol` for more than `n_iter_no_change` epochs).
 TABLE = dict(hidden=(100,), activation="relu", strategy="local", batch=100, steps=60, lr=0.05, momentum=0.9,
-             l2=1e-4, epochs=200, target_error=None, dtype="float32", tol=1e-4, n_iter_no_change=10)
+             l2=1e-4, epochs=200, target_error=None, dtype="float32", tol=1e-4, n_iter_no_change=10,
+             solver=None, adam_lr=0.001, adam_batch=200)  # solver None: adam on a small set, else sgd
 
 # Per strategy named on a table: settings that differ from TABLE.
 TABLE_STRATEGY_PRESETS = {

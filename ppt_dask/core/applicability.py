@@ -25,6 +25,8 @@ TABLE: dict[str, tuple[str, ...]] = {
     "interval": ("average", "local"),
     "pull": ("local",),
     "ema": ("local",),
+    "solver": ("local",),  # the local steps' optimizer: sgd or adam
+    "shuffle": ("local",),  # a new order of each shard's rows each pass
     "local_epochs": ("average",),
     "sample_fraction": ("average",),
     "momentum_policy": ("average",),
@@ -42,10 +44,10 @@ TABLE: dict[str, tuple[str, ...]] = {
 
 # the rows that are arguments of a strategy object (choose.make), not of train
 STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs", "sample_fraction",
-                "momentum_policy", "staleness")
+                "momentum_policy", "staleness", "solver", "shuffle")
 
 # values that say "not given" for every strategy (the defaults of train and the CLI)
-NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,),
+NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,), "solver": ("sgd",), "shuffle": (False,),
            "snapshot_epochs": ((),)}
 # values that apply beyond the table's row: the local strategy's graph is all to all
 ALSO = {("exchange", "all"): ("local",)}

@@ -102,6 +102,8 @@ def locate(path, *, y_path=None, storage_options=None) -> Source:
             raise OSError(f"{p}: cannot be reached ({exc})") from None
         if not there:
             raise FileNotFoundError(f"{p}: no such file")
+    # a local path as the workers must open it, whatever their working folder
+    path, y_path = (p if p is None or "://" in p else os.path.abspath(p) for p in (path, y_path))
     if y_path is not None:
         for p in (path, y_path):
             if _suffixes(p) != (".npy", ""):

@@ -35,6 +35,12 @@ PER_SHARD = {"ppt": "local_epoch", "average": "block", "local": "block"}  # size
 # The defaults that differ by strategy (graphs/estimator_race.py measured them on MNIST):
 LOCAL_LR = 0.05  # learning_rate_init=None with "local" (0.1 ended at 97.0 %, 0.02 took 1.4x as long)
 LOCAL_STEPS = 60  # local steps per round with "local", fewer when a shard is smaller (one epoch)
+# solver="auto" with "local": Adam, as MLPClassifier's defaults (learning rate 0.001, batches of
+# min(200, n) rows, each pass in a new order) on a set of fewer than LOCAL_STEPS * 100 rows,
+# which trains on one shard: scikit-learn's digits went from 96.9 % to 98.0 % (MLPClassifier's)
+# at seed 0; momentum SGD on larger sets (on MNIST Adam took 84 epochs, 2.5x the time, 97.8 %)
+ADAM_LR, ADAM_BATCH = 0.001, 200
+SOLVERS = ("auto", "sgd", "adam")
 
 
 # ---- worker-side functions (module level: picklable, named on the dashboard) ---------------
@@ -102,7 +108,7 @@ class PPTBase(BaseEstimator):
                  batch_size="auto", learning_rate_init=None, momentum=0.9, max_iter=200,
                  tol=1e-4, n_iter_no_change=10, random_state=None, warm_start=False,
                  verbose=False, strategy="local", strategy_params=None, n_shards=None,
-                 n_workers=None, scheduler=None, dtype=None, fan_in=2):
+                 n_workers=None, scheduler=None, dtype=None, fan_in=2, solver="auto"):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.alpha = alpha
@@ -122,6 +128,7 @@ class PPTBase(BaseEstimator):
         self.scheduler = scheduler
         self.dtype = dtype
         self.fan_in = fan_in
+        self.solver = solver
 
     # -- hyper-parameters, checked before any cluster work --
 
@@ -152,6 +159,10 @@ class PPTBase(BaseEstimator):
                 validation.check_int_at_least(name, getattr(self, name), 1)
         validation.check_int_at_least("fan_in", self.fan_in, 2)
         validation.check_dtype("dtype", self.dtype, allow_none=True)
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        if self.solver == "adam" and self.strategy != "local":
+            raise ValueError(f"solver='adam' applies to strategy local, not to strategy {self.strategy}")
         if self.scheduler is not None:
             cluster.check_address(self.scheduler)
         extra = {} if self.strategy_params is None else self.strategy_params
@@ -170,6 +181,8 @@ class PPTBase(BaseEstimator):
             return  # choose.make names the choices
         size = PER_SHARD.get(self.strategy, "block")
         for key in extra:
+            if key == "solver":
+                raise ValueError("strategy_params['solver'] is the estimator's solver parameter: give solver=...")
             if key not in applicability.STRATEGY_OWN:
                 raise ValueError(f"strategy_params[{key!r}] is not a parameter of a strategy; "
                                  f"they are {', '.join(applicability.STRATEGY_OWN)}")
@@ -181,6 +194,15 @@ class PPTBase(BaseEstimator):
         if self.strategy == "epoch" and self.batch_size != "auto":
             raise ValueError(f"batch_size={self.batch_size!r} applies to strategy block, ppt, average, "
                              "local, async, not to strategy epoch (each update sees the whole set)")
+
+    def _solver(self, n_rows: int) -> str:
+        """The solver of a fit on ``n_rows``: ``solver``, or for "auto" Adam on a set that
+        trains on one shard with "local" (fewer than ``LOCAL_STEPS`` batches of 100 rows),
+        momentum SGD otherwise (see ``ADAM_LR``)."""
+        if self.solver != "auto":
+            return self.solver
+        small = self.strategy == "local" and n_rows < LOCAL_STEPS * AUTO_BATCH["local"]
+        return "adam" if small else "sgd"
 
     def _default_shards(self, n_workers: int, n_rows: int, batch: int) -> int:
         """``n_shards=None``: one shard per worker, except for "local" on a set smaller than
@@ -273,12 +295,16 @@ class PPTBase(BaseEstimator):
                 return self._fit(X, y, incremental=incremental, classes=classes, client=client)
         X = check_X(X)
         n_rows, n_features = (int(d) for d in X.shape)
+        adam = self._solver(n_rows) == "adam"
+        if adam:  # Adam's step size and each pass in a new order, as MLPClassifier's defaults
+            settings["optimizer"]["lr"] = ADAM_LR if self.learning_rate_init is None else self.learning_rate_init
+            settings["extra"] = {"shuffle": True, **settings["extra"], "solver": "adam"}
         if continuing and n_features != self.n_features_in_:
             raise ValueError(n_features_message(n_features, self, self.n_features_in_))
         y = self._check_y(y, n_rows, type(self).__name__)
         args = (continuing, incremental, classes)
         prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
-        auto = AUTO_BATCH.get(self.strategy, AUTO_BATCH_OTHERS)
+        auto = ADAM_BATCH if adam else AUTO_BATCH.get(self.strategy, AUTO_BATCH_OTHERS)
         batch = min(auto, n_rows) if self.batch_size == "auto" else self.batch_size
         if batch > n_rows:
             warnings.warn(f"batch_size ({batch}) is larger than the {n_rows} samples; clipped to {n_rows}",
@@ -324,7 +350,7 @@ class PPTBase(BaseEstimator):
         self.history_, self._no_improvement_count = run.history, run.no_improvement
         self.n_features_in_, self.n_outputs_, self.n_layers_ = n_features, n_outputs, len(net.sizes)
         self.out_activation_ = "identity" if self._output == "linear" else self._output
-        self.batch_size_, self.n_shards_ = batch, n_shards
+        self.batch_size_, self.n_shards_, self.solver_ = batch, n_shards, "adam" if adam else "sgd"
         return self
 
     def _train_loop(self, run: _Run, net, shards, strategy, epochs: int, seed: int, *, tol_rule: bool):
