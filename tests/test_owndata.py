@@ -207,6 +207,9 @@ def test_train_a_classifier_on_csv_with_string_labels_and_predict_to_each_kind(t
     assert model.preprocessing["features"] == ["a", "b", "c", "d"] and model.preprocessing["target"] == "kind"
     oracle = model.predict(test[["a", "b", "c", "d"]].to_numpy())  # the model's numpy path, raw rows
     assert abs(np.mean(oracle == test["kind"].to_numpy()) - summary["test_accuracy"]) < 1e-9
+    assert model.predict(test[["d", "id", "c", "b", "a"]]).tolist() == oracle.tolist()  # a frame: by column name
+    with pytest.raises(ValueError, match="scales its inputs itself"):
+        ppt.PPTClassifier.from_model(model)  # the estimator would skip the table's scaling
     test.drop(columns=["kind"]).to_parquet(tmp_path / "new.parquet", index=False)
     for out in ("p.csv", "p.parquet", "p.npy"):
         keep = ["--keep", "id"] if not out.endswith(".npy") else []

@@ -148,6 +148,11 @@ class Model:
 
     def _X(self, X) -> np.ndarray:
         pre = self.preprocessing
+        if pre and pre.get("target") is not None and hasattr(X, "columns"):  # a DataFrame: by name
+            missing = [c for c in pre["features"] if c not in X.columns]
+            if missing:
+                raise ValueError(f"X has no column {missing[:5]} of the {len(pre['features'])} the model takes")
+            X = X[list(pre["features"])].to_numpy(dtype=np.float64)
         shape = tuple(pre.get("row_shape") or ()) if pre else ()
         if pre and len(shape) > 1 and np.ndim(X) == len(shape) + 1 and np.shape(X)[1:] == shape:
             X = np.reshape(X, (len(X), -1))  # rows of the row shape, flattened as in training
