@@ -18,7 +18,6 @@ Writes graphs/out/table_memory.md and .csv.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile

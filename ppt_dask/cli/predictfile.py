@@ -88,7 +88,8 @@ class _Writer:
             return
         import pandas as pd
 
-        columns = {PREDICTION: pred} if pred.ndim == 1 else {f"{PREDICTION}_{k}": pred[:, k] for k in range(pred.shape[1])}
+        columns = ({PREDICTION: pred} if pred.ndim == 1
+                   else {f"{PREDICTION}_{k}": pred[:, k] for k in range(pred.shape[1])})
         df = pd.DataFrame(columns)
         if kept is not None:
             df = pd.concat([kept, df], axis=1)

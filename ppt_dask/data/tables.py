@@ -26,17 +26,14 @@ is what the model file keeps so that prediction applies the same.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ppt_dask.core.validation import check_dtype, check_int_at_least
-from ppt_dask.data import sources, tablestats
-from ppt_dask.data.sources import Source
+from ppt_dask.data import sources, tablemeta, tablestats
 
-TASKS = ("classification", "regression")
 MEMORY_SHARE = 0.4  # the shards may take this share of a worker's memory_limit (the rest:
 # reading partitions, training buffers, and distributed's spill threshold at 60%)
 SURVEY_TIMEOUT = 3600.0  # seconds for one pass over the table
@@ -107,137 +104,6 @@ class Table:
                 **{k: np.asarray(v) for k, v in self.scaling.items()}}
 
 
-# ---- step 1: metadata ------------------------------------------------------------------------
-
-
-@dataclass
-class _Layout:
-    source: Source
-    features: list
-    target: str | None
-    label_kind: str  # numpy kind of the labels: "i", "u", "b", "f", or "O" for text
-    row_shape: tuple
-    frame: object = None  # tables: the lazy dask DataFrame of the used columns
-    arrays: tuple = ()  # arrays: (X file, y file)
-
-    def partitions(self) -> sources.Partitions:
-        if self.frame is not None:
-            return sources.Partitions(self.source.name(), self.frame, tuple(self.features), self.target)
-        x, y = self.arrays
-        blocks = sources.row_blocks(x.shape[0], x.row_bytes, x.deflated or x.fortran or y.deflated or y.fortran)
-        return sources.Partitions(self.source.name(), arrays=(x, y), blocks=tuple(blocks))
-
-
-def _kind_of(dtype) -> str:
-    kind = getattr(dtype, "kind", "O") if isinstance(dtype, np.dtype) else "O"
-    if kind == "O" and str(dtype).lower().startswith(("int", "uint")):
-        return "i"  # nullable integers
-    if kind == "O" and str(dtype).lower().startswith("float"):
-        return "f"
-    return kind if kind in "iubf" else "O"
-
-
-def _table_layout(source: Source, target, features) -> _Layout:
-    frame = sources.read_frame(source)
-    columns = [str(c) for c in frame.columns]
-    where = source.path
-    if target is None:
-        raise ValueError(f"{where}: name the label column with --target (target=...); its columns are "
-                         f"{_listed(columns)}")
-    if target not in columns:
-        raise ValueError(f"{where}: no column {target!r} to take the labels from; its columns are {_listed(columns)}")
-    if features is None:
-        features = [c for c in columns if c != target]
-    else:
-        features = list(features)
-        missing = [c for c in features if c not in columns]
-        if missing:
-            raise ValueError(f"{where}: no feature column {_listed(missing)}; its columns are {_listed(columns)}")
-        if target in features:
-            raise ValueError(f"{where}: column {target!r} is the target; it cannot be a feature too")
-    if not features:
-        raise ValueError(f"{where}: no feature columns besides the target {target!r}")
-    kinds = {c: _kind_of(frame.dtypes[c]) for c in features}
-    text = [c for c in features if kinds[c] == "O"]
-    if text and source.kind == "csv" and not sources.csv_has_rows(source):  # no rows to tell a type by
-        raise ValueError(f"{where}: the table has no rows")
-    if text:
-        raise ValueError(f"{where}: feature column {text[0]!r} is not numeric ({frame.dtypes[text[0]]}); "
-                         "encode it as numbers, or leave it out with --features (features=...)")
-    ints = [c for c in features if kinds[c] in "iu"]
-    if ints and source.kind == "csv":  # read as floats: a later empty cell would not match the sample
-        frame = sources.read_frame(source, float_columns=ints)
-    frame = frame[[*features, target]]
-    return _Layout(source, features, target, _kind_of(frame.dtypes[target]), (len(features),), frame=frame)
-
-
-def _array_layout(source: Source) -> _Layout:
-    x, y = sources.array_pair(source)
-    features = [f"x{i}" for i in range(math.prod(x.shape[1:]))]
-    kind = np.dtype(y.dtype).kind
-    return _Layout(source, features, None, "O" if kind in "US" else kind, tuple(x.shape[1:]), arrays=(x, y))
-
-
-def _layout(source: Source, target, features) -> _Layout:
-    if source.is_table:
-        return _table_layout(source, target, features)
-    for name, value in (("--target (target=)", target), ("--features (features=)", features)):
-        if value is not None:
-            raise ValueError(f"{source.path}: {name} names columns of a table; arrays hold their labels as y")
-    return _array_layout(source)
-
-
-def _listed(names) -> str:
-    names = [repr(n) for n in names]
-    return ", ".join(names[:12]) + (f" ... ({len(names)} in all)" if len(names) > 12 else "")
-
-
-def _decide_task(kind: str, task, where: str, y_2d: bool) -> str:
-    """Labels that are text, integers or booleans make a classifier, floats a regressor."""
-    if task is None:
-        return "regression" if kind == "f" or y_2d else "classification"
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    if task == "regression" and kind == "O":
-        raise ValueError(f"{where}: the labels are text; a regression needs numbers")
-    if task == "classification" and y_2d:
-        raise ValueError(f"{where}: y has several columns (targets); a classifier takes one label per row")
-    return task
-
-
-def _row_shape(row_shape, layout: _Layout) -> tuple:
-    if row_shape is None:
-        return layout.row_shape
-    shape = tuple(int(check_int_at_least("every entry of row_shape", d, 1)) for d in row_shape)
-    if math.prod(shape) != len(layout.features):
-        raise ValueError(f"{layout.source.name()}: row shape {shape} holds {math.prod(shape)} values, but a row "
-                         f"has {len(layout.features)} features")
-    return shape
-
-
-def _test_layout(train: _Layout, test_source: Source) -> _Layout:
-    """The test file's layout, with the training columns (or row shape) and kind of labels."""
-    where = test_source.name()
-    if test_source.is_table != train.source.is_table:
-        raise ValueError(f"{where}: a test file must be of the training data's kind "
-                         f"({'a table' if train.source.is_table else 'an .npz with X and y'})")
-    if train.target is not None:
-        columns = [str(c) for c in sources.read_frame(test_source).columns]
-        missing = [c for c in [*train.features, train.target] if c not in columns]
-        if missing:
-            raise ValueError(f"{where}: the test file's columns differ from {train.source.name()}'s: "
-                             f"it has no column {_listed(missing)}")
-    test = _layout(test_source, train.target, train.features if train.target else None)
-    if len(test.features) != len(train.features) or test.row_shape != train.row_shape:
-        raise ValueError(f"{where}: test rows of shape {test.row_shape}, but the training rows have shape "
-                         f"{train.row_shape}")
-    if (test.label_kind == "O") != (train.label_kind == "O"):
-        words = {True: "text", False: "numbers"}
-        raise ValueError(f"{where}: the test labels are {words[test.label_kind == 'O']}, the training "
-                         f"labels {words[train.label_kind == 'O']}")
-    return test
-
-
 # ---- step 2: the survey ---------------------------------------------------------------------
 
 
@@ -293,7 +159,7 @@ def prepare_task(parts: sources.Partitions, i: int, *args):
     return tablestats.prepare_part(parts.read(i), i, *args)
 
 
-def _survey(layout: _Layout, plan, client, timeout: float) -> tablestats.Survey:
+def _survey(layout: tablemeta.Layout, plan, client, timeout: float) -> tablestats.Survey:
     import dask
 
     parts = layout.partitions()
@@ -305,7 +171,7 @@ def _survey(layout: _Layout, plan, client, timeout: float) -> tablestats.Survey:
     return tablestats.combine(results, len(layout.features))
 
 
-def _check_survey(s: tablestats.Survey, layout: _Layout, plan, dropna: bool) -> None:
+def _check_survey(s: tablestats.Survey, layout: tablemeta.Layout, plan, dropna: bool) -> None:
     where = layout.source.name()
     names = layout.features if layout.target is not None else [f"column {i} of X" for i in range(len(layout.features))]
     if s.rows == 0:
@@ -341,7 +207,7 @@ def _check_survey(s: tablestats.Survey, layout: _Layout, plan, dropna: bool) -> 
 # ---- step 3: the arrays ----------------------------------------------------------------------
 
 
-def _arrays(layout: _Layout, plan, part: str, lengths: list, scaling: dict, classes, dtype: str):
+def _arrays(layout: tablemeta.Layout, plan, part: str, lengths: list, scaling: dict, classes, dtype: str):
     # y: (n,) class indices, or (n, n_targets) scaled targets
     """Dask arrays (X, y) of the ``part`` rows, one block per partition that has any."""
     import dask
@@ -371,8 +237,8 @@ class Reading:
     """A data set whose metadata is checked (no cluster work yet); :meth:`read` surveys it
     on the workers and returns the :class:`Table`. Made by :func:`open_data`."""
 
-    layout: _Layout
-    test_layout: _Layout | None
+    layout: tablemeta.Layout
+    test_layout: tablemeta.Layout | None
     plan: tablestats.Plan
     row_shape: tuple
     dtype: str
@@ -437,11 +303,11 @@ def open_data(path=None, target=None, *, x=None, y=None, features=None, task=Non
         raise ValueError("give both x= (the rows) and y= (the labels), two .npy files")
     source = sources.locate(path if path is not None else x, y_path=y, storage_options=options)
     test_source = sources.locate(test, storage_options=options) if test is not None else None
-    layout = _layout(source, target, features)
+    layout = tablemeta.layout_of(source, target, features)
     y_2d = bool(layout.arrays) and len(layout.arrays[1].shape) == 2
-    task = _decide_task(layout.label_kind, task, source.name(), y_2d)
-    shape = _row_shape(row_shape, layout)
-    test_layout = None if test_source is None else _test_layout(layout, test_source)
+    task = tablemeta.decide_task(layout.label_kind, task, source.name(), y_2d)
+    shape = tablemeta.row_shape_of(row_shape, layout)
+    test_layout = None if test_source is None else tablemeta.test_layout_of(layout, test_source)
     plan = tablestats.Plan(task, bool(dropna), float(test_fraction or 0.0), int(seed))
     return Reading(layout, test_layout, plan, shape, dtype)
 
