@@ -342,6 +342,19 @@ def test_without_pandas_a_table_names_the_extra_to_install(tmp_path):
     assert "pip install 'ppt_dask[tables]'" in proc.stderr
 
 
+def test_arrays_need_no_pandas(tmp_path):
+    """The [tables] extra is for tables: an .npz is read with numpy and fsspec alone."""
+    X = np.random.default_rng(0).random((50, 3))
+    np.savez(tmp_path / "d.npz", X=X, y=(X[:, 0] > 0.5).astype(np.int64))
+    code = ("import sys; sys.modules['pandas'] = None; sys.modules['pyarrow'] = None\n"
+            "import numpy as np, ppt_dask as ppt\n"
+            f"t = ppt.datasets.from_table({str(tmp_path / 'd.npz')!r})  # dask's local scheduler: no cluster\n"
+            "print(t.n_rows, t.classes.tolist(), float(np.abs(t.X.compute().mean(axis=0)).max()) < 1e-12)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["50", "[0,", "1]", "True"]
+
+
 @pytest.mark.parametrize("args, words", [
     (["train", "parity8", "--target", "y"], "--target applies to a table (.csv, .parquet), not to a built-in data set"),
     (["train", "parity8", "--test-fraction", "0.2"], "--test-fraction applies to a table"),
@@ -352,6 +365,9 @@ def test_without_pandas_a_table_names_the_extra_to_install(tmp_path):
     (["predict", "m.npz", "t.csv", "--output", "p.npy", "--keep", "id"], "--keep applies to a .csv or .parquet output"),
     (["predict", "m.npz", "t.csv", "--output", "p.txt"], "unknown suffix .txt"),
     (["predict", "m.npz", "parity8", "--keep", "id"], "--keep applies to a table of your own"),
+    (["train", "mnst"], "unknown data set 'mnst': not a built-in set"),
+    (["predict", "m.npz", "mnst", "--output", "p.csv"], "unknown data set 'mnst': not a built-in set"),
+    (["train", "parity8", "--solver", "adam"], "--solver applies to --strategy local, not to --strategy epoch"),
 ])
 def test_a_data_flag_that_does_not_apply_is_refused(args, words, tmp_path):
     frame(20).to_csv(tmp_path / "t.csv", index=False)
