@@ -208,9 +208,12 @@ def _rewrite(path, out, **changes):
 def test_other_version_and_tampered_weights_are_refused_with_the_reason(tmp_path):
     model = _model()
     path = model.save(tmp_path / "m.npz")
-    newer = _rewrite(path, tmp_path / "v2.npz", format_version=2, ppt_dask_version="9.0")
-    with pytest.raises(ValueError, match=r"format version 2 \(written by ppt_dask 9.0\); this ppt_dask reads version 1"):
+    newer = _rewrite(path, tmp_path / "v3.npz", format_version=3, ppt_dask_version="9.0")
+    with pytest.raises(ValueError, match=r"format version 3 \(written by ppt_dask 9.0\); this ppt_dask reads "
+                                         r"versions 1, 2"):
         ppt.load_model(newer)
+    older = ppt.load_model(_rewrite(path, tmp_path / "v1.npz", format_version=1))  # before input scaling
+    assert older.preprocessing is None and np.array_equal(older.params, model.params)
     params = model.params.copy()
     params[7] += 1e-9  # a valid zip whose weights no longer match the checksum
     tampered = _rewrite(path, tmp_path / "t.npz", params=params)

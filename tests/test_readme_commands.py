@@ -69,6 +69,7 @@ def runnable(line: str, data_dir: str) -> tuple[dict, list[str], bool]:
 
 
 COMMANDS = [(doc, line) for doc in DOCS for line in printed_commands(ROOT / doc)]
+_OWN_FILES = ("train.csv", "test.csv", "new.csv", "parts/", "images.npy", "labels.npy")  # made by _own_files
 
 
 def test_the_documents_print_the_commands_we_expect():
@@ -96,6 +97,53 @@ def _inputs_of_predict(argv: list[str], workdir: Path, script: str, env: dict) -
         np.save(workdir / argv[argv.index("--input") + 1], np.random.default_rng(0).random((5, width)))
 
 
+def _own_files(workdir: Path) -> dict:
+    """The files of one's own the README's commands name, made as a user would have them:
+    tables written by pandas and pyarrow, arrays by numpy."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+
+    def flowers(n, seed):
+        r = np.random.default_rng(seed)
+        df = pd.DataFrame(r.standard_normal((n, 3)), columns=["petal", "sepal", "stem"])
+        df.insert(0, "id", np.arange(n))
+        df["species"] = np.where(df.petal > 0.5, "iris", np.where(df.sepal > 0, "rose", "tulip"))
+        return df
+
+    def parts(folder):
+        folder.mkdir()
+        for i in range(3):
+            df = pd.DataFrame(rng.standard_normal((100, 2)), columns=["rooms", "age"])
+            df["price"] = 100 + 20 * df.rooms - 5 * df.age
+            df.loc[i, "age"] = np.nan  # one incomplete row per part, for --dropna
+            df.to_parquet(folder / f"part-{i}.parquet", index=False)
+
+    images = rng.random((200, 1, 28, 28))
+    return {"train.csv": lambda p: flowers(300, 1).to_csv(p, index=False),
+            "test.csv": lambda p: flowers(100, 2).to_csv(p, index=False),
+            "new.csv": lambda p: flowers(20, 3).drop(columns=["species"]).to_csv(p, index=False),
+            "parts/": parts,
+            "images.npy": lambda p: np.save(p, images),
+            "labels.npy": lambda p: np.save(p, (images.mean(axis=(1, 2, 3)) > 0.5).astype(np.int64))}
+
+
+def _inputs_of_own_data(argv: list[str], workdir: Path, script: str, env: dict) -> None:
+    """The files of one's own a printed command reads, and the model a printed ``predict``
+    of such a file needs (trained as the README's first such command trains it)."""
+    makers = _own_files(workdir)
+    for word in argv:
+        if word in makers and not (workdir / word).exists():
+            makers[word](workdir / word)
+    if argv[1] == "predict" and not (workdir / argv[2]).exists():
+        for name in ("train.csv", "test.csv"):
+            if not (workdir / name).exists():
+                makers[name](workdir / name)
+        subprocess.run([script, "train", "train.csv", "--target", "species", "--epochs", "1", "--quiet", "--save",
+                        argv[2]], cwd=workdir, env=env, check=True, capture_output=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("readme")
@@ -110,7 +158,9 @@ def test_printed_command_runs(doc, line, workdir):
     # the console script of this environment, so the test does not depend on PATH
     script = Path(sys.executable).with_name("ppt-dask")
     cmd = [str(script) if script.exists() else argv[0], *argv[1:]]
-    if argv[1] == "predict":
+    if any(word in _OWN_FILES for word in argv):  # a table or arrays of one's own
+        _inputs_of_own_data(argv, workdir, cmd[0], env)
+    elif argv[1] == "predict":
         _inputs_of_predict(argv, workdir, cmd[0], env)
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
@@ -120,4 +170,5 @@ def test_printed_command_runs(doc, line, workdir):
         assert done.stdout.startswith("usage: ppt-dask"), output
     elif argv[1] == "train":
         # the summary starts with the data set (a single run), or gives the splits' accuracy
-        assert done.stdout.startswith(f"{argv[2]}: ") or "test accuracy over" in done.stdout, output
+        data = argv[2] if argv[2] != "--x" else f"{argv[3]} and {argv[5]}"  # train --x A.npy --y B.npy
+        assert done.stdout.startswith(f"{data}: ") or "test accuracy over" in done.stdout, output

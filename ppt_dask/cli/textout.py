@@ -45,6 +45,8 @@ def result_lines(summary: dict) -> str:
     rows = [("stopped", stop_reason(summary["stopped_because"], summary["learned"], summary.get("target_error")))]
     if summary.get("test_accuracy") is not None:
         rows.append(("test accuracy", f"{100 * summary['test_accuracy']:.2f} %"))
+    if summary.get("test_r2") is not None:  # a regression on a table of one's own
+        rows.append(("test R^2", f"{summary['test_r2']:.4f}"))
     rows.append(("train error", f"{100 * summary['train_error_rate']:.2f} %"))
     rows.append(("train loss", f"{summary['train_loss']:.4g}"))
     rows.append(("epochs", f"{summary['epochs']:.4g} ({summary['rounds']} rounds)"))
