@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from ppt_dask.cli import paths
 from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT
 
 
@@ -72,6 +73,8 @@ def ssh_command(args) -> int:
         connect["client_keys"] = [str(Path(args.ssh_key).expanduser())]
     if args.known_hosts is not None:
         connect["known_hosts"] = str(Path(args.known_hosts).expanduser())
+    paths.input_file("HOSTFILE", args.hostfile, "a file of host names, one per line")
+    paths.input_folder("--certs", args.certs, "the TLS folder made by deploy/make_certs.py")
     certs = Path(args.certs).expanduser().resolve()
     hosts = ssh.read_hostfile(args.hostfile)
     if not args.verbose:  # the remote start-up lines; an error message repeats the last ones
@@ -141,9 +144,9 @@ def slurm_command(args) -> int:
     from ppt_dask.deploy import slurm  # dask: only when a cluster starts
     from ppt_dask.engine import interrupt
 
+    paths.input_folder("--certs", args.certs, "the TLS folder made by deploy/make_certs.py")
+    paths.input_folder("--log-directory", args.log_directory, "an existing folder for the jobs' output")
     certs = Path(args.certs).expanduser().resolve()
-    if args.log_directory and not Path(args.log_directory).is_dir():
-        raise ValueError(f"--log-directory {args.log_directory!r} is not a directory")
     t0 = time.perf_counter()
     dashboard = None if str(args.dashboard_address).lower() == "none" else args.dashboard_address
     try:

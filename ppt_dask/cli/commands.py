@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from ppt_dask import __version__
-from ppt_dask.cli import errors as clierrors, flags as cliflags, textout
+from ppt_dask.cli import errors as clierrors, flags as cliflags, paths, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.data import datasets
 
@@ -258,9 +258,13 @@ def _checked_cluster_and_outputs(args, ppt):
         args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
     if args.save and args.splits:  # --splits trains one model per split
         raise ValueError("--save applies to one run, not to --splits")
-    for flag, path in (("--report", args.report), ("--trace", args.trace), ("--save", args.save)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
+    for flag, path, what in (("--json", args.json, "the summary's .json file"),
+                             ("--report", args.report, "the report's .html file"),
+                             ("--trace", args.trace, "the trace's .json file"),
+                             ("--save", args.save, "the model's .npz file")):
+        paths.output_file(flag, path, what)  # a missing folder must not cost the run
+    paths.output_folder("--checkpoint", args.checkpoint, "checkpoint.npz")
+    paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     return security
 
 

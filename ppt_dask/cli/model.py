@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from ppt_dask.cli import flags as cliflags, textout
+from ppt_dask.cli import flags as cliflags, paths, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.perf import model as perfmodel, planning
 
@@ -123,6 +123,8 @@ def _calibrate(args) -> int:
     preset = PRESETS[args.dataset]
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
+    paths.output_file("--out", args.out, "the calibration's .json file")  # before the minutes it takes
+    paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     data = datasets.load(args.dataset, data_dir=args.data_dir)
     n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                  else 1 if data.y.ndim == 1 else data.y.shape[1])
@@ -161,10 +163,11 @@ def _setting(args) -> dict:
     from ppt_dask.perf.calibrate import Calibration
 
     path = args.calibration or args.constants
-    try:
-        cal = Calibration.load(path)
-    except FileNotFoundError:
-        raise ValueError(f"no such file: {path}") from None
+    flag = "--calibration" if args.calibration else "--constants"
+    paths.input_file(flag, path, "a .json file" + (" written by `ppt-dask model calibrate`" if args.calibration
+                                                   else " of Constants fields in seconds"))
+    paths.output_file("--json", args.json, "a .json file for the numbers")
+    cal = Calibration.load(path)
     n = args.n_patterns or cal.n_patterns
     w = (args.n_weights or (perfmodel.count_weights(args.network) if args.network else None)
          or cal.n_weights)

@@ -171,6 +171,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         raise ValueError(f"exchange must be one of {rounds.EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
+    if checkpoint_dir:
+        checkpoint.check_folder(checkpoint_dir)
     applicability.refuse_pipeline(name, exchange, pipeline)
     validation.check_network_fits(net, shards)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
