@@ -187,3 +187,25 @@ def test_unscreened_checks_come_every_check_every_epochs(client4, workers4, stra
             due = e + 0.5
     assert epochs == expected
     assert all(0 < r["verified_error_rate"] <= 1 for r in checked)  # target 0 is never met here
+
+
+def test_progress_true_shows_the_run_false_shows_nothing_and_other_values_are_refused(threads_client, capsys):
+    """``progress=True``: the one display (ppt_dask.progress); here standard error is not a
+    terminal, so plain lines: the /ppt link, epochs of the total, patterns per second, time
+    left, loss and error, and why the run stopped. It changes nothing the run computes."""
+    X, y = _data()
+    net, stop = ppt.MLP((5, 4, 3)), ppt.Stop(max_epochs=3)
+    shards = ppt.enter_data(threads_client, X, y, n_shards=2)
+    try:
+        with pytest.raises(ValueError, match=r"^progress must be True .* got 3$"):
+            ppt.train(net, shards, ppt.Sync(lr=0.5), stop, progress=3)
+        quiet = ppt.train(net, shards, ppt.Sync(lr=0.5), stop, progress=False)
+        assert capsys.readouterr().err == ""
+        shown = ppt.train(net, shards, ppt.Sync(lr=0.5), stop, progress=True)
+    finally:
+        ppt.exit_data(shards)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"time breakdown, live: {ppt.cluster.page_url(threads_client)}"
+    assert lines[1].startswith("epoch 1.00/3 (33 %)  ") and " patterns/s, " in lines[1] and " left  loss " in lines[1]
+    assert lines[-1].startswith("epoch 3.00/3 (100 %)  max epochs after ") and "error " in lines[-1]
+    assert quiet.params.tobytes() == shown.params.tobytes()

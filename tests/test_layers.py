@@ -19,16 +19,17 @@ PACKAGE = Path(ppt_dask.__file__).resolve().parent
 
 # subpackage -> the parts of ppt_dask it may import (itself always)
 ALLOWED = {
+    "progress": set(),
     "core": set(),
-    "data": {"core"},
+    "data": {"core", "progress"},
     "algorithms": {"core"},
     "observe": {"core"},
-    "engine": {"core", "data", "algorithms"},
+    "engine": {"core", "data", "algorithms", "progress"},
     "api": {"core", "observe", "engine"},
     "perf": {"core", "data", "algorithms", "observe", "engine", "api"},
-    "sklearn": {"core", "data", "algorithms", "observe", "engine", "api"},
+    "sklearn": {"core", "data", "algorithms", "observe", "engine", "api", "progress"},
     "deploy": {"core", "observe", "engine"},
-    "cli": {"core", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy"},
+    "cli": {"core", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy", "progress"},
     "testing": set(),
 }
 NUMPY_ONLY = ("core", "data", "algorithms")

@@ -304,7 +304,9 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
     import ppt_dask as ppt
     from ppt_dask.engine import interrupt
 
-    progress = None if args.quiet else textout.EpochProgress(s["epochs"])
+    from ppt_dask.progress import Training
+
+    progress = None if args.quiet or args.splits else Training(s["epochs"])  # a bar, or lines in a log
     watch = interrupt.LastRound(progress)
     workers = args.workers
     try:  # a Ctrl-C in a finalizer comes again (errors.run): never lost
@@ -319,6 +321,8 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
                            resume=args.resume, exchange=args.exchange,
                            pipeline=args.pipeline, progress=watch)
+        if progress is not None:
+            progress.close(result)  # the last state, and why it stopped
         ppt.exit_data(shards)
     except KeyboardInterrupt:
         if progress is not None:
