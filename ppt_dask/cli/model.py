@@ -63,7 +63,7 @@ def add_model_parser(subparsers) -> None:
     c.add_argument("--shards", type=_shards, default=None, help="shards of the layout to model (default: 8, or the workers if more)")
     c.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths (default: the data set's preset)")
     c.add_argument("--fan-in", type=_positive, default=2)
-    c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point (at least 8: 5 warm up)")
+    c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point (at least 8: 5 warm up; the call curve runs at most 16)")
     c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
     c.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     c.add_argument("--data-dir", default=None)

@@ -48,6 +48,7 @@ PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
 
 WARMUP = 5  # probe rounds left out of every median (the graph and the caches warm up)
 MIN_MEASURED = 3  # rounds a median needs at the least
+CURVE_ROUNDS = 16  # rounds per size of the call curve (measure_calls); fewer when fewer probe rounds are asked
 
 
 def check_rounds(rounds: int, warmup: int = WARMUP, flag: str = "rounds") -> int:
@@ -310,7 +311,8 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     curve's real rounds, ``th0`` is levelled so that ``Tu + Tr(p) + Th(p)`` matches what
     those rounds cost beyond their gradient phase at p = 1 and p = all (the probes keep
     the growth ``th1``), and ``tq`` is what their shortest calls' rounds cost beyond it.
-    ``n_patterns`` is ``len(X)``. ``progress``, when given, is called with a line at the
+    ``n_patterns`` is ``len(X)``; the call curve runs ``min(CURVE_ROUNDS, rounds)`` rounds
+    per size. ``progress``, when given, is called with a line at the
     start of each of the four steps (``step 2/4: ...``).
     """
     check_rounds(rounds)
@@ -325,7 +327,8 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     del on_worker, data
     if curve:
         say(f"step 2/4: the call curve over {len(workers)} worker(s)")
-    calls = measure_calls(client, net, X[:n_rows], y[:n_rows], workers) if curve else None
+    calls = (measure_calls(client, net, X[:n_rows], y[:n_rows], workers, rounds=min(CURVE_ROUNDS, rounds))
+             if curve else None)
     say(f"step 3/4: head and scheduler cost, {rounds} probe rounds at p = {', '.join(map(str, p_values))}")
     head = measure_head(client, workers, p_values=p_values, spin_seconds=spin_seconds,
                         rounds=rounds, fan_in=fan_in)
