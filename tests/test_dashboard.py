@@ -177,11 +177,12 @@ def test_live_page_shows_the_run_while_it_trains(browser, tmp_path):
     assert not failure, failure
 
 
-def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path):
+def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path, scheduler_address):
     report, trace, out = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "s.json"
     proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2",
                            "--epochs", "30", "--report", str(report), "--trace", str(trace),
-                           "--json", str(out), "--quiet"], capture_output=True, text=True, timeout=120)
+                           "--json", str(out), "--quiet", "--scheduler", scheduler_address],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     assert f"not gradient  {summary['percent_not_gradient']:.1f} % of the workers' time" in proc.stdout

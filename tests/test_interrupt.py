@@ -31,11 +31,14 @@ def _session(sid):
     return found
 
 
-def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path):
+def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path, scheduler_address):
     """760b1fe: 111 lines with 5 tracebacks, not a word about the checkpoint. The signal goes
-    to the whole process group, as a terminal's Ctrl-C does."""
+    to the whole process group, as a terminal's Ctrl-C does. The interrupted run starts its
+    own LocalCluster (it must close it); the run it is compared with and the resumed one
+    train on the tests' shared scheduler."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    subprocess.run(_cli("--quiet", "--checkpoint", str(whole)), check=True, timeout=300, capture_output=True)
+    shared = ("--scheduler", scheduler_address)
+    subprocess.run(_cli("--quiet", "--checkpoint", str(whole), *shared), check=True, timeout=300, capture_output=True)
     head = subprocess.Popen(_cli("--checkpoint", str(cut)), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -60,7 +63,7 @@ def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path):
     while _session(head.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _session(head.pid) == []  # no worker, nanny or helper process left
-    resumed = subprocess.run(_cli("--quiet", "--checkpoint", str(cut), "--resume"), timeout=300,
+    resumed = subprocess.run(_cli("--quiet", "--checkpoint", str(cut), "--resume", *shared), timeout=300,
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     a = np.load(whole / checkpoint.FILE)["params"]

@@ -1,6 +1,6 @@
 """Model files: Result.save, load_model, Model, ppt-dask train --save and ppt-dask predict.
 
-The parity8 model is trained once, by the command line on a LocalCluster it starts; every
+The parity8 model is trained once, by the command line (on the tests' shared scheduler); every
 check of the loaded model is against an oracle computed independently: the training set's
 true parity, the network's forward pass on the saved weights, or a file built by hand.
 """
@@ -46,10 +46,12 @@ def test_readme_prints_the_commands_run_here():
 
 
 @pytest.fixture(scope="module")
-def parity_model(tmp_path_factory):
-    """README's ``ppt-dask train parity8 --save m.npz && ppt-dask predict ...``, run once."""
+def parity_model(tmp_path_factory, scheduler_address):
+    """README's ``ppt-dask train parity8 --save m.npz && ppt-dask predict ...``, run once, the
+    training on the tests' shared scheduler (tests/test_readme_commands.py runs it as printed)."""
     folder = tmp_path_factory.mktemp("parity")
-    run = _shell(README_TRAIN, cwd=folder)
+    shared = f"--save m.npz --workers 2 --scheduler {scheduler_address}"
+    run = _shell(README_TRAIN.replace("--save m.npz", shared, 1), cwd=folder)
     assert run.returncode == 0, run.stderr
     return folder, folder / "m.npz", run.stdout
 

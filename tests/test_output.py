@@ -19,10 +19,11 @@ def run(*args, timeout=300):
                           text=True, timeout=timeout)
 
 
-def test_train_prints_aligned_rounded_lines_that_agree_with_the_json(tmp_path):
+def test_train_prints_aligned_rounded_lines_that_agree_with_the_json(tmp_path, scheduler_address):
     """760b1fe: `train_loss=0.7268891663924053 ... learned=False` on one line."""
     out, report = tmp_path / "out.json", tmp_path / "report.html"
-    proc = run("train", "mnist", "--workers", "2", "--epochs", "1", "--json", str(out), "--report", str(report))
+    proc = run("train", "mnist", "--workers", "2", "--epochs", "1", "--json", str(out), "--report", str(report),
+               "--scheduler", scheduler_address)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     lines = proc.stdout.strip().splitlines()

@@ -3,10 +3,14 @@
 The commands are read from the fenced code blocks (continuation lines joined, comments
 dropped) and run in order in one folder, so ``calib.json`` written by ``model calibrate``
 is the one ``model predict`` reads. Small settings keep the suite short: training
-commands get ``--epochs 1`` (and two splits), the calibration fewer probe rounds;
-commands that need a cluster of several hosts (a remote ``--scheduler``, ``cluster ssh``)
-run with ``--help`` appended, which still parses every flag and value before printing.
-A command fails the test on a non-zero exit status or a traceback.
+commands get ``--epochs 1`` (and two splits), the calibration fewer probe rounds and
+cluster sizes. The commands that train or calibrate run on the tests' shared scheduler
+(``--scheduler``, with ``--workers 2`` where the command gives none: what it starts on a
+2-core machine) rather than each on a LocalCluster of its own, but for the quick start,
+which starts its LocalCluster as printed. Commands that need a cluster of several hosts (a remote
+``--scheduler``, ``cluster ssh``) run with ``--help`` appended, which still parses every
+flag and value before printing. A command fails the test on a non-zero exit status or a
+traceback.
 """
 
 import os
@@ -47,8 +51,12 @@ def needs_several_hosts(words: list[str]) -> bool:
     return False
 
 
-def runnable(line: str, data_dir: str) -> tuple[dict, list[str], bool]:
-    """(environment additions, argv, help only) for one printed command."""
+QUICK_START = ["ppt-dask", "train", "parity8"]
+
+
+def runnable(line: str, data_dir: str, scheduler: str | None = None) -> tuple[dict, list[str], bool]:
+    """(environment additions, argv, help only) for one printed command; ``scheduler``: the
+    address the commands that train or calibrate run on (None: their own LocalCluster)."""
     words = shlex.split(line, comments=True)
     env = {}
     while _ENV.match(words[0]):
@@ -59,12 +67,14 @@ def runnable(line: str, data_dir: str) -> tuple[dict, list[str], bool]:
     if needs_several_hosts(words):
         return env, words + ["--help"], True
     extra = []
-    if words[1] == "train" and words != ["ppt-dask", "train", "parity8"]:  # the quick start runs as is
+    if words[1] == "train" and words != QUICK_START:  # the quick start runs as is
         extra = ["--epochs", "1", "--quiet"]
         if "--splits" in words:
             extra += ["--splits", "2", "--split-epochs", "1"]
     elif words[1:3] == ["model", "calibrate"]:
-        extra = ["--rounds", "8"]
+        extra = ["--rounds", "8", "--p-values", "1,2"]
+    if scheduler and extra:
+        extra += ([] if "--workers" in words else ["--workers", "2"]) + ["--scheduler", scheduler]
     return env, words + extra, False
 
 
@@ -80,14 +90,15 @@ def test_the_documents_print_the_commands_we_expect():
     assert sum(doc == "deploy/README.md" for doc, _ in COMMANDS) >= 3
 
 
-def _inputs_of_predict(argv: list[str], workdir: Path, script: str, env: dict) -> None:
+def _inputs_of_predict(argv: list[str], workdir: Path, script: str, env: dict, scheduler: str) -> None:
     """What a printed ``predict`` reads and the documents make elsewhere (a model trained on
     another machine, the user's own rows): a parity8 model and rows of its width."""
     import numpy as np
 
     model = workdir / argv[2]
     if not model.exists():
-        subprocess.run([script, "train", "parity8", "--epochs", "1", "--quiet", "--save", str(model)],
+        subprocess.run([script, "train", "parity8", "--epochs", "1", "--quiet", "--save", str(model),
+                        "--workers", "2", "--scheduler", scheduler],
                        cwd=workdir, env=env, check=True, capture_output=True, timeout=600)
     if "--input" in argv and not (workdir / argv[argv.index("--input") + 1]).exists():
         from ppt_dask import load_model
@@ -102,16 +113,16 @@ def workdir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("doc,line", COMMANDS, ids=[f"{d}: {c}" for d, c in COMMANDS])
-def test_printed_command_runs(doc, line, workdir):
+def test_printed_command_runs(doc, line, workdir, scheduler_address):
     data_dir = os.environ.get("PPT_DASK_DATA") or str(ROOT.parent / "shared" / "data")
-    env_extra, argv, help_only = runnable(line, data_dir)
+    env_extra, argv, help_only = runnable(line, data_dir, scheduler_address)
     env = {**os.environ, **env_extra, "PPT_DASK_DATA": data_dir}
     env.pop("PPT_DASK_DEBUG", None)
     # the console script of this environment, so the test does not depend on PATH
     script = Path(sys.executable).with_name("ppt-dask")
     cmd = [str(script) if script.exists() else argv[0], *argv[1:]]
     if argv[1] == "predict":
-        _inputs_of_predict(argv, workdir, cmd[0], env)
+        _inputs_of_predict(argv, workdir, cmd[0], env, scheduler_address)
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{doc}: {line!r} exited {done.returncode}:\n{output[-3000:]}"
