@@ -31,6 +31,7 @@ ALLOWED = {
     "deploy": {"core", "observe", "engine"},
     "cli": {"core", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy", "progress"},
     "testing": set(),
+    "versions": set(),
 }
 NUMPY_ONLY = ("core", "data", "algorithms")
 HEAVY = ("dask", "distributed", "bokeh")
