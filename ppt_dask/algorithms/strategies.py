@@ -88,7 +88,10 @@ class _Base:
     def n_shards(self) -> int:
         return len(self.shard_rows)
 
-    exact_stats = False  # whether a round's stats cover the whole training set
+    @property
+    def exact_stats(self) -> bool:
+        """Whether a round's stats cover the whole training set."""
+        return False
 
     def check(self, shard_rows, seed: int = 0, replicated: bool = False):
         return replace(self, shard_rows=tuple(int(n) for n in shard_rows), seed=int(seed),
