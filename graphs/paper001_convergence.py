@@ -95,7 +95,8 @@ def main():
         ppt.cluster.close(client)
     for name, (net, data, epochs) in probs.items():  # the serial reference, for as long as the longest
         _, (b, lr, mom), _ = SETTINGS[name]
-        budget = max(xs[-1] for k, (xs, _) in curves.items() if k[0] == name or (name == "digits" and k[0] == "averaging"))
+        budget = max(xs[-1] for k, (xs, _) in curves.items()
+                     if k[0] == name or (name == "digits" and k[0] == "averaging"))
         curves[name, "serial", b] = serial_curve(net, data, ppt.Sync(lr, mom, block=b), b, epochs, args.points,
                                                  score(name, net, data), budget)
     rows, top = [], max(args.workers)

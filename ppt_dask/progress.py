@@ -140,7 +140,8 @@ class Training:
         if self.kind != "lines":
             # the share is the display's own (of the most epochs): a notebook's bar ends at
             # the epochs run (close), and tqdm's percentage would then say 100
-            fmt = "{head} [{bar:%d}] {percent}  {tail}" % WIDTH if self.kind == "bar" else "{head} {bar} {percent}  {tail}"
+            bar = f"[{{bar:{WIDTH}}}]" if self.kind == "bar" else "{bar}"
+            fmt = f"{{head}} {bar} {{percent}}  {{tail}}"
             self.bar = _bar_class(self.kind, self._fields())(
                 total=self.total, initial=min(self.epoch, self.total), file=self.stream, bar_format=fmt,
                 ascii=".#" if self.kind == "bar" else None, mininterval=REDRAW_SECONDS, leave=True,

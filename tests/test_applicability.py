@@ -91,7 +91,8 @@ def test_exchange_all_applies_to_local_and_auto_to_all():
 def test_exchange_stream_applies_to_local_only():
     applicability.refuse("local", {"exchange": "stream"})
     for strategy in ("epoch", "block", "ppt", "average", "async"):
-        with pytest.raises(ValueError, match=f"exchange 'stream' applies to strategy local, not to strategy {strategy}"):
+        refusal = f"exchange 'stream' applies to strategy local, not to strategy {strategy}"
+        with pytest.raises(ValueError, match=refusal):
             applicability.refuse(strategy, {"exchange": "stream"})
     with pytest.raises(ValueError, match="--exchange 'stream' applies to --strategy local, not to --strategy block"):
         applicability.refuse("block", {"exchange": "stream"}, spell=applicability.cli_spelling)
@@ -158,7 +159,8 @@ def test_the_estimator_refuses_strategy_params_that_do_not_apply(strategy):
         if applicability.applies(row, strategy) or row == size:
             clf._settings()  # the check fit runs first: no error
         else:
-            with pytest.raises(ValueError, match=rf"^strategy_params\['{row}'\] applies to .*not to strategy {strategy}$"):
+            refusal = rf"^strategy_params\['{row}'\] applies to .*not to strategy {strategy}$"
+            with pytest.raises(ValueError, match=refusal):
                 clf.fit(X, y)
     if strategy == "epoch":
         with pytest.raises(ValueError, match="batch_size=10 applies to strategy block"):

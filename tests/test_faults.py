@@ -178,7 +178,10 @@ def test_divergence_exits_non_zero_from_the_cli(scheduler_address):
 def _soak(client, workers, rounds):
     X, y = _data(64)
     shards = ppt.enter_data(client, X, y, n_shards=2, workers=workers[:2])
-    rss = lambda: client.run_on_scheduler(lambda: __import__("psutil").Process().memory_info().rss)
+
+    def rss():
+        return client.run_on_scheduler(lambda: __import__("psutil").Process().memory_info().rss)
+
     marks = {}
 
     def progress(record):

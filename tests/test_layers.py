@@ -165,7 +165,8 @@ def test_the_command_line_parser_loads_no_dask():
     """``ppt-dask --version`` and ``--help`` build the whole parser, cluster commands
     included: that loads no dask (the cluster commands import it when they run)."""
     code = ("import sys\nfrom ppt_dask.cli.commands import build_parser\n"
-            "build_parser().format_help()\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}))")
+            "build_parser().format_help()\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"

@@ -137,8 +137,10 @@ def _bad_files(folder, good):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["M", "--input", "wide.npy", "--output", "y.npy"], "--input wide.npy: X has 7 features per row, but the model takes 8"),
-    (["M", "--input", "nan.npy", "--output", "y.npy"], "X has 1 non-finite entry (NaN or inf); the first is X[1, 2] = nan"),
+    (["M", "--input", "wide.npy", "--output", "y.npy"],
+     "--input wide.npy: X has 7 features per row, but the model takes 8"),
+    (["M", "--input", "nan.npy", "--output", "y.npy"],
+     "X has 1 non-finite entry (NaN or inf); the first is X[1, 2] = nan"),
     (["text.npz", "parity8"], "text.npz: not a ppt_dask model file (not an .npz archive)"),
     (["other.npz", "parity8"], "other.npz: not a ppt_dask model file (arrays ['weights']"),
     (["flipped.npz", "parity8"], "flipped.npz: not a readable ppt_dask model file"),
@@ -211,7 +213,8 @@ def test_other_version_and_tampered_weights_are_refused_with_the_reason(tmp_path
     model = _model()
     path = model.save(tmp_path / "m.npz")
     newer = _rewrite(path, tmp_path / "v2.npz", format_version=2, ppt_dask_version="9.0")
-    with pytest.raises(ValueError, match=r"format version 2 \(written by ppt_dask 9.0\); this ppt_dask reads version 1"):
+    with pytest.raises(ValueError, match=r"format version 2 \(written by ppt_dask 9.0\); "
+                                         r"this ppt_dask reads version 1"):
         ppt.load_model(newer)
     params = model.params.copy()
     params[7] += 1e-9  # a valid zip whose weights no longer match the checksum

@@ -105,7 +105,7 @@ class LocalSGD(_Base):
     ema: float = 0.0
 
     name = "local"
-    shard_models = True  # every shard keeps a model of its own (rounds: ppt_dask.engine.stream, ppt_dask.engine.overlap)
+    shard_models = True  # every shard keeps a model of its own (ppt_dask.engine.stream, .overlap)
 
     def __post_init__(self):
         super().__post_init__()

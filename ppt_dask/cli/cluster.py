@@ -100,7 +100,8 @@ def ssh_command(args) -> int:
             if dashboard:
                 print(f"dashboard  port {dashboard} on {hosts[0]} "
                       f"(ssh -L {dashboard}:127.0.0.1:{dashboard} {hosts[0]}, then http://127.0.0.1:{dashboard}/status)")
-            print(f"workers    {len(info['workers'])} on {len(hosts if not args.no_workers_on_scheduler else hosts[1:])} hosts")
+            on = hosts if not args.no_workers_on_scheduler else hosts[1:]
+            print(f"workers    {len(info['workers'])} on {len(on)} hosts")
             print(f"preload    {', '.join(preloads(not args.no_preload)) or 'none'}")
             print(f"train      ppt-dask train parity8 --scheduler {address} --security {certs}")
             print("Ctrl-C stops the cluster.", flush=True)
@@ -126,7 +127,8 @@ def add_slurm_parser(kinds) -> None:
                    help="TLS directory made by deploy/make_certs.py, on a file system the nodes share")
     s.add_argument("--partition", default=None, help="the jobs' partition (default: the site's)")
     s.add_argument("--account", default=None)
-    s.add_argument("--walltime", default=None, help="the jobs' time limit, [D-]HH:MM:SS (default: dask-jobqueue's, 00:30:00)")
+    s.add_argument("--walltime", default=None,
+                   help="the jobs' time limit, [D-]HH:MM:SS (default: dask-jobqueue's, 00:30:00)")
     s.add_argument("--interface", default=None, help="network interface to listen on (e.g. ib0)")
     s.add_argument("--python", default=None, help="Python on the nodes (default: this interpreter's path)")
     s.add_argument("--job-directive", action="append", default=[], metavar="FLAG",

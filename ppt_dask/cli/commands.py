@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
     t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
                    help="threads of each worker process ppt-dask starts (default: 1)")
-    t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
+    t.add_argument("--shards", type=_int_at_least(1), default=None,
+                   help="logical shards (default: 8, or the workers if more)")
     for add in (_strategy_flags, _stop_flags, _network_flags, _cluster_flags, _output_flags):
         add(t)
     from ppt_dask.cli.cluster import add_cluster_parser

@@ -54,8 +54,8 @@ MNIST_SHA256 = {
 SUBDIR = "mnist"
 TIMEOUT_SECONDS = 30.0  # per connection and per read: a stalled mirror passes to the next
 _CHUNK = 1 << 16
-_PART = ".part-"
-_HOW = "pass --data-dir DIR or set PPT_DASK_DATA to a folder holding mnist/"  # temporary files: NAME.part-XXXX beside NAME
+_PART = ".part-"  # temporary files: NAME.part-XXXX beside NAME
+_HOW = "pass --data-dir DIR or set PPT_DASK_DATA to a folder holding mnist/"
 
 
 class FetchError(OSError):
