@@ -97,7 +97,7 @@ def _san(names) -> x509.SubjectAlternativeName:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)  # tolerate small clock skew
+    return dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate small clock skew
 
 
 def make_ca(common_name: str, days: int):

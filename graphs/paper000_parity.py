@@ -21,12 +21,12 @@ workers' time not computing gradients, from ``result.diagnostics``.
 Writes out/paper000_table1.{md,csv}, out/paper000_table2.{md,csv}, out/paper000_parity.html.
 """
 
-import numpy as np
+
+import ppt_dask as ppt
+from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.perf import model as perfmodel
 
 import common
-import ppt_dask as ppt
-from ppt_dask.perf import model as perfmodel
-from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(
     LR=2.0, MOMENTUM=0.9, RUNS=10, RUNS_OVERSUBSCRIBED=5, MAX_ROUNDS=1000, RESTARTS=1,

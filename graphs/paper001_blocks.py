@@ -22,10 +22,13 @@ out/paper001_blocks.html.
 
 import numpy as np
 
-import common
 import ppt_dask as ppt
-from ppt_dask.perf import fit as modelfit, paper001, model as perfmodel, planning
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.perf import fit as modelfit
+from ppt_dask.perf import model as perfmodel
+from ppt_dask.perf import paper001, planning
+
+import common
 
 DEFAULTS = dict(
     FUNCTION_BLOCKS=(16, 64, 256, 1024), ENCODER_BLOCKS=(8, 32, 128, 256),

@@ -21,9 +21,10 @@ Writes out/paper001_convergence.{md,csv} and out/paper001_convergence.html.
 
 import numpy as np
 
-import common
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
+
+import common
 
 DEFAULTS = dict(WORKERS=(1, 2), FUNCTION_EPOCHS=60, ENCODER_EPOCHS=100, DIGITS_EPOCHS=5, DIGITS_ROWS=60000, POINTS=20)
 QUICK = dict(WORKERS=(2,), FUNCTION_EPOCHS=2, ENCODER_EPOCHS=4, DIGITS_EPOCHS=1, DIGITS_ROWS=3000, POINTS=3)

@@ -24,10 +24,11 @@ import functools
 
 import numpy as np
 
-import common
 import ppt_dask as ppt
-from ppt_dask.perf import model as perfmodel
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.perf import model as perfmodel
+
+import common
 
 DEFAULTS = dict(SIZES=(784, 3136, 12544), ROWS=60000, EPOCHS=10, WORKERS=(1, 2, 4), LR=0.5, MOMENTUM=0.9,
                 PAPER_EPOCHS=100, MODEL_WORKERS=(1, 2, 4, 8, 16))

@@ -18,9 +18,10 @@ Writes out/paper004_table1.{md,csv}, out/paper004_table2.{md,csv}, out/paper004_
 
 import numpy as np
 
-import common
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
+
+import common
 
 DEFAULTS = dict(
     SPLITS=10, CHECKPOINTS=(100, 200, 250, 500), WORKERS=(1, 2, 4, 8), HIDDEN=25,

@@ -168,9 +168,10 @@ def median_round(net, shards, block: int, rounds: int, warmup: int) -> tuple[flo
 
 def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
     """Median seconds per round of the plain serial program (eq. (3)), one BLAS thread."""
+    from threadpoolctl import threadpool_limits
+
     import ppt_dask as ppt
     from ppt_dask.algorithms import serial
-    from threadpoolctl import threadpool_limits
 
     n = min(len(X), max(block * (rounds + warmup), block))
     with threadpool_limits(1):
@@ -232,7 +233,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     import ppt_dask as ppt
-    from ppt_dask.perf import calibrate, fit as modelfit, model as pm
+    from ppt_dask.perf import calibrate
+    from ppt_dask.perf import fit as modelfit
+    from ppt_dask.perf import model as pm
 
     X, y, source = load_data(cfg["N_TRAIN"])
     net = ppt.MLP((X.shape[1], *HIDDEN, 10), hidden="tanh", output="softmax")
@@ -292,8 +295,9 @@ def dataclass_replace(c, **changes):
 
 
 def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
-    from ppt_dask.perf import model as pm, planning
     from ppt_dask.cli.model import constants_table, grid_table
+    from ppt_dask.perf import model as pm
+    from ppt_dask.perf import planning
 
     c, w = cal.constants, net.n_params
     lines = [f"# Run-time model of 001 against measured rounds ({cfg['MODE']} run)",

@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.algorithms.asynchronous import Async
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.strategies import PPT, Average, Sync
+    from ppt_dask.api import train
     from ppt_dask.core import validation
     from ppt_dask.core.network import MLP
     from ppt_dask.core.optimizers import SGD
@@ -78,7 +79,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.engine.modelfile import Model, load_model
     from ppt_dask.engine.result import Result, evaluate
     from ppt_dask.engine.shards import ShardSet, enter_data, enter_source, exit_data
-    from ppt_dask.api import train
     from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
     from ppt_dask.testing import Slowed
     from ppt_dask.versions import show_versions

@@ -7,7 +7,6 @@ import pytest
 
 import ppt_dask as ppt
 
-
 # A test that uses one of these fixtures needs that part of the system (a browser, sshd,
 # Slurm) and runs long: it gets the marker, so the default suite leaves it out (pyproject's
 # addopts) and `bash .ci/run` or `-m browser` etc. runs it. Tests added later get it too.

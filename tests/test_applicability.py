@@ -9,8 +9,9 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms import choose
+from ppt_dask.cli import commands as cli
+from ppt_dask.cli import flags as cliflags
 from ppt_dask.core import applicability
-from ppt_dask.cli import commands as cli, flags as cliflags
 from ppt_dask.core.applicability import STRATEGIES, STRATEGY_OWN, TABLE
 
 # a value for each row that is "given" (not the neutral default)

@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from ppt_dask.cli import commands as cli, errors as clierrors
+from ppt_dask.cli import commands as cli
+from ppt_dask.cli import errors as clierrors
 
 
 def _run(*argv, env_extra=None, timeout=120):

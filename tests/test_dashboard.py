@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-import system
 from ppt_dask.testing import slow_gradients
+
+import system
 
 ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "artifacts"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -27,12 +27,11 @@ import pytest
 from distributed import Client, Security
 
 import ppt_dask as ppt
-from ppt_dask.engine.cluster import DASHBOARD_PRELOAD, preloads
 from ppt_dask.deploy import ssh as sshcluster
+from ppt_dask.engine.cluster import DASHBOARD_PRELOAD, preloads
 
 import system
 from sshd import INSTALL_HINT, SSHServer, find_sshd, free_port
-
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.data import datasets, files
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.data import datasets, files
 from ppt_dask.engine.result import Outcome
 
 from conftest import scheduler_keys

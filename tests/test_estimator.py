@@ -339,9 +339,9 @@ def test_defaults_are_local_sgd_in_float32_and_match_the_serial_reference(client
     a round at most a pass over a shard, lr 0.05, float32; its weights are bitwise those of
     the serial reference run with that strategy. One shard for a set smaller than 60
     batches. PPTRegressor keeps float64."""
-    from ppt_dask.sklearn.contract import seed_of
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.serial import train_serial
+    from ppt_dask.sklearn.contract import seed_of
 
     X, y = blobs(6000, k=3)  # 60 batches of 100: one shard per worker
     with warnings.catch_warnings():

@@ -8,8 +8,8 @@ the data folder's own copy: what was fetched must hold the same idx bytes.
 import functools
 import gzip
 import hashlib
-import json
 import http.server
+import json
 import os
 import signal
 import socket

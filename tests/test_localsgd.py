@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine import checkpoint
 from ppt_dask.algorithms import localsgd, serial
+from ppt_dask.engine import checkpoint
 
 from conftest import scheduler_keys
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine import messages
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.engine import messages
 
 
 def _worker_interval(dask_worker):

@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.data import datasets
-from ppt_dask.engine import modelfile
 from ppt_dask.cli import textout
+from ppt_dask.data import datasets
 
 CLI = [sys.executable, "-m", "ppt_dask.cli"]
 REPO = Path(__file__).resolve().parents[1]

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 from ppt_dask.versions import source_digest
+
 from test_dashboard import browser  # noqa: F401  (the Chromium fixture, for the viewer's test)
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"

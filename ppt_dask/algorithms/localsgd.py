@@ -117,7 +117,7 @@ class LocalSGD(_Base):
         if not (isinstance(self.ema, (int, float)) and not isinstance(self.ema, bool) and 0 <= self.ema < 1):
             raise ValueError(f"ema must be in [0, 1), got {self.ema!r}")
 
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "LocalSGD":
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> LocalSGD:
         if replicated:
             raise ValueError("the local strategy needs disjoint shards (replicate=False)")
         if self.block > min(shard_rows):

@@ -18,7 +18,9 @@ import sys
 import numpy as np
 
 from ppt_dask import __version__
-from ppt_dask.cli import errors as clierrors, flags as cliflags, paths, textout
+from ppt_dask.cli import errors as clierrors
+from ppt_dask.cli import flags as cliflags
+from ppt_dask.cli import paths, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.data import datasets
 
@@ -304,7 +306,6 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
     splits' exit status). A Ctrl-C ends in one line that says where the run was."""
     import ppt_dask as ppt
     from ppt_dask.engine import interrupt
-
     from ppt_dask.progress import Training
 
     progress = None if args.quiet or args.splits else Training(s["epochs"])  # a bar, or lines in a log

@@ -22,9 +22,11 @@ import sys
 
 import numpy as np
 
-from ppt_dask.cli import flags as cliflags, paths, textout
+from ppt_dask.cli import flags as cliflags
+from ppt_dask.cli import paths, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
-from ppt_dask.perf import model as perfmodel, planning
+from ppt_dask.perf import model as perfmodel
+from ppt_dask.perf import planning
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 _CALIBRATED = -1  # --shards not given: the calibration's layout

@@ -14,9 +14,9 @@ import math
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from distributed import Future, KilledWorker

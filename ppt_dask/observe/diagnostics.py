@@ -26,8 +26,8 @@ import json
 import time
 import warnings
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 

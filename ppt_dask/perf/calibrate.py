@@ -39,7 +39,8 @@ import numpy as np
 
 from ppt_dask.algorithms import strategies
 from ppt_dask.engine import waits
-from ppt_dask.perf import fit as modelfit, model as perfmodel
+from ppt_dask.perf import fit as modelfit
+from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf.calls import cluster_workers, measure_calls
 from ppt_dask.perf.measure import measure_constants
 
@@ -115,7 +116,8 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
     between two reads.
     """
     from ppt_dask.core import keys
-    from ppt_dask.engine import graph, rounds as round_graphs
+    from ppt_dask.engine import graph
+    from ppt_dask.engine import rounds as round_graphs
     from ppt_dask.engine.shards import enter_data, exit_data
 
     if rounds <= warmup:
@@ -268,7 +270,7 @@ class Calibration:
         return dataclasses.asdict(self)  # the constants become a dict of their fields
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Calibration":
+    def from_dict(cls, data: dict) -> Calibration:
         """A calibration, or a bare dict of :class:`perfmodel.Constants` fields."""
         if not isinstance(data, dict):
             raise ValueError(f"a calibration is a JSON object, got {type(data).__name__}")
@@ -288,7 +290,7 @@ class Calibration:
             json.dump(self.to_dict(), fh, indent=2)
 
     @classmethod
-    def load(cls, path) -> "Calibration":
+    def load(cls, path) -> Calibration:
         with open(path) as fh:
             text = fh.read()
         try:

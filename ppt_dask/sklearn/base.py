@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ppt_dask.algorithms import choose
+from ppt_dask.api import train
 from ppt_dask.core import applicability, validation
 from ppt_dask.core.network import MLP
 from ppt_dask.core.stopping import Stop
@@ -22,10 +23,16 @@ from ppt_dask.core.tree import split_rows
 from ppt_dask.engine import cluster
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.shards import enter_data, exit_data
-from ppt_dask.api import train
 from ppt_dask.progress import Training
-from ppt_dask.sklearn.contract import (BaseEstimator, ConvergenceWarning, check_is_fitted, check_X, is_dask,
-                                       n_features_message, seed_of)
+from ppt_dask.sklearn.contract import (
+    BaseEstimator,
+    ConvergenceWarning,
+    check_is_fitted,
+    check_X,
+    is_dask,
+    n_features_message,
+    seed_of,
+)
 from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
 
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours

@@ -21,8 +21,16 @@ import numpy as np
 
 from ppt_dask.core.metrics import r2_score
 from ppt_dask.sklearn.base import PPTBase
-from ppt_dask.sklearn.contract import (ClassifierMixin, NotFittedError, RegressorMixin, check_is_fitted,
-                                       check_y_labels, check_y_targets, distinct_labels, is_dask)
+from ppt_dask.sklearn.contract import (
+    ClassifierMixin,
+    NotFittedError,
+    RegressorMixin,
+    check_is_fitted,
+    check_y_labels,
+    check_y_targets,
+    distinct_labels,
+    is_dask,
+)
 
 __all__ = ["PPTClassifier", "PPTRegressor", "NotFittedError"]
 
