@@ -161,7 +161,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     Result
     """
     if progress is not None and not callable(progress):  # True, False, or refused
-        return _with_display(dict(locals()))
+        return _with_display(dict(locals()))  # the first statement: locals() are the parameters
     # -- check everything before any cluster work --
     name = applicability.strategy_name(strategy)
     applicability.refuse(name, {  # refused, never ignored
