@@ -111,8 +111,9 @@ def test_a_lost_worker_ends_an_asynchronous_run_at_once_with_a_clear_error(clien
 
 
 def _cli(scheduler, *args):
+    # seed 7 learns parity in 233 rounds (seed 3 in 557): the same path, a shorter run
     return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--quiet",
-            "--seed", "3", "--scheduler", scheduler, *args]
+            "--seed", "7", "--scheduler", scheduler, *args]
 
 
 def test_head_killed_and_resumed_ends_bitwise_identical(tmp_path, scheduler_address):

@@ -15,7 +15,8 @@ from ppt_dask.engine import checkpoint, interrupt
 
 
 def _cli(*args):
-    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--seed", "3",
+    # seed 7 learns parity in 233 rounds (seed 3 in 557): the same path, a shorter run
+    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--seed", "7",
             "--checkpoint-every", "20", *args]
 
 
