@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -85,11 +86,12 @@ def test_resume_without_a_checkpoint_is_an_error_that_says_how_to_start_fresh(tm
 @pytest.mark.slow
 def test_the_readme_checkpoint_commands_as_printed(tmp_path):
     """README, "The command line": a run that keeps a checkpoint, then one that goes on from it."""
-    first = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/"], cwd=tmp_path,
+    script = str(Path(sys.executable).with_name("ppt-dask"))  # this environment's, whatever PATH says
+    first = subprocess.run([script, "train", "mnist", "--checkpoint", "ckpt/"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=1200)
     assert first.returncode == 0, first.stderr[-2000:]
     saved = json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"]
-    again = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/", "--resume"], cwd=tmp_path,
+    again = subprocess.run([script, "train", "mnist", "--checkpoint", "ckpt/", "--resume"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"] >= saved
