@@ -343,6 +343,7 @@ def test_defaults_are_local_sgd_in_float32_and_match_the_serial_reference(client
     from ppt_dask.sklearn.contract import seed_of
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.serial import train_serial
+    from ppt_dask.sklearn.contract import seed_of
 
     X, y = blobs(6000, k=3)  # 60 batches of 100: one shard per worker
     with warnings.catch_warnings():

@@ -37,6 +37,7 @@ def numbers(row: dict) -> list[float]:
     return [v for v in out if math.isfinite(v)]
 
 
+@pytest.mark.slow  # 10-70 s each: the papers' scripts run in CI's full run, not the default suite
 @pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_quick_run_writes_tables_and_figures(script, tmp_path):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine import checkpoint
 from ppt_dask.algorithms import localsgd, serial
+from ppt_dask.engine import checkpoint
 
 from conftest import scheduler_keys
 
@@ -170,30 +170,27 @@ def test_other_exchanges_are_refused_before_any_work(client4, workers4):
 
 
 @pytest.mark.parametrize("exchange", ["auto", "all"])
-def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(exchange):
+def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange):
     X, y = _data(400)
     strategy = ppt.Slowed(ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20, ema=0.5), seconds=0.01)
     rounds = 40
     expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
-    client = ppt.connect(n_workers=2, dashboard_address=None)
+    address = ppt.cluster.worker_addresses(client2)[1]
+    pid = client2.run(os.getpid, workers=[address])[address]
+    killed = {}
+
+    def progress(record):
+        if record["round"] == 17 and not killed:
+            os.kill(pid, signal.SIGKILL)
+            killed["at"] = time.perf_counter()
+
+    shards = ppt.enter_data(client2, X, y, n_shards=4)
+    epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
     try:
-        client.wait_for_workers(2, timeout=60)
-        address = ppt.cluster.worker_addresses(client)[1]
-        pid = client.run(os.getpid, workers=[address])[address]
-        killed = {}
-
-        def progress(record):
-            if record["round"] == 17 and not killed:
-                os.kill(pid, signal.SIGKILL)
-                killed["at"] = time.perf_counter()
-
-        shards = ppt.enter_data(client, X, y, n_shards=4)
-        epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
         result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
                            checkpoint_every=5, progress=progress, exchange=exchange)
-        ppt.exit_data(shards)
     finally:
-        ppt.cluster.close(client)
+        ppt.exit_data(shards)
     assert killed and result.settings["recoveries"] >= 1
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()

@@ -118,7 +118,7 @@ class LocalSGD(_Base):
     shuffle: bool = False
 
     name = "local"
-    shard_models = True  # every shard keeps a model of its own (rounds: ppt_dask.engine.stream, ppt_dask.engine.overlap)
+    shard_models = True  # every shard keeps a model of its own (ppt_dask.engine.stream, .overlap)
 
     def __post_init__(self):
         super().__post_init__()
@@ -134,7 +134,7 @@ class LocalSGD(_Base):
         if not isinstance(self.shuffle, bool):
             raise ValueError(f"shuffle must be True or False, got {self.shuffle!r}")
 
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "LocalSGD":
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> LocalSGD:
         if replicated:
             raise ValueError("the local strategy needs disjoint shards (replicate=False)")
         if self.block > min(shard_rows):

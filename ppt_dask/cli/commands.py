@@ -18,7 +18,9 @@ import sys
 import numpy as np
 
 from ppt_dask import __version__
-from ppt_dask.cli import errors as clierrors, flags as cliflags, owndata, textout
+from ppt_dask.cli import errors as clierrors
+from ppt_dask.cli import flags as cliflags
+from ppt_dask.cli import owndata, paths, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.data import datasets
 
@@ -102,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
     t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
                    help="threads of each worker process ppt-dask starts (default: 1)")
-    t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
+    t.add_argument("--shards", type=_int_at_least(1), default=None,
+                   help="logical shards (default: 8, or the workers if more)")
     for add in (owndata.add_data_flags, _strategy_flags, _stop_flags, _network_flags, _cluster_flags,
                 _output_flags):
         add(t)
@@ -295,9 +298,13 @@ def _checked_cluster_and_outputs(args, ppt):
         args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
     if args.save and args.splits:  # --splits trains one model per split
         raise ValueError("--save applies to one run, not to --splits")
-    for flag, path in (("--report", args.report), ("--trace", args.trace), ("--save", args.save)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
+    for flag, path, what in (("--json", args.json, "the summary's .json file"),
+                             ("--report", args.report, "the report's .html file"),
+                             ("--trace", args.trace, "the trace's .json file"),
+                             ("--save", args.save, "the model's .npz file")):
+        paths.output_file(flag, path, what)  # a missing folder must not cost the run
+    paths.output_folder("--checkpoint", args.checkpoint, "checkpoint.npz")
+    paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     return security
 
 
@@ -336,8 +343,9 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
     splits' exit status). A Ctrl-C ends in one line that says where the run was."""
     import ppt_dask as ppt
     from ppt_dask.engine import interrupt
+    from ppt_dask.progress import Training
 
-    progress = None if args.quiet else textout.EpochProgress(s["epochs"])
+    progress = None if args.quiet or args.splits else Training(s["epochs"])  # a bar, or lines in a log
     watch = interrupt.LastRound(progress)
     workers = args.workers
     try:  # a Ctrl-C in a finalizer comes again (errors.run): never lost
@@ -355,6 +363,8 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         if isinstance(stop.test, ppt.ShardSet):  # a table's test rows, placed on the workers
             s["test_r2"] = owndata.test_r2(net, stop.test, result.params, data)
             ppt.exit_data(stop.test)
+        if progress is not None:
+            progress.close(result)  # the last state, and why it stopped
         ppt.exit_data(shards)
     except KeyboardInterrupt:
         if progress is not None:

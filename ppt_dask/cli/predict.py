@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from ppt_dask.cli import paths
 from ppt_dask.data import datasets
 
 
@@ -70,9 +71,10 @@ def _check(args) -> None:
             raise ValueError("--input needs --output PATH (an .npy file for the predictions)")
     elif args.output is not None:
         raise ValueError("--output applies to --input, not to a DATASET (use --json for scores)")
-    for flag, path in (("--json", args.json), ("--output", args.output)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
+    paths.input_file("--input", args.input, "a 2-D .npy array of rows")
+    paths.output_file("--json", args.json, "a .json file for the scores")
+    paths.output_file("--output", args.output, "an .npy file for the predictions")
+    paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
 
 
 def _read_input(path: str) -> np.ndarray:

@@ -127,7 +127,7 @@ def sgd_step(opt: SGD, params: np.ndarray, grad_sum: np.ndarray, count,
         left untouched.
     """
     params = np.asarray(params)
-    if not (isinstance(count, numbers.Real) and math.isfinite(count) and count > 0):
+    if not (isinstance(count, numbers.Real) and math.isfinite(count) and float(count) > 0):
         raise ValueError(f"count must be a finite number > 0, got {count!r}")
     velocity = state["velocity"]
     for name, array in (("grad_sum", grad_sum), ("velocity", velocity), ("weight_mask", weight_mask)):

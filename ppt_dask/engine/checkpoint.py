@@ -76,6 +76,19 @@ def _rebuild_state(arrays, description):
     return {**description["scalars"], **{k: arrays[f"opt.{k}"] for k in description["dict"]}}
 
 
+def check_folder(directory) -> None:
+    """Refuse a ``directory`` that cannot hold checkpoints (a file, or under one), before
+    any round runs: the first write would fail only after ``checkpoint_every`` rounds."""
+    path = Path(directory)
+    for folder in (path, *path.absolute().parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "" if folder == path else f" ({str(folder)!r} is a file)"
+                raise ValueError(f"checkpoint_dir {str(directory)!r} must be a folder (made when missing) "
+                                 f"to hold {FILE}, but it is a file{where}")
+            return
+
+
 def save(directory, state: ModelState, *, round_index: int, attempt: int, history: list,
          meta: dict) -> Path:
     """Write the checkpoint of the state after ``round_index`` atomically; return its path."""

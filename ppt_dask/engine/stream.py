@@ -127,7 +127,7 @@ class Mailbox:
                 raise TimeoutError(f"{what} did not arrive within {timeout} s")
             try:
                 await asyncio.wait_for(self._event.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def stats(self, first: int, last: int, release: int | None = None, timeout: float = WAIT_SECONDS) -> dict:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import html
 import itertools
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from bokeh import __version__ as bokeh_version
 from bokeh.embed import file_html

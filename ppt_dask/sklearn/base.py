@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ppt_dask.algorithms import choose
+from ppt_dask.api import train
 from ppt_dask.core import applicability, validation
 from ppt_dask.core.network import MLP
 from ppt_dask.core.stopping import Stop
@@ -23,6 +24,7 @@ from ppt_dask.engine import cluster
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.shards import enter_data, exit_data
 from ppt_dask.api import train
+from ppt_dask.progress import Training
 from ppt_dask.sklearn.contract import (BaseEstimator, ConvergenceWarning, check_is_fitted, check_X, columns_of,
                                        frame_as_array, is_dask, is_dask_frame, n_features_message, seed_of,
                                        validate_data)
@@ -367,12 +369,19 @@ class PPTBase(BaseEstimator):
         scikit-learn's, but does not stop the run.
         """
         rule = ToleranceRule(self.tol, self.n_iter_no_change, run.best, run.no_improvement)
-        curve = EpochCurve(rule, on_epoch=self._print_epoch(run.epochs) if self.verbose else None)
+        # verbose: scikit-learn's line per epoch, and the progress display (a widget in Jupyter)
+        shown = Training(epochs, link=lambda: cluster.page_url(shards.client)) if self.verbose else None
+        curve = EpochCurve(rule, on_epoch=self._print_epoch(run.epochs, shown) if self.verbose else None)
         asynchronous = getattr(strategy, "asynchronous", False)
-        result = train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=run.params,
-                       fan_in=self.fan_in, progress=None,
-                       on_round=None if asynchronous else curve.add if tol_rule else
-                       lambda record: curve.add(record) and False)
+        result = None
+        try:
+            result = train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=run.params,
+                           fan_in=self.fan_in, progress=shown,
+                           on_round=None if asynchronous else curve.add if tol_rule else
+                           lambda record: curve.add(record) and False)
+        finally:
+            if shown is not None:
+                shown.close(result)
         diverged = result.outcome is Outcome.DIVERGED
         if asynchronous:  # its records carry the epochs of the gradients it applied
             curve = EpochCurve(rule, on_epoch=curve.on_epoch)
@@ -394,16 +403,21 @@ class PPTBase(BaseEstimator):
         if tol_rule and curve.stopped_by_rule and not asynchronous:
             if self.verbose:
                 print(f"Training loss did not improve more than tol={self.tol} for "
-                      f"{self.n_iter_no_change} consecutive epochs. Stopping.")
+                      f"{self.n_iter_no_change} consecutive epochs. Stopping.", flush=True)
             return
         if tol_rule and len(curve.losses) >= epochs and not curve.stopped_by_rule:
             warnings.warn(f"Maximum iterations ({epochs}) reached and the optimization hasn't converged yet.",
                           ConvergenceWarning, stacklevel=4)
 
     @staticmethod
-    def _print_epoch(before: int):
+    def _print_epoch(before: int, shown=None):
+        """scikit-learn's verbose line for each epoch, above the progress display's bar."""
         def show(epoch: int, loss: float) -> None:
-            print(f"Iteration {before + epoch}, loss = {loss:.8f}")
+            line = f"Iteration {before + epoch}, loss = {loss:.8f}"
+            if shown is not None:
+                shown.write(line)
+            else:
+                print(line)
         return show
 
     # -- prediction --

@@ -75,8 +75,12 @@ _DOC = """
     random_state : None, int, RandomState or Generator, default=None
         Seeds the initial weights and the strategies' draws. With an int, a fit gives the
         same weights on any number of workers for a given ``n_shards``.
-    warm_start, verbose : bool, default=False
-        ``fit`` continues from the learned weights; print the loss of every epoch.
+    warm_start : bool, default=False
+        ``fit`` continues from the learned weights.
+    verbose : bool, default=False
+        Print the loss of every epoch, as scikit-learn does, and show the progress
+        (:mod:`ppt_dask.progress`: a widget in Jupyter, a bar on a terminal) with epochs,
+        loss, error, patterns per second, time left and the link to the ``/ppt`` page.
     strategy : str, default="local"
         A name for :func:`ppt_dask.algorithms.choose.make`: "local", "block", "epoch", "ppt",
         "average", "async". "local" (:class:`ppt_dask.algorithms.localsgd.LocalSGD`): every worker
