@@ -24,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import common
 import numpy as np
+
+import common
 
 DEFAULTS = {"ROWS": 2_000_000, "SMALL": 20_000, "COLUMNS": 50, "EPOCHS": 1.0, "WORKERS": 2}
 QUICK = {"ROWS": 200_000, "SMALL": 2_000}

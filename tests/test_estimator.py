@@ -340,7 +340,6 @@ def test_defaults_are_local_sgd_in_float32_and_match_the_serial_reference(client
     the serial reference run with that strategy. A set smaller than 60 batches of 100: one
     shard, Adam (lr 0.001, 200-row steps, each pass in a new order), as MLPClassifier.
     PPTRegressor keeps float64."""
-    from ppt_dask.sklearn.contract import seed_of
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.serial import train_serial
     from ppt_dask.sklearn.contract import seed_of

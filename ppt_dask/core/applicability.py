@@ -47,8 +47,8 @@ STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs
                 "momentum_policy", "staleness", "solver", "shuffle")
 
 # values that say "not given" for every strategy (the defaults of train and the CLI)
-NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,), "solver": ("sgd",), "shuffle": (False,),
-           "snapshot_epochs": ((),)}
+NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,), "solver": ("sgd",),
+           "shuffle": (False,), "snapshot_epochs": ((),)}
 # values that apply beyond the table's row: the local strategy's graph is all to all
 ALSO = {("exchange", "all"): ("local",)}
 # values that apply to their own strategies only: the streamed rounds are the local strategy's

@@ -23,11 +23,20 @@ from ppt_dask.core.tree import split_rows
 from ppt_dask.engine import cluster
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.shards import enter_data, exit_data
-from ppt_dask.api import train
 from ppt_dask.progress import Training
-from ppt_dask.sklearn.contract import (BaseEstimator, ConvergenceWarning, check_is_fitted, check_X, columns_of,
-                                       frame_as_array, is_dask, is_dask_frame, n_features_message, seed_of,
-                                       validate_data)
+from ppt_dask.sklearn.contract import (
+    BaseEstimator,
+    ConvergenceWarning,
+    check_is_fitted,
+    check_X,
+    columns_of,
+    frame_as_array,
+    is_dask,
+    is_dask_frame,
+    n_features_message,
+    seed_of,
+    validate_data,
+)
 from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
 
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours

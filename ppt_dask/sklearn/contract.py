@@ -52,7 +52,7 @@ def frame_as_array(a, client, timeout: float, name: str):
     row counts are computed on ``client``'s workers (only the counts come back); a
     non-numeric feature column is refused by name."""
     if name == "X":
-        text = [c for c, t in a.dtypes.items() if not (getattr(t, "kind", "O") in "biuf")]
+        text = [c for c, t in a.dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
         if text:
             raise ValueError(f"X's column {text[0]!r} is not numeric ({a.dtypes[text[0]]}); encode it as numbers")
     lengths = [int(n) for n in client.compute(a.map_partitions(len)).result(timeout)]

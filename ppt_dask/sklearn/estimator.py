@@ -21,9 +21,18 @@ import numpy as np
 
 from ppt_dask.core.metrics import r2_score
 from ppt_dask.sklearn.base import RESULT_TIMEOUT, PPTBase
-from ppt_dask.sklearn.contract import (ClassifierMixin, NotFittedError, RegressorMixin, check_is_fitted,
-                                       check_y_labels, check_y_targets, distinct_labels, frame_as_array, is_dask,
-                                       is_dask_frame)
+from ppt_dask.sklearn.contract import (
+    ClassifierMixin,
+    NotFittedError,
+    RegressorMixin,
+    check_is_fitted,
+    check_y_labels,
+    check_y_targets,
+    distinct_labels,
+    frame_as_array,
+    is_dask,
+    is_dask_frame,
+)
 
 __all__ = ["PPTClassifier", "PPTRegressor", "NotFittedError"]
 
