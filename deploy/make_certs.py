@@ -17,8 +17,9 @@ the client key off the cluster hosts, and the CA key somewhere else altogether.
 
 Keys are ECDSA P-256. The CA may only sign (key usage keyCertSign, cRLSign; path length 0).
 The other certificates have key usage digitalSignature; the scheduler and worker ones are
-for servers and clients (they listen and they connect out), the client one for a client only. Every certificate names ``localhost``,
-``127.0.0.1``, ``::1`` and the hosts given as subject alternative names (Dask checks the
+for servers and clients (they listen and they connect out), the client one for a client
+only. Every certificate names ``localhost``, ``127.0.0.1``, ``::1`` and the hosts given as
+subject alternative names (Dask checks the
 chain against the CA, not the host names, but other TLS tools may look at them).
 
 Run again on the same directory: the CA is reused and existing certificates are kept, so
@@ -96,7 +97,7 @@ def _san(names) -> x509.SubjectAlternativeName:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)  # tolerate small clock skew
+    return dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate small clock skew
 
 
 def make_ca(common_name: str, days: int):
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
     if args.days < 1 or args.ca_days < 1:
         parser.error("--days and --ca-days must be >= 1")
     files = make_certs(args.directory, hosts, days=args.days, ca_days=args.ca_days, force=args.force)
-    for name, path in files.items():
+    for path in files.values():
         print(f"{oct(path.stat().st_mode & 0o777)[2:]}  {path}")
     return 0
 

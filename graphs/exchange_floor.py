@@ -47,8 +47,9 @@ from ppt_dask.algorithms.strategies import ModelState
 from ppt_dask.engine import stream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
 import round_latency  # noqa: E402
+
+import common  # noqa: E402
 
 DEFAULTS = dict(WORKERS=(1, 2, 4), TRIALS=3, ROUNDS=400, SIZES=(55050, 16), SYNC_BLOCK=1000, SYNC_ROUNDS=150)
 QUICK = dict(WORKERS=(1, 2), TRIALS=1, ROUNDS=100, SYNC_ROUNDS=40)
@@ -181,10 +182,11 @@ def main():
         for trial in range(args.trials):
             for p in args.workers:
                 for size in args.sizes:
-                    ways = {"links": lambda: links_floor(client, addresses, p, size, args.rounds),
-                            "mailbox": lambda: mailbox_floor(client, addresses, p, size, args.rounds),
-                            "one-hop graph": lambda: graph_floor(client, addresses, p, size, args.rounds),
-                            "mpi4py Allreduce": lambda: mpi_floor(p, size, args.rounds)}
+                    ways = {"links": lambda p=p, size=size: links_floor(client, addresses, p, size, args.rounds),
+                            "mailbox": lambda p=p, size=size: mailbox_floor(client, addresses, p, size, args.rounds),
+                            "one-hop graph": lambda p=p, size=size: graph_floor(client, addresses, p, size,
+                                                                                args.rounds),
+                            "mpi4py Allreduce": lambda p=p, size=size: mpi_floor(p, size, args.rounds)}
                     order = list(ways) if trial % 2 == 0 else list(reversed(ways))
                     for name in order:
                         if p == 1 and name == "mailbox":

@@ -21,12 +21,12 @@ workers' time not computing gradients, from ``result.diagnostics``.
 Writes out/paper000_table1.{md,csv}, out/paper000_table2.{md,csv}, out/paper000_parity.html.
 """
 
-import numpy as np
+
+import ppt_dask as ppt
+from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.perf import model as perfmodel
 
 import common
-import ppt_dask as ppt
-from ppt_dask.perf import model as perfmodel
-from ppt_dask.algorithms.serial import train_serial
 
 DEFAULTS = dict(
     LR=2.0, MOMENTUM=0.9, RUNS=10, RUNS_OVERSUBSCRIBED=5, MAX_ROUNDS=1000, RESTARTS=1,
@@ -99,7 +99,8 @@ def main():
               for (p, L), c in cells.items() if p != "t2"]
     table2 = [{"L": L, "000 epochs": PAPER_TABLE2.get(L, (None,) * 3)[0], "000 s": PAPER_TABLE2.get(L, (None,) * 3)[1],
                "000 % comm.": PAPER_TABLE2.get(L, (None,) * 3)[2], "ours learned": c["learned"],
-               "ours rounds": c["rounds"], "ours epochs": c["epochs"], f"ours s ({args.workers[0]} workers)": c["seconds"],
+               "ours rounds": c["rounds"], "ours epochs": c["epochs"],
+               f"ours s ({args.workers[0]} workers)": c["seconds"],
                "ours % comm.": c["comm"], "model s": model(args.workers[0], L, c["rounds"])}
               for (p, L), c in cells.items() if p == "t2"]
     settings = (f"PPT(lr={args.lr}, momentum={args.momentum}), inputs -1/+1, up to {args.max_rounds} rounds "
@@ -108,17 +109,20 @@ def main():
                        notes=[settings, "nodes 1: sequential batch training, the serial program (no Dask).",
                               f"nodes > 2 oversubscribe the 2 cores ({args.runs_oversubscribed} runs each); "
                               "the model column predicts p real cores."])
-    common.write_table(args.out, "paper000_table2", table2, title="000 Table 2: local epoch size L (000: 8 nodes; ours: "
-                       f"{args.workers[0]} workers)", notes=[settings, "epochs = patterns drawn / 256; model s: "
-                                                             "the same rounds predicted by ppt_dask.perf.model.",
+    common.write_table(args.out, "paper000_table2", table2,
+                       title=f"000 Table 2: local epoch size L (000: 8 nodes; ours: {args.workers[0]} workers)",
+                       notes=[settings, "epochs = patterns drawn / 256; model s: "
+                                        "the same rounds predicted by ppt_dask.perf.model.",
                               "% comm.: percent of the workers' time not computing gradients (result.diagnostics)."])
     fig1 = common.figure("Time to learn vs nodes (000 Table 1)", "nodes", "seconds", y_log=True)
     rows = [r for r in table1 if r["nodes"] > 1]
-    common.line(fig1, [r["nodes"] for r in rows], [r["ours s"] for r in rows], "ours, measured (2 cores)", 0, points=True)
+    common.line(fig1, [r["nodes"] for r in rows], [r["ours s"] for r in rows], "ours, measured (2 cores)", 0,
+                points=True)
     common.line(fig1, [r["nodes"] for r in rows], [r["model s, p real cores"] for r in rows], "model, p real cores", 0)
     common.line(fig1, list(PAPER_TABLE1)[1:], list(PAPER_TABLE1.values())[1:], "000", 1, points=True)
     fig2 = common.figure("Time to learn vs local epoch size (000 Table 2)", "L", "seconds", x_log=True, y_log=True)
-    common.line(fig2, [r["L"] for r in table2], [r[f"ours s ({args.workers[0]} workers)"] for r in table2], f"ours, {args.workers[0]} workers", 0, points=True)
+    common.line(fig2, [r["L"] for r in table2], [r[f"ours s ({args.workers[0]} workers)"] for r in table2],
+                f"ours, {args.workers[0]} workers", 0, points=True)
     common.line(fig2, [r["L"] for r in table2], [r["model s"] for r in table2], "model", 0)
     common.line(fig2, list(PAPER_TABLE2), [v[1] for v in PAPER_TABLE2.values()], "000, 8 nodes", 1, points=True)
     from bokeh.layouts import row

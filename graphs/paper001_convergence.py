@@ -21,9 +21,10 @@ Writes out/paper001_convergence.{md,csv} and out/paper001_convergence.html.
 
 import numpy as np
 
-import common
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
+
+import common
 
 DEFAULTS = dict(WORKERS=(1, 2), FUNCTION_EPOCHS=60, ENCODER_EPOCHS=100, DIGITS_EPOCHS=5, DIGITS_ROWS=60000, POINTS=20)
 QUICK = dict(WORKERS=(2,), FUNCTION_EPOCHS=2, ENCODER_EPOCHS=4, DIGITS_EPOCHS=1, DIGITS_ROWS=3000, POINTS=3)
@@ -95,7 +96,8 @@ def main():
         ppt.cluster.close(client)
     for name, (net, data, epochs) in probs.items():  # the serial reference, for as long as the longest
         _, (b, lr, mom), _ = SETTINGS[name]
-        budget = max(xs[-1] for k, (xs, _) in curves.items() if k[0] == name or (name == "digits" and k[0] == "averaging"))
+        budget = max(xs[-1] for k, (xs, _) in curves.items()
+                     if k[0] == name or (name == "digits" and k[0] == "averaging"))
         curves[name, "serial", b] = serial_curve(net, data, ppt.Sync(lr, mom, block=b), b, epochs, args.points,
                                                  score(name, net, data), budget)
     rows, top = [], max(args.workers)

@@ -24,10 +24,11 @@ import functools
 
 import numpy as np
 
-import common
 import ppt_dask as ppt
-from ppt_dask.perf import model as perfmodel
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.perf import model as perfmodel
+
+import common
 
 DEFAULTS = dict(SIZES=(784, 3136, 12544), ROWS=60000, EPOCHS=10, WORKERS=(1, 2, 4), LR=0.5, MOMENTUM=0.9,
                 PAPER_EPOCHS=100, MODEL_WORKERS=(1, 2, 4, 8, 16))
@@ -72,24 +73,29 @@ def main():
                          "% not gradient": times.get("percent_not_gradient"),
                          "head ms/round": times.get("median_head_submit_ms"), "train error %": 100 * r.train_error_rate,
                          "model s/epoch": perfmodel.iteration_seconds(p, args.rows, w, model[size], n_shards=p)})
-        rows.append({"inputs": size, "workers": "serial", "epochs": args.epochs, "s": runs["serial", size] * args.epochs,
+        rows.append({"inputs": size, "workers": "serial", "epochs": args.epochs,
+                     "s": runs["serial", size] * args.epochs,
                      f"s per {args.paper_epochs} epochs": runs["serial", size] * args.paper_epochs,
                      "model s/epoch": perfmodel.sequential_epoch_seconds(args.rows, args.rows, model[size])})
         rows += [{"inputs": size, "workers": f"model {p}", "model s/epoch": perfmodel.iteration_seconds(
             p, args.rows, w, model[size], n_shards=p)} for p in args.model_workers if p > max(args.workers)]
-    common.write_table(args.out, "paper002_softmax", rows, title="002 Figures 5-8: softmax regression, duration and speedup vs workers",
-                       notes=[f"{args.rows} training rows, float32, Sync(lr={args.lr} x 784/inputs, momentum={args.momentum}), "
-                              f"{args.epochs} epochs measured; 002 ran 100 (its serial epoch at 784 inputs: "
-                              f"{PAPER_SERIAL_EPOCH[784]} s, 002 Table 1).",
-                              "* more workers than the 2 cores (oversubscribed). 'model p': predicted for p real cores.",
-                              "% not gradient: share of the workers' time not computing gradients (result.diagnostics); "
-                              "head ms/round: the head's median time to build and submit a round."])
+    common.write_table(args.out, "paper002_softmax", rows,
+                       title="002 Figures 5-8: softmax regression, duration and speedup vs workers",
+                       notes=[f"{args.rows} training rows, float32, Sync(lr={args.lr} x 784/inputs, "
+                              f"momentum={args.momentum}), {args.epochs} epochs measured; 002 ran 100 (its serial "
+                              f"epoch at 784 inputs: {PAPER_SERIAL_EPOCH[784]} s, 002 Table 1).",
+                              "* more workers than the 2 cores (oversubscribed). "
+                              "'model p': predicted for p real cores.",
+                              "% not gradient: share of the workers' time not computing gradients "
+                              "(result.diagnostics); head ms/round: the head's median time to build and submit "
+                              "a round."])
     figs = []
     for size in args.sizes:
         ours = [r for r in rows if r["inputs"] == size and "s" in r and r["workers"] != "serial"]
         fig = common.figure(f"{size} inputs (002 Figures {5 + args.sizes.index(size) + 1}a/b)", "workers",
                             f"s per {args.paper_epochs} epochs", width=480, height=320)
-        common.line(fig, list(args.workers), [r[f"s per {args.paper_epochs} epochs"] for r in ours], "ours, measured", 0, points=True)
+        common.line(fig, list(args.workers), [r[f"s per {args.paper_epochs} epochs"] for r in ours],
+                    "ours, measured", 0, points=True)
         common.line(fig, list(args.model_workers), [args.paper_epochs * perfmodel.iteration_seconds(
             p, args.rows, size * 10 + 10, model[size], n_shards=p) for p in args.model_workers], "model, real cores", 0)
         figs.append(fig)

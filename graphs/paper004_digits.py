@@ -18,9 +18,10 @@ Writes out/paper004_table1.{md,csv}, out/paper004_table2.{md,csv}, out/paper004_
 
 import numpy as np
 
-import common
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
+
+import common
 
 DEFAULTS = dict(
     SPLITS=10, CHECKPOINTS=(100, 200, 250, 500), WORKERS=(1, 2, 4, 8), HIDDEN=25,
@@ -75,7 +76,8 @@ def main():
     common.write_table(args.out, "paper004_table1", table1, title="004 Table 1: test accuracy vs epochs",
                        notes=[note, "p workers = p shards = p averaged models; 1 worker is the sequential program."])
     common.write_table(args.out, "paper004_table2", table2, title="004 Table 2: seconds to reach the epochs",
-                       notes=[note, "* more workers than the 2 cores (oversubscribed); 004 ran 2-8 map tasks on 2 nodes.",
+                       notes=[note, "* more workers than the 2 cores (oversubscribed); "
+                                    "004 ran 2-8 map tasks on 2 nodes.",
                               "serial: the same math in one process, no Dask (time only)."])
     fig_a = common.figure("Test accuracy (mean over splits), 004 Figure 3", "epochs", "accuracy %")
     fig_t = common.figure("Time to reach the epoch, 004 Figures 4-5", "epochs", "seconds", y_log=True)

@@ -381,7 +381,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK['N_TRAIN']} rows to {QUICK['TARGET']:.0%}, one setting, one race each".replace("%", "%%"))
+                        help=f"{QUICK['N_TRAIN']} rows to {QUICK['TARGET']:.0%}, one setting, "
+                             "one race each".replace("%", "%%"))
     parser.add_argument("--only", default=None, help="comma-separated substrings of contender names")
     parser.add_argument("--repeats", type=int, default=None, help=f"races per contender (default {REPEATS})")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")

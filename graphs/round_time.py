@@ -13,7 +13,6 @@ S = T_serial / T_p and the efficiency E = S / p (seed 001, eqs. (7)-(8)).
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np

@@ -28,8 +28,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import common  # noqa: E402
 import peers  # noqa: E402
+
+import common  # noqa: E402
 
 DEFAULTS = dict(REPEATS=3, SETTINGS=("200:0.1", "1000:0.5"), N_TRAIN=60000, N_TEST=10000, TARGET=0.97,
                 MAX_EPOCHS=30, MAX_SECONDS=300.0)

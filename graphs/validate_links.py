@@ -191,7 +191,8 @@ def median_round(net, shards, block, rounds, warmup) -> float:
 
 def one_link(rate: str, args, netem: bool, data, workdir: Path) -> list[dict]:
     import ppt_dask as ppt
-    from ppt_dask.perf import calibrate, model as pm
+    from ppt_dask.perf import calibrate
+    from ppt_dask.perf import model as pm
 
     X, y = data
     net = ppt.MLP((784, 64, 64, 10), hidden="tanh", output="softmax")

@@ -168,9 +168,10 @@ def median_round(net, shards, block: int, rounds: int, warmup: int) -> tuple[flo
 
 def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
     """Median seconds per round of the plain serial program (eq. (3)), one BLAS thread."""
+    from threadpoolctl import threadpool_limits
+
     import ppt_dask as ppt
     from ppt_dask.algorithms import serial
-    from threadpoolctl import threadpool_limits
 
     n = min(len(X), max(block * (rounds + warmup), block))
     with threadpool_limits(1):
@@ -196,8 +197,8 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
         for _ in range(cfg["REPEATS"]):  # interleaved, so a noisy minute spreads over cells
             for b in cfg["BLOCKS"]:
                 for p in p_values:
-                    (value, grad), busy = quiet(lambda: median_round(net, placed[p], b, cfg["ROUNDS"],
-                                                                     cfg["WARMUP"]), pids)
+                    (value, grad), busy = quiet(lambda p=p, b=b: median_round(net, placed[p], b, cfg["ROUNDS"],
+                                                                             cfg["WARMUP"]), pids)
                     times[p, b].append(value)
                     grads[p, b].append(grad)
                     others[p, b].append(busy)
@@ -232,7 +233,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     import ppt_dask as ppt
-    from ppt_dask.perf import calibrate, fit as modelfit, model as pm
+    from ppt_dask.perf import calibrate
+    from ppt_dask.perf import fit as modelfit
+    from ppt_dask.perf import model as pm
 
     X, y, source = load_data(cfg["N_TRAIN"])
     net = ppt.MLP((X.shape[1], *HIDDEN, 10), hidden="tanh", output="softmax")
@@ -257,7 +260,7 @@ def main(argv=None) -> int:
     for b in cfg["BLOCKS"]:
         rounds = min(cfg["ROUNDS"], max(len(X) // b - cfg["WARMUP"], 4))
         seq = pm.sequential_epoch_seconds(b, b, dataclass_replace(c, to_seconds=0.0))
-        measured, others = quiet(lambda: serial_round(net, X, y, b, rounds, min(cfg["WARMUP"], 2)))
+        measured, others = quiet(lambda b=b, rounds=rounds: serial_round(net, X, y, b, rounds, min(cfg["WARMUP"], 2)))
         rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, measured=measured,
                          predicted=seq, measured_compute=float("nan"), others=others,
                          compute=pm.call_seconds(b, c), update=c.tu_seconds + c.tm_seconds,
@@ -292,8 +295,9 @@ def dataclass_replace(c, **changes):
 
 
 def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
-    from ppt_dask.perf import model as pm, planning
     from ppt_dask.cli.model import constants_table, grid_table
+    from ppt_dask.perf import model as pm
+    from ppt_dask.perf import planning
 
     c, w = cal.constants, net.n_params
     lines = [f"# Run-time model of 001 against measured rounds ({cfg['MODE']} run)",
@@ -338,7 +342,8 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
     for p_max in (2, 64):
         best = planning.recommend(MNIST_N, w, c, p_max, **kw)
         p_best, _, s_best = planning.best_workers(blocks, MNIST_N, w, c, p_max, **kw)
-        smallest = {p: planning.min_block_for_speedup(p, MNIST_N, w, c, **kw) for p in (2, 4, 8, 16, 32, 64) if p <= p_max}
+        smallest = {p: planning.min_block_for_speedup(p, MNIST_N, w, c, **kw)
+                    for p in (2, 4, 8, 16, 32, 64) if p <= p_max}
         lines.append(f"- p <= {p_max}: least time per epoch with block {best.block} on {best.p} workers "
                      f"({best.epoch_seconds:.3g} s per epoch, speedup {best.speedup:.2f}); best workers per block "
                      + ", ".join(f"b={b}: p={p} (S={s:.2f})" for b, p, s in zip(blocks, p_best, s_best))

@@ -36,6 +36,7 @@ _EXPORTS = {
     "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.api",
     "PPTClassifier": "ppt_dask.sklearn.estimator", "PPTRegressor": "ppt_dask.sklearn.estimator",
     "Model": "ppt_dask.engine.modelfile", "load_model": "ppt_dask.engine.modelfile",
+    "show_versions": "ppt_dask.versions",
 }
 _MODULES = {
     "cluster": "ppt_dask.engine.cluster",
@@ -67,6 +68,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.algorithms.asynchronous import Async
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.strategies import PPT, Average, Sync
+    from ppt_dask.api import train
     from ppt_dask.core import validation
     from ppt_dask.core.network import MLP
     from ppt_dask.core.optimizers import SGD
@@ -77,8 +79,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.engine.modelfile import Model, load_model
     from ppt_dask.engine.result import Result, evaluate
     from ppt_dask.engine.shards import ShardSet, enter_data, enter_source, exit_data
-    from ppt_dask.api import train
     from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
     from ppt_dask.testing import Slowed
+    from ppt_dask.versions import show_versions
 
 __version__ = "0.1.0"

@@ -30,7 +30,7 @@ class Slowed:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Slowed":
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> Slowed:
         return replace(self, inner=self.inner.check(shard_rows, seed, replicated))
 
     def work(self, net, broadcast, shard, s: int, r: int) -> tuple:

@@ -7,6 +7,19 @@ import pytest
 
 import ppt_dask as ppt
 
+# A test that uses one of these fixtures needs that part of the system (a browser, sshd,
+# Slurm) and runs long: it gets the marker, so the default suite leaves it out (pyproject's
+# addopts) and `bash .ci/run` or `-m browser` etc. runs it. Tests added later get it too.
+SYSTEM_FIXTURES = {"browser": "browser", "sshd": "ssh", "slurm": "slurm"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in SYSTEM_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def one_blas_thread():
@@ -33,11 +46,46 @@ def workers4(client4):
     return ppt.cluster.worker_addresses(client4)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
+def scheduler_address(client4):
+    """client4's scheduler, for the command lines the tests run: ``ppt-dask train ...
+    --workers 2 --scheduler ADDRESS`` trains on the first two of its workers instead of
+    starting a LocalCluster of its own (4-8 s each on two cores), as a user's command does
+    on a cluster someone else started. The tests of what the local cluster brings (the
+    quick start, Ctrl-C closing it, the worker processes gone) keep starting their own."""
+    return client4.scheduler.address
+
+
+@pytest.fixture(scope="module")
 def threads_client():
+    """Two worker threads in this process, shared by the tests of a module (each releases
+    what it placed; ``scheduler_keys`` checks that where it matters)."""
     client = ppt.connect(n_workers=2, processes=False, dashboard_address=None)
+    client.wait_for_workers(2, timeout=60)
     yield client
     ppt.cluster.close(client)
+
+
+@pytest.fixture(scope="module")
+def _processes2():
+    client = ppt.connect(n_workers=2, dashboard_address=None)
+    client.wait_for_workers(2, timeout=60)
+    yield client
+    ppt.cluster.close(client)
+
+
+@pytest.fixture
+def client2(_processes2):
+    """Two worker processes under nannies (a killed worker comes back on a new port), shared
+    by the tests of a module: each test starts with exactly two live workers, however the
+    one before left them (a worker killed and restarting, a third one that joined)."""
+    client = _processes2
+    client.cluster.scale(2)
+    deadline = time.monotonic() + 60
+    while len(ppt.cluster.worker_addresses(client)) != 2:
+        assert time.monotonic() < deadline, "the shared cluster did not come back to two workers"
+        time.sleep(0.1)
+    return client
 
 
 def scheduler_keys(client, timeout=10.0):

@@ -108,7 +108,7 @@ class LocalSlurm:
 
     # -- start --
 
-    def start(self) -> "LocalSlurm":
+    def start(self) -> LocalSlurm:
         why = missing()
         if why:
             raise RuntimeError(why)
@@ -223,7 +223,7 @@ class LocalSlurm:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=15)
 
-    def __enter__(self) -> "LocalSlurm":
+    def __enter__(self) -> LocalSlurm:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -113,7 +113,7 @@ class SSHServer:
         return config
 
     # -- life cycle -------------------------------------------------------------------------
-    def start(self, timeout: float = 15.0) -> "SSHServer":
+    def start(self, timeout: float = 15.0) -> SSHServer:
         if os.geteuid() == 0:  # privilege separation directory, made by the init scripts otherwise
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         last_error = ""
@@ -221,7 +221,7 @@ class SSHServer:
                 break
         return [d for d in described if not d.split()[0] == str(self.proc.pid)] if self.proc else described
 
-    def __enter__(self) -> "SSHServer":
+    def __enter__(self) -> SSHServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -2,17 +2,16 @@
 this walks all of it, through the command line, ``train`` and the estimator alike."""
 
 import dataclasses
-import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms import choose
+from ppt_dask.cli import commands as cli
+from ppt_dask.cli import flags as cliflags
 from ppt_dask.core import applicability
-from ppt_dask.cli import commands as cli, flags as cliflags
 from ppt_dask.core.applicability import STRATEGIES, STRATEGY_OWN, TABLE
 
 # a value for each row that is "given" (not the neutral default)
@@ -21,9 +20,10 @@ CLI_VALUES = {"block": ["--block", "4"], "local_epoch": ["--local-epoch", "4"], 
               "local_epochs": ["--local-epochs", "2"],
               "sample_fraction": ["--sample-fraction", "0.5"], "momentum_policy": ["--momentum-policy", "average"],
               "staleness": ["--staleness", "2"], "exchange": ["--exchange", "tree"], "pipeline": ["--pipeline", "2"],
-              "restarts": ["--restarts", "1"]}
+              "restarts": ["--restarts", "1"], "solver": ["--solver", "adam"]}
 OWN_VALUES = {"block": 4, "local_epoch": 4, "interval": 8, "pull": 0.5, "ema": 0.5, "local_epochs": 2.0,
-              "sample_fraction": 0.5, "momentum_policy": "average", "staleness": 2}
+              "sample_fraction": 0.5, "momentum_policy": "average", "staleness": 2, "solver": "adam",
+              "shuffle": True}
 
 
 def test_the_table_agrees_with_the_strategy_classes():
@@ -37,13 +37,23 @@ def test_the_table_agrees_with_the_strategy_classes():
     assert set(cliflags.STRATEGY_FLAGS) <= set(TABLE) and set(OWN_VALUES) == set(STRATEGY_OWN)
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ppt_dask.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PPT_DASK_DATA": os.environ.get("PPT_DASK_DATA", "")})
+@pytest.fixture
+def cli_here(capsys, monkeypatch):
+    """The command line run in this process: the console script's ``main``, its exit status
+    and what it printed. A refusal comes before any cluster, so a fresh interpreter for each
+    of the fifty here would only add its start-up (1-2 s each; tests/test_cli.py and
+    tests/test_cli_errors.py run refusals in subprocesses)."""
+    monkeypatch.delenv("PPT_DASK_DEBUG", raising=False)
+
+    def run(*args):
+        status = cli.main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, status, out, err)
+    return run
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_every_flag_that_does_not_apply_is_refused_and_every_one_that_does_passes(strategy, tmp_path):
+def test_every_flag_that_does_not_apply_is_refused_and_every_one_that_does_passes(strategy, tmp_path, cli_here):
     """Refusals through the real command line (one line, status 2, before any cluster);
     the flags that apply pass the same check the command runs first."""
     (tmp_path / "checkpoint.npz").write_bytes(b"")  # --resume needs a file there to get past
@@ -60,7 +70,7 @@ def test_every_flag_that_does_not_apply_is_refused_and_every_one_that_does_passe
             cliflags.refuse_flags(args, strategy, 0.0)  # no error
         else:
             refused.append(row)
-            out = _cli(*argv)
+            out = cli_here(*argv)
             flag = applicability.cli_spelling(row)
             assert out.returncode == 2, (row, out.stderr)
             lines = out.stderr.strip().splitlines()
@@ -89,9 +99,9 @@ def test_exchange_stream_applies_to_every_synchronous_strategy():
 
 
 @pytest.mark.parametrize("strategy", ["local", "block"])
-def test_pipeline_is_refused_on_streamed_rounds(strategy, threads_client):
+def test_pipeline_is_refused_on_streamed_rounds(strategy, threads_client, cli_here):
     """The streamed rounds run ahead by themselves: a pipeline there would change nothing."""
-    out = _cli("train", "parity8", "--strategy", strategy, "--pipeline", "2")
+    out = cli_here("train", "parity8", "--strategy", strategy, "--pipeline", "2")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "--pipeline applies to the per-round graphs" in out.stderr
     X, y = np.random.default_rng(0).normal(size=(64, 3)), np.arange(64) % 2
@@ -147,11 +157,14 @@ def test_the_estimator_refuses_strategy_params_that_do_not_apply(strategy):
     X, y = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 2
     size = {"ppt": "local_epoch", "average": "block"}.get(strategy, "block")
     for row in STRATEGY_OWN:
+        if row == "solver":  # the estimator's own parameter, not one of strategy_params (test_estimator.py)
+            continue
         clf = ppt.PPTClassifier(strategy=strategy, strategy_params={row: OWN_VALUES[row]})
         if applicability.applies(row, strategy) or row == size:
             clf._settings()  # the check fit runs first: no error
         else:
-            with pytest.raises(ValueError, match=rf"^strategy_params\['{row}'\] applies to .*not to strategy {strategy}$"):
+            refusal = rf"^strategy_params\['{row}'\] applies to .*not to strategy {strategy}$"
+            with pytest.raises(ValueError, match=refusal):
                 clf.fit(X, y)
     if strategy == "epoch":
         with pytest.raises(ValueError, match="batch_size=10 applies to strategy block"):

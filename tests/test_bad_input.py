@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the value, within seconds, before training work."""
 
+import re
 import time
 
 import numpy as np
@@ -149,3 +150,22 @@ def test_truncated_idx_file_in_the_data_dir(tmp_path):
                            str(tmp_path), "--quiet"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "train-images-idx3-ubyte.gz" in proc.stderr and time.monotonic() - t0 < 60
+
+
+def test_a_checkpoint_dir_that_is_a_file_is_refused_before_any_round(client4, tmp_path):
+    """It failed with ``[Errno 17] File exists`` at the first checkpoint, after rounds had run."""
+    X, y = _xy()
+    (tmp_path / "ckpt").write_text("")
+    shards = ppt.enter_data(client4, X, y, n_shards=2)
+    seen = []
+    try:
+        for given, where in ((tmp_path / "ckpt", ""), (tmp_path / "ckpt" / "sub", f" ({str(tmp_path / 'ckpt')!r}")):
+            with pytest.raises(ValueError, match=rf"^checkpoint_dir '{given}' must be a folder \(made when missing\) "
+                                                 rf"to hold checkpoint.npz, but it is a file{re.escape(where)}"):
+                ppt.train(ppt.MLP((3, 4, 3)), shards, ppt.Sync(lr=0.1), checkpoint_dir=given, progress=seen.append)
+        assert seen == []  # not one round ran
+        ppt.train(ppt.MLP((3, 4, 3)), shards, ppt.Sync(lr=0.1), ppt.Stop(max_epochs=2),
+                  checkpoint_dir=tmp_path / "new" / "ckpt", progress=seen.append)
+        assert len(seen) == 2 and (tmp_path / "new" / "ckpt" / "checkpoint.npz").is_file()  # made when missing
+    finally:
+        ppt.exit_data(shards)

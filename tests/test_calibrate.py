@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.perf import calibrate, calls, paper001, model as pm
+from ppt_dask.perf import calibrate, calls, paper001
+from ppt_dask.perf import model as pm
 
 from conftest import scheduler_keys
 

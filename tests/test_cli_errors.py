@@ -3,10 +3,13 @@
 import os
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
 
-from ppt_dask.cli import commands as cli, errors as clierrors
+from ppt_dask.cli import commands as cli
+from ppt_dask.cli import errors as clierrors
 
 
 def _run(*argv, env_extra=None, timeout=120):
@@ -113,3 +116,89 @@ def test_every_flag_of_every_command_is_known_to_the_error_messages():
         assert flags[dest] == flag
     assert clierrors.name_the_flag("n_shards must be >= 1", flags) == "--shards: n_shards must be >= 1"
     assert clierrors.name_the_flag("more shards than rows", flags) == "more shards than rows"
+
+
+def _folder_with_a_file(tmp_path):
+    """A folder holding a file ``afile`` and a model file ``m.npz`` (a parity8 network's)."""
+    import ppt_dask as ppt
+    from ppt_dask.engine import modelfile
+
+    (tmp_path / "afile").write_text("not a folder")
+    net = ppt.MLP((8, 4, 1), hidden="tanh", output="sigmoid")
+    modelfile.Model(net, net.init_params(0)).save(tmp_path / "m.npz")
+    np.save(tmp_path / "X.npy", np.zeros((3, 8)))
+    return tmp_path
+
+
+# every flag that takes a path, given one that cannot serve: (argv, the flag, words of what it must be)
+BAD_PATHS = [
+    (["train", "parity8", "--checkpoint", "afile"], "--checkpoint", "is a file; --checkpoint takes a folder"),
+    (["train", "parity8", "--checkpoint", "afile/ck"], "--checkpoint", "is a file, so the folder 'afile/ck'"),
+    (["train", "parity8", "--json", "nodir/out.json"], "--json", "the folder of 'nodir/out.json'"),
+    (["train", "parity8", "--json", "."], "--json", "'.' is a folder; --json takes the path of"),
+    (["train", "parity8", "--report", "."], "--report", "'.' is a folder; --report takes the path of"),
+    (["train", "parity8", "--trace", "afile/t.json"], "--trace", "is a file, not a folder"),
+    (["train", "parity8", "--save", "."], "--save", "'.' is a folder; --save takes the path of"),
+    (["train", "mnist", "--data-dir", "afile"], "--data-dir", "is a file; --data-dir takes a folder"),
+    (["model", "calibrate", "parity8", "--out", "nodir/c.json"], "--out", "the folder of 'nodir/c.json'"),
+    (["model", "calibrate", "parity8", "--out", "."], "--out", "'.' is a folder; --out takes the path of"),
+    (["model", "predict", "--calibration", "."], "--calibration", "'.' is a folder; --calibration takes"),
+    (["model", "recommend", "--constants", "none.json"], "--constants", "no such file 'none.json'"),
+    (["model", "predict", "--calibration", "afile", "--json", "."], "--json", "'.' is a folder"),
+    (["predict", "m.npz", "--input", "none.npy", "--output", "y.npy"], "--input", "no such file 'none.npy'"),
+    (["predict", "m.npz", "--input", "X.npy", "--output", "nodir/y.npy"], "--output", "the folder of"),
+    (["predict", "m.npz", "parity8", "--json", "."], "--json", "'.' is a folder"),
+    (["cluster", "ssh", "none.txt", "--certs", "."], "HOSTFILE", "no such file 'none.txt'"),
+    (["cluster", "ssh", "afile", "--certs", "none"], "--certs", "no such folder 'none'"),
+]
+
+
+@pytest.mark.parametrize("argv, flag, words", BAD_PATHS, ids=[" ".join(a[:2] + a[-2:]) for a, _, _ in BAD_PATHS])
+def test_a_path_that_cannot_serve_is_one_line_naming_the_flag_before_any_work(argv, flag, words, tmp_path,
+                                                                               monkeypatch, capsys):
+    """The command line run in this process (the console script's ``main``): each refusal is
+    one line with the flag, the path and what it must be, raised before a cluster starts or
+    a run trains (760b1fe: ``[Errno 17] File exists: 'afile'``; a --json in a missing folder
+    failed after the whole run)."""
+    monkeypatch.chdir(_folder_with_a_file(tmp_path))
+    monkeypatch.delenv("PPT_DASK_DEBUG", raising=False)
+    t0 = time.monotonic()
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err  # nothing ran, nothing trained
+    assert err.startswith(f"ppt-dask: error: {flag}: ") and words in err, err
+    assert "Errno" not in err and time.monotonic() - t0 < 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["X.npy", "afile", "m.npz"]  # nothing written
+
+
+def test_the_checkpoint_that_is_a_file_as_a_user_meets_it(tmp_path):
+    """The issue's case through the console script, in a fresh process."""
+    (tmp_path / "ckpt").write_text("")
+    run = _run("train", "parity8", "--checkpoint", str(tmp_path / "ckpt"))
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"ppt-dask: error: --checkpoint: {str(tmp_path / 'ckpt')!r} is a file; --checkpoint takes a folder "
+        "(made when missing) to hold checkpoint.npz"]
+
+
+def test_an_os_error_that_slips_past_the_checks_still_names_its_flag(tmp_path, capsys):
+    """The last line of defence: an OSError raised while the command runs (a disk that fills,
+    a folder removed meanwhile) names the argument whose path it is, or its path alone."""
+    parser = cli.build_parser()
+    clierrors.add_debug_flag(parser)
+    args = parser.parse_args(["train", "mnist", "--data-dir", str(tmp_path), "--json", "out.json"])
+
+    def fails(error):
+        def command(_args):
+            raise error
+        return command
+
+    for error, line in [
+        (FileNotFoundError(2, "No such file or directory", str(tmp_path / "mnist" / "x.gz")),
+         f"--data-dir: no such file or directory: {str(tmp_path / 'mnist' / 'x.gz')!r}"),
+        (OSError(28, "No space left on device", "out.json"), "--json: no space left on device: 'out.json'"),
+        (OSError(13, "Permission denied", "/elsewhere"), "permission denied: '/elsewhere'"),
+        (OSError("cannot reach the Dask scheduler"), "cannot reach the Dask scheduler"),
+    ]:
+        assert clierrors.run(fails(error), args, parser) == 2
+        assert capsys.readouterr().err == f"ppt-dask: error: {line}\n"

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-import system
 from ppt_dask.testing import slow_gradients
+
+import system
 
 ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "artifacts"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -235,11 +236,12 @@ def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(brows
     assert "Traceback" not in "".join(lines)
 
 
-def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path):
+def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path, scheduler_address):
     report, trace, out = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "s.json"
     proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2",
                            "--epochs", "30", "--report", str(report), "--trace", str(trace),
-                           "--json", str(out), "--quiet"], capture_output=True, text=True, timeout=120)
+                           "--json", str(out), "--quiet", "--scheduler", scheduler_address],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     assert f"not gradient  {summary['percent_not_gradient']:.1f} % of the workers' time" in proc.stdout

@@ -16,8 +16,20 @@ import pytest
 
 import ppt_dask
 from ppt_dask.data import datasets, files
-from ppt_dask.data.datasets import (DATASETS, encoder, function, function_target, grow_images, load, mnist,
-                                    mnist_grow_factor, mnist_rows, parity, random_splits, train_test_split)
+from ppt_dask.data.datasets import (
+    DATASETS,
+    encoder,
+    function,
+    function_target,
+    grow_images,
+    load,
+    mnist,
+    mnist_grow_factor,
+    mnist_rows,
+    parity,
+    random_splits,
+    train_test_split,
+)
 from ppt_dask.data.files import find_data_dir, find_data_file, read_idx
 
 

@@ -27,12 +27,11 @@ import pytest
 from distributed import Client, Security
 
 import ppt_dask as ppt
-from ppt_dask.engine.cluster import DASHBOARD_PRELOAD, preloads
 from ppt_dask.deploy import ssh as sshcluster
+from ppt_dask.engine.cluster import DASHBOARD_PRELOAD, preloads
 
 import system
 from sshd import INSTALL_HINT, SSHServer, find_sshd, free_port
-
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -446,7 +445,8 @@ def test_dask_ssh_command_line_with_host_config(certs, sshd, tmp_path):
         try:
             client.wait_for_workers(2, timeout=60)
             workers = ppt.cluster.worker_addresses(client)
-            _say(f"dask ssh over sshd 127.0.0.1:{server.port} up in {time.monotonic() - t0:.1f} s: {address}, workers {workers}")
+            _say(f"dask ssh over sshd 127.0.0.1:{server.port} up in {time.monotonic() - t0:.1f} s: {address}, "
+                 f"workers {workers}")
             assert len(workers) == 2 and all(w.startswith("tls://") for w in workers)
             state = _scheduler_state(client)
             assert state["require_encryption"] is True
@@ -464,7 +464,8 @@ def test_dask_ssh_command_line_with_host_config(certs, sshd, tmp_path):
         t1 = time.monotonic()
         run = _ppt_dask("train", "parity8", "--scheduler", address, "--workers", "2", "--quiet",
                         env_extra={"DASK_CONFIG": str(client_config)})
-        _say(f"ppt-dask train parity8 --scheduler {address} (DASK_CONFIG): {run.stdout.strip()} [{time.monotonic() - t1:.1f} s]")
+        _say(f"ppt-dask train parity8 --scheduler {address} (DASK_CONFIG): {run.stdout.strip()} "
+             f"[{time.monotonic() - t1:.1f} s]")
         assert run.returncode == 0, run.stderr[-3000:]
         assert "target reached" in run.stdout and "2 workers" in run.stdout, run.stdout
     finally:
@@ -515,11 +516,12 @@ def test_ppt_dask_cluster_ssh_command(certs, sshd, tmp_path):
                 break
         assert address and address.startswith("tls://127.0.0.1:"), "".join(log)[-3000:]
         _say(f"ppt-dask cluster ssh up in {time.monotonic() - t0:.1f} s: "
-             + " | ".join(l.strip() for l in log if l.split(" ", 1)[0] in ("scheduler", "workers", "preload")))
+             + " | ".join(line.strip() for line in log if line.split(" ", 1)[0] in ("scheduler", "workers", "preload")))
         t1 = time.monotonic()
         run = _ppt_dask("train", "parity8", "--scheduler", address, "--security", str(good),
                         "--workers", "2", "--epochs", "60", "--quiet")
-        _say(f"ppt-dask train parity8 --scheduler {address} --security DIR: {run.stdout.strip()} [{time.monotonic() - t1:.1f} s]")
+        _say(f"ppt-dask train parity8 --scheduler {address} --security DIR: {run.stdout.strip()} "
+             f"[{time.monotonic() - t1:.1f} s]")
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.startswith("parity8: strategy epoch, 2 workers,"), run.stdout
     finally:
@@ -533,6 +535,6 @@ def test_ppt_dask_cluster_ssh_command(certs, sshd, tmp_path):
         closed = time.monotonic() - t2
         _kill_group(proc)
     assert proc.returncode == 0, "".join(log)[-3000:]
-    assert any(l.startswith("stopped") for l in log), "".join(log)[-3000:]
+    assert any(line.startswith("stopped") for line in log), "".join(log)[-3000:]
     waited = _assert_clean(server)
     _say(f"ppt-dask cluster ssh stopped by Ctrl-C in {closed:.1f} s; remote processes gone {waited:.1f} s later")

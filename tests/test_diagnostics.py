@@ -11,8 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppt_dask.observe.breakdown import (PHASES, TaskRecord, bar_columns, breakdown, curve_columns,
-                                        format_table, phase_table, summarize)
+from ppt_dask.observe.breakdown import (
+    PHASES,
+    TaskRecord,
+    bar_columns,
+    breakdown,
+    curve_columns,
+    format_table,
+    phase_table,
+    summarize,
+)
 from ppt_dask.observe.trace import trace_events
 
 A, B = "tcp://a:1", "tcp://b:1"
@@ -185,6 +193,7 @@ def test_records_and_transforms_do_without_bokeh_and_the_transforms_without_dask
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
     import ast
+
     import ppt_dask.observe.breakdown
     tree = ast.parse(open(ppt_dask.observe.breakdown.__file__).read())
     imported = {n.module if isinstance(n, ast.ImportFrom) else a.name

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine import checkpoint
-from ppt_dask.data import datasets, files
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.data import datasets, files
+from ppt_dask.engine import checkpoint
 from ppt_dask.engine.result import Outcome
 
 from conftest import scheduler_keys
@@ -27,15 +27,6 @@ def _data(n=400, seed=0):
 
 
 NET = ppt.MLP((6, 8, 3), hidden="tanh", output="softmax")
-
-
-@pytest.fixture
-def client2():
-    """Two worker processes under nannies: a killed worker comes back on a new port."""
-    client = ppt.connect(n_workers=2, dashboard_address=None)
-    client.wait_for_workers(2, timeout=60)
-    yield client
-    ppt.cluster.close(client)
 
 
 def _killer(client, at_round):
@@ -124,26 +115,30 @@ def test_a_lost_worker_ends_an_asynchronous_run_at_once_with_a_clear_error(clien
         ppt.exit_data(shards)
 
 
-def _cli(*args):
+def _cli(scheduler, *args):
+    # seed 7 learns parity in 233 rounds (seed 3 in 557): the same path, a shorter run
     return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--quiet",
-            "--seed", "3", *args]
+            "--seed", "7", "--scheduler", scheduler, *args]
 
 
-def test_head_killed_and_resumed_ends_bitwise_identical(tmp_path):
+def test_head_killed_and_resumed_ends_bitwise_identical(tmp_path, scheduler_address):
+    """The head (the ppt-dask process, a client of a cluster that lives on) is SIGKILLed
+    after a checkpoint; a new head resumes from it and ends with bitwise the weights of a
+    run that was never cut."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    subprocess.run(_cli("--checkpoint", str(whole), "--checkpoint-every", "20"), check=True,
+    subprocess.run(_cli(scheduler_address, "--checkpoint", str(whole), "--checkpoint-every", "20"), check=True,
                    timeout=300, capture_output=True)
-    head = subprocess.Popen(_cli("--checkpoint", str(cut), "--checkpoint-every", "20"),
+    head = subprocess.Popen(_cli(scheduler_address, "--checkpoint", str(cut), "--checkpoint-every", "20"),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not (cut / checkpoint.FILE).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)
-    os.killpg(head.pid, signal.SIGKILL)  # the head and its LocalCluster, at once
+    os.killpg(head.pid, signal.SIGKILL)  # the head, at once
     head.wait(timeout=30)
     with np.load(cut / checkpoint.FILE) as ck:
         cut_round = json.loads(ck["header"].tobytes())["round"]
-    resumed = subprocess.run(_cli("--checkpoint", str(cut), "--checkpoint-every", "20", "--resume",
+    resumed = subprocess.run(_cli(scheduler_address, "--checkpoint", str(cut), "--checkpoint-every", "20", "--resume",
                                   "--json", str(tmp_path / "out.json")), timeout=300, capture_output=True,
                              text=True)
     assert resumed.returncode == 0, resumed.stderr
@@ -179,17 +174,20 @@ def test_divergence_stops_and_keeps_the_last_good_weights(client4, workers4):
     assert all(np.isfinite(r["loss"]) for r in result.history)
 
 
-def test_divergence_exits_non_zero_from_the_cli():
+def test_divergence_exits_non_zero_from_the_cli(scheduler_address):
     proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "function", "--workers", "2",
-                           "--quiet", "--lr", "50", "--epochs", "20"], capture_output=True, text=True,
-                          timeout=120)
+                           "--quiet", "--lr", "50", "--epochs", "20", "--scheduler", scheduler_address],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3 and "diverged at round" in proc.stderr
 
 
 def _soak(client, workers, rounds):
     X, y = _data(64)
     shards = ppt.enter_data(client, X, y, n_shards=2, workers=workers[:2])
-    rss = lambda: client.run_on_scheduler(lambda: __import__("psutil").Process().memory_info().rss)
+
+    def rss():
+        return client.run_on_scheduler(lambda: __import__("psutil").Process().memory_info().rss)
+
     marks = {}
 
     def progress(record):

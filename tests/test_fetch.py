@@ -8,8 +8,8 @@ the data folder's own copy: what was fetched must hold the same idx bytes.
 import functools
 import gzip
 import hashlib
-import json
 import http.server
+import json
 import os
 import signal
 import socket
@@ -188,11 +188,15 @@ def test_without_a_named_folder_mnist_goes_to_the_user_cache(serve, mnist_dir, t
 
 
 def test_progress_bar_on_a_terminal(serve, mnist_dir, tmp_path):
+    """The download's bar is the one progress display's (tqdm, ppt_dask.progress): on a
+    terminal a bar of bytes redrawn in place, then the line that says the file arrived."""
+    from ppt_dask.progress import Download
+
     url, _ = serve(mnist_dir)
     leader, follower = os.openpty()
     with os.fdopen(follower, "w") as tty:
-        progress = fetch.Progress(stream=tty)
-        assert progress.bar
+        progress = Download(stream=tty)
+        assert progress.kind == "bar"
         fetch.fetch_file("train-labels-idx1-ubyte.gz", tmp_path, [url], progress=progress)
     shown = b""
     while True:
@@ -205,6 +209,7 @@ def test_progress_bar_on_a_terminal(serve, mnist_dir, tmp_path):
         shown += piece
     os.close(leader)
     assert b"\r" in shown and b"fetched mnist/train-labels-idx1-ubyte.gz" in shown
+    assert b"train-labels-idx1-ubyte.gz: " in shown and b"kB" in shown  # tqdm's bar: the file, its bytes
 
 
 def test_an_interrupted_download_leaves_nothing(serve, mnist_dir, tmp_path):

@@ -22,6 +22,7 @@ SCRIPTS = {  # script -> (tables, figures) it writes
     "paper002_softmax.py": (("paper002_softmax",), ("paper002_softmax",)),
     "paper004_digits.py": (("paper004_table1", "paper004_table2"), ("paper004_digits",)),
     "estimator_race.py": (("estimator_race",), ()),
+    "table_memory.py": (("table_memory",), ()),
 }
 TIMEOUT = 240  # seconds; a --quick run takes well under a minute on an idle 2-core machine
 
@@ -36,6 +37,7 @@ def numbers(row: dict) -> list[float]:
     return [v for v in out if math.isfinite(v)]
 
 
+@pytest.mark.slow  # 10-70 s each: the papers' scripts run in CI's full run, not the default suite
 @pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_quick_run_writes_tables_and_figures(script, tmp_path):
@@ -60,6 +62,12 @@ def test_quick_run_writes_tables_and_figures(script, tmp_path):
             ("MNIST", "PPTClassifier()"), ("MNIST", "MLPClassifier()"),
             ("digits", "PPTClassifier()"), ("digits", "MLPClassifier()")]
         assert all(float(r["test accuracy %"]) > 85 and int(r["epochs"]) >= 1 for r in rows)
+    if script == "table_memory.py":  # the head does not grow with the table (it never holds the rows)
+        with open(tmp_path / "table_memory.csv") as fh:
+            small, large = list(csv.DictReader(fh))
+        assert int(large["rows"]) == 100 * int(small["rows"])
+        grown = float(large["head peak RSS MiB"]) - float(small["head peak RSS MiB"])
+        assert grown < 0.5 * float(large["file MiB"]), (small, large)
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -15,7 +16,8 @@ from ppt_dask.engine import checkpoint, interrupt
 
 
 def _cli(*args):
-    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--seed", "3",
+    # seed 7 learns parity in 233 rounds (seed 3 in 557): the same path, a shorter run
+    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--seed", "7",
             "--checkpoint-every", "20", *args]
 
 
@@ -31,11 +33,14 @@ def _session(sid):
     return found
 
 
-def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path):
+def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path, scheduler_address):
     """760b1fe: 111 lines with 5 tracebacks, not a word about the checkpoint. The signal goes
-    to the whole process group, as a terminal's Ctrl-C does."""
+    to the whole process group, as a terminal's Ctrl-C does. The interrupted run starts its
+    own LocalCluster (it must close it); the run it is compared with and the resumed one
+    train on the tests' shared scheduler."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    subprocess.run(_cli("--quiet", "--checkpoint", str(whole)), check=True, timeout=300, capture_output=True)
+    shared = ("--scheduler", scheduler_address)
+    subprocess.run(_cli("--quiet", "--checkpoint", str(whole), *shared), check=True, timeout=300, capture_output=True)
     head = subprocess.Popen(_cli("--checkpoint", str(cut)), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -60,7 +65,7 @@ def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path):
     while _session(head.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _session(head.pid) == []  # no worker, nanny or helper process left
-    resumed = subprocess.run(_cli("--quiet", "--checkpoint", str(cut), "--resume"), timeout=300,
+    resumed = subprocess.run(_cli("--quiet", "--checkpoint", str(cut), "--resume", *shared), timeout=300,
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     a = np.load(whole / checkpoint.FILE)["params"]
@@ -81,11 +86,12 @@ def test_resume_without_a_checkpoint_is_an_error_that_says_how_to_start_fresh(tm
 @pytest.mark.slow
 def test_the_readme_checkpoint_commands_as_printed(tmp_path):
     """README, "The command line": a run that keeps a checkpoint, then one that goes on from it."""
-    first = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/"], cwd=tmp_path,
+    script = str(Path(sys.executable).with_name("ppt-dask"))  # this environment's, whatever PATH says
+    first = subprocess.run([script, "train", "mnist", "--checkpoint", "ckpt/"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=1200)
     assert first.returncode == 0, first.stderr[-2000:]
     saved = json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"]
-    again = subprocess.run(["ppt-dask", "train", "mnist", "--checkpoint", "ckpt/", "--resume"], cwd=tmp_path,
+    again = subprocess.run([script, "train", "mnist", "--checkpoint", "ckpt/", "--resume"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(np.load(tmp_path / "ckpt" / checkpoint.FILE)["header"].tobytes())["round"] >= saved

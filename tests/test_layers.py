@@ -19,17 +19,19 @@ PACKAGE = Path(ppt_dask.__file__).resolve().parent
 
 # subpackage -> the parts of ppt_dask it may import (itself always)
 ALLOWED = {
+    "progress": set(),
     "core": set(),
-    "data": {"core"},
+    "data": {"core", "progress"},
     "algorithms": {"core"},
     "observe": {"core"},
-    "engine": {"core", "data", "algorithms"},
+    "engine": {"core", "data", "algorithms", "progress"},
     "api": {"core", "observe", "engine"},
     "perf": {"core", "data", "algorithms", "observe", "engine", "api"},
-    "sklearn": {"core", "data", "algorithms", "observe", "engine", "api"},
+    "sklearn": {"core", "data", "algorithms", "observe", "engine", "api", "progress"},
     "deploy": {"core", "observe", "engine"},
-    "cli": {"core", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy"},
+    "cli": {"core", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy", "progress"},
     "testing": set(),
+    "versions": set(),
 }
 NUMPY_ONLY = ("core", "data", "algorithms")
 HEAVY = ("dask", "distributed", "bokeh")
@@ -163,7 +165,8 @@ def test_the_command_line_parser_loads_no_dask():
     """``ppt-dask --version`` and ``--help`` build the whole parser, cluster commands
     included: that loads no dask (the cluster commands import it when they run)."""
     code = ("import sys\nfrom ppt_dask.cli.commands import build_parser\n"
-            "build_parser().format_help()\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}))")
+            "build_parser().format_help()\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"

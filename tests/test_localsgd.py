@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine import checkpoint
 from ppt_dask.algorithms import localsgd, serial
+from ppt_dask.engine import checkpoint
 
 from conftest import scheduler_keys
 
@@ -73,7 +73,39 @@ def test_one_shard_is_plain_momentum_sgd():
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+ADAM = dataclasses.replace(STRATEGY, solver="adam", lr=0.01, shuffle=True)  # PPTClassifier's on small sets
+
+
+def test_one_shard_with_adam_is_adam_written_out():
+    """Adam's local steps against Kingma & Ba's update written out (with the bias correction
+    folded into the step size, as their section 2 and scikit-learn's AdamOptimizer do)."""
+    X, y = _data()
+    start = NET.init_params(4)
+    strategy = ppt.LocalSGD(lr=0.01, momentum=0.9, l2=0.01, block=8, interval=16, solver="adam")
+    got, _ = serial.train_serial(NET, X, y, strategy, rounds=6, params=start)
+    p, m, v, mask = start.copy(), np.zeros_like(start), np.zeros_like(start), NET.weight_mask()
+    for t in range(1, 13):
+        rows = slice(((t - 1) * 8) % len(X), ((t - 1) * 8) % len(X) + 8)
+        _, grad, _ = NET.loss_and_grad(p, X[rows], y[rows])
+        g = (grad + 0.01 * mask * p) / 8
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        p = p - 0.01 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-8)
+    np.testing.assert_allclose(got, p, rtol=1e-10, atol=1e-12)
+
+
+def test_a_shuffled_walk_visits_every_row_once_a_pass_in_a_new_order():
+    strategy = dataclasses.replace(ADAM, block=7).check([30], seed=5)
+    walk = strategy._walk(30, 0)
+    rows = np.concatenate([walk(i) for i in range(30)])  # 7 passes of 30 rows in steps of 7
+    passes = rows.reshape(7, 30)
+    assert all(sorted(p.tolist()) == list(range(30)) for p in passes)
+    assert len({tuple(p) for p in passes}) == 7  # a new order each pass
+    again = dataclasses.replace(ADAM, block=7).check([30], seed=5)._walk(30, 0)
+    assert np.array_equal(np.concatenate([again(i) for i in range(30)]), rows)  # seeded: the same
+
+
 @pytest.mark.parametrize("bad, match", [
+    (dict(solver="lbfgs"), "solver must be 'sgd' or 'adam'"), (dict(shuffle=1), "shuffle must be True or False"),
     (dict(pull=0), "pull must be in"), (dict(pull=1.5), "pull must be in"),
     (dict(block=0), "block"), (dict(interval=-3), "interval"),
     (dict(ema=1.0), "ema must be in"), (dict(ema=-0.1), "ema must be in"), (dict(ema=True), "ema must be in"),
@@ -104,6 +136,17 @@ def test_on_1_2_4_worker_processes_bitwise_as_serial(client4, workers4, exchange
     assert scheduler_keys(client4) == []  # nothing left behind on the scheduler
 
 
+def test_adam_with_shuffled_passes_on_2_worker_processes_bitwise_as_serial(client4, workers4):
+    X, y = _data()
+    expected, history = serial.train_serial(NET, X, y, ADAM, rounds=7, n_shards=4, seed=3)
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    result = ppt.train(NET, shards, ADAM, ppt.Stop(max_epochs=7 / ADAM.check([48] * 4).rounds_per_epoch(len(X))),
+                       seed=3)
+    ppt.exit_data(shards)
+    assert result.params.tobytes() == expected.tobytes()
+    assert [h["loss"] for h in result.history] == [h["loss"] for h in history]
+
+
 @pytest.mark.parametrize("exchange, used", EXCHANGES)
 def test_on_threads_bitwise_as_serial(threads_client, exchange, used):
     X, y = _data()
@@ -127,30 +170,27 @@ def test_other_exchanges_are_refused_before_any_work(client4, workers4):
 
 
 @pytest.mark.parametrize("exchange", ["auto", "all"])
-def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(exchange):
+def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange):
     X, y = _data(400)
     strategy = ppt.Slowed(ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20, ema=0.5), seconds=0.01)
     rounds = 40
     expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
-    client = ppt.connect(n_workers=2, dashboard_address=None)
+    address = ppt.cluster.worker_addresses(client2)[1]
+    pid = client2.run(os.getpid, workers=[address])[address]
+    killed = {}
+
+    def progress(record):
+        if record["round"] == 17 and not killed:
+            os.kill(pid, signal.SIGKILL)
+            killed["at"] = time.perf_counter()
+
+    shards = ppt.enter_data(client2, X, y, n_shards=4)
+    epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
     try:
-        client.wait_for_workers(2, timeout=60)
-        address = ppt.cluster.worker_addresses(client)[1]
-        pid = client.run(os.getpid, workers=[address])[address]
-        killed = {}
-
-        def progress(record):
-            if record["round"] == 17 and not killed:
-                os.kill(pid, signal.SIGKILL)
-                killed["at"] = time.perf_counter()
-
-        shards = ppt.enter_data(client, X, y, n_shards=4)
-        epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
         result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
                            checkpoint_every=5, progress=progress, exchange=exchange)
-        ppt.exit_data(shards)
     finally:
-        ppt.cluster.close(client)
+        ppt.exit_data(shards)
     assert killed and result.settings["recoveries"] >= 1
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()
@@ -176,10 +216,12 @@ def test_checkpoint_and_resume_end_bitwise_as_one_run(client4, workers4, tmp_pat
     assert resumed.params.tobytes() == whole.params.tobytes()
 
 
-def test_shard_models_round_trip_through_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("strategy", [SMOOTHED, dataclasses.replace(SMOOTHED, solver="adam", lr=0.01)],
+                         ids=["sgd", "adam"])
+def test_shard_models_round_trip_through_a_checkpoint(tmp_path, strategy):
     X, y = _data()
-    state, _ = localsgd.train_serial(NET, [(X[:96], y[:96]), (X[96:], y[96:])], SMOOTHED.check([96, 96]),
-                                     SMOOTHED.init(NET.init_params(0)), 3)
+    state, _ = localsgd.train_serial(NET, [(X[:96], y[:96]), (X[96:], y[96:])], strategy.check([96, 96]),
+                                     strategy.init(NET.init_params(0)), 3)
     checkpoint.save(tmp_path, state, round_index=2, attempt=0, history=[], meta={"m": 1})
     back = checkpoint.load(tmp_path, {"m": 1})["state"]
     assert back.params.tobytes() == state.params.tobytes()
@@ -188,5 +230,7 @@ def test_shard_models_round_trip_through_a_checkpoint(tmp_path):
         assert other.params.tobytes() == model.params.tobytes()
         assert other.velocity.tobytes() == model.velocity.tobytes()
         assert [a.tobytes() for a in other.sent] == [a.tobytes() for a in model.sent]
+        assert other.steps == model.steps and (other.second is None) == (model.second is None)
+        assert model.second is None or other.second.tobytes() == model.second.tobytes()
     assert sorted(back.opt_state["averages"]) == [1, 2]
     assert back.opt_state["mean"].tobytes() == state.opt_state["mean"].tobytes()

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine import messages
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.engine import messages
 
 
 def _worker_interval(dask_worker):
@@ -52,3 +52,20 @@ def test_batch_interval_none_keeps_distributed_timers():
 def test_bad_batch_interval_is_refused_before_a_cluster_starts(bad):
     with pytest.raises(ValueError, match="batch interval must be seconds in \\[0, 1\\), got"):
         ppt.connect(n_workers=1, dashboard_address=None, batch_interval=bad)
+
+
+def test_another_client_of_the_same_scheduler_reuses_its_plugins(client4):
+    """Every ``ppt-dask train --scheduler`` on a cluster that lives on connects anew: its
+    client stream is set, and the plugins already there are not registered again (each
+    time that logged a warning on the scheduler, here in this process)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        other = ppt.connect(client4.scheduler.address)
+        try:
+            assert client4.run_on_scheduler(messages._intervals)["clients"][other.id] == 0.0
+            assert other.scheduler_comm.interval == 0.0
+        finally:
+            other.close()
+    assert not [w for w in caught if "already contains a plugin" in str(w.message)], caught

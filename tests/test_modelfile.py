@@ -1,6 +1,6 @@
 """Model files: Result.save, load_model, Model, ppt-dask train --save and ppt-dask predict.
 
-The parity8 model is trained once, by the command line on a LocalCluster it starts; every
+The parity8 model is trained once, by the command line (on the tests' shared scheduler); every
 check of the loaded model is against an oracle computed independently: the training set's
 true parity, the network's forward pass on the saved weights, or a file built by hand.
 """
@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.data import datasets
-from ppt_dask.engine import modelfile
 from ppt_dask.cli import textout
+from ppt_dask.data import datasets
 
 CLI = [sys.executable, "-m", "ppt_dask.cli"]
 REPO = Path(__file__).resolve().parents[1]
@@ -46,10 +45,12 @@ def test_readme_prints_the_commands_run_here():
 
 
 @pytest.fixture(scope="module")
-def parity_model(tmp_path_factory):
-    """README's ``ppt-dask train parity8 --save m.npz && ppt-dask predict ...``, run once."""
+def parity_model(tmp_path_factory, scheduler_address):
+    """README's ``ppt-dask train parity8 --save m.npz && ppt-dask predict ...``, run once, the
+    training on the tests' shared scheduler (tests/test_readme_commands.py runs it as printed)."""
     folder = tmp_path_factory.mktemp("parity")
-    run = _shell(README_TRAIN, cwd=folder)
+    shared = f"--save m.npz --workers 2 --scheduler {scheduler_address} --seed 7"  # learned in 233 rounds
+    run = _shell(README_TRAIN.replace("--save m.npz", shared, 1), cwd=folder)
     assert run.returncode == 0, run.stderr
     return folder, folder / "m.npz", run.stdout
 
@@ -101,7 +102,7 @@ def test_saved_weights_and_summary_are_the_run_s(parity_model):
     # the saved summary prints exactly the result lines the run printed
     assert stdout.startswith(textout.result_lines(model.summary) + "\n"), stdout
     assert model.summary["dataset"] == "parity8" and model.summary["learned"] is True
-    assert model.summary["network"] == [8, 100, 1] and model.settings["seed"] == 0
+    assert model.summary["network"] == [8, 100, 1] and model.settings["seed"] == 7
     assert model.net == ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
     with np.load(path, allow_pickle=False) as archive:  # the file holds only plain arrays
         assert sorted(archive.files) == ["classes", "meta", "params"]
@@ -135,8 +136,10 @@ def _bad_files(folder, good):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["M", "--input", "wide.npy", "--output", "y.npy"], "--input wide.npy: X has 7 features per row, but the model takes 8"),
-    (["M", "--input", "nan.npy", "--output", "y.npy"], "X has 1 non-finite entry (NaN or inf); the first is X[1, 2] = nan"),
+    (["M", "--input", "wide.npy", "--output", "y.npy"],
+     "--input wide.npy: X has 7 features per row, but the model takes 8"),
+    (["M", "--input", "nan.npy", "--output", "y.npy"],
+     "X has 1 non-finite entry (NaN or inf); the first is X[1, 2] = nan"),
     (["text.npz", "parity8"], "text.npz: not a ppt_dask model file (not an .npz archive)"),
     (["other.npz", "parity8"], "other.npz: not a ppt_dask model file (arrays ['weights']"),
     (["flipped.npz", "parity8"], "flipped.npz: not a readable ppt_dask model file"),
@@ -208,9 +211,12 @@ def _rewrite(path, out, **changes):
 def test_other_version_and_tampered_weights_are_refused_with_the_reason(tmp_path):
     model = _model()
     path = model.save(tmp_path / "m.npz")
-    newer = _rewrite(path, tmp_path / "v2.npz", format_version=2, ppt_dask_version="9.0")
-    with pytest.raises(ValueError, match=r"format version 2 \(written by ppt_dask 9.0\); this ppt_dask reads version 1"):
+    newer = _rewrite(path, tmp_path / "v3.npz", format_version=3, ppt_dask_version="9.0")
+    with pytest.raises(ValueError, match=r"format version 3 \(written by ppt_dask 9.0\); this ppt_dask reads "
+                                         r"versions 1, 2"):
         ppt.load_model(newer)
+    older = ppt.load_model(_rewrite(path, tmp_path / "v1.npz", format_version=1))  # before input scaling
+    assert older.preprocessing is None and np.array_equal(older.params, model.params)
     params = model.params.copy()
     params[7] += 1e-9  # a valid zip whose weights no longer match the checksum
     tampered = _rewrite(path, tmp_path / "t.npz", params=params)

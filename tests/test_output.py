@@ -19,14 +19,15 @@ def run(*args, timeout=300):
                           text=True, timeout=timeout)
 
 
-def test_train_prints_aligned_rounded_lines_that_agree_with_the_json(tmp_path):
+def test_train_prints_aligned_rounded_lines_that_agree_with_the_json(tmp_path, scheduler_address):
     """760b1fe: `train_loss=0.7268891663924053 ... learned=False` on one line."""
     out, report = tmp_path / "out.json", tmp_path / "report.html"
-    proc = run("train", "mnist", "--workers", "2", "--epochs", "1", "--json", str(out), "--report", str(report))
+    proc = run("train", "mnist", "--workers", "2", "--epochs", "1", "--json", str(out), "--report", str(report),
+               "--scheduler", scheduler_address)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     lines = proc.stdout.strip().splitlines()
-    assert lines[0] == f"mnist: strategy local, 2 workers, network 784-64-64-10"
+    assert lines[0] == "mnist: strategy local, 2 workers, network 784-64-64-10"
     rows = dict(re.match(r"^  (\S.*?)\s{2,}(\S.*)$", line).groups() for line in lines[1:])
     assert rows["test accuracy"] == f"{100 * summary['test_accuracy']:.2f} %"
     assert rows["train error"] == f"{100 * summary['train_error_rate']:.2f} %"
@@ -39,7 +40,7 @@ def test_train_prints_aligned_rounded_lines_that_agree_with_the_json(tmp_path):
     assert len({re.search(r"\S\s{2,}\S", line).end() for line in lines[1:]}) == 1  # values aligned
     assert len(str(summary["wall_seconds"])) > 6  # the JSON keeps every digit
     # progress: epochs of the total, rate and time left (plain lines: stderr is not a terminal)
-    assert re.search(r"^epoch \d+\.\d\d/1 \(\d+ %\)  \S+ epochs/s, .* left", proc.stderr, re.M), proc.stderr
+    assert re.search(r"^epoch \d+\.\d\d/1 \(\d+ %\)  \S+ patterns/s, .* left", proc.stderr, re.M), proc.stderr
     html = report.read_text()
     assert "dataset mnist, strategy local, workers 2" in html.replace("&quot;", '"')
     assert f"ppt_dask {ppt_dask.__version__}, dask " in html
@@ -71,15 +72,31 @@ class FakeTerminal(io.StringIO):
 
 
 def test_the_bar_on_a_terminal_and_plain_lines_elsewhere():
+    """One display for a run (ppt_dask.progress, drawn by tqdm): on a terminal a bar redrawn
+    in place, elsewhere (a log, a pipe) a plain line; both with the epochs of the total,
+    patterns per second, time left, loss, error and round time, the /ppt link above them,
+    and why the run stopped at the end."""
+    from ppt_dask.progress import Training
+
+    class Finished:  # what close() reads of a Result
+        stopped_because, learned, settings, wall_seconds = "max_epochs", False, {"target_error": 0.03}, 5.0
+
+    record = {"epoch": 4.0, "loss": 0.5, "error_rate": 0.25, "patterns": 1000, "wall_seconds": 0.01,
+              "elapsed_seconds": 2.0}
     tty, plain = FakeTerminal(), io.StringIO()
     for stream in (tty, plain):
-        bar = textout.Bar(10, "epoch", stream=stream)
-        bar.t0 -= 2.0  # two seconds in
-        bar.update(4.0, "loss 0.5", force=True)
-        bar.close()
-    assert tty.getvalue().startswith("\repoch 4.00/10 [##########..............]  40%  2 epochs/s, 3.00 s left  loss 0.5")
-    assert tty.getvalue().endswith("\n")
-    assert plain.getvalue() == "epoch 4.00/10 (40 %)  2 epochs/s, 3.00 s left  loss 0.5\n"
+        shown = Training(10, link="http://127.0.0.1:8787/ppt", stream=stream)
+        assert stream.getvalue() == ""  # nothing before the first round
+        shown(record)
+        shown.close(Finished())
+    state = "500 patterns/s, 3.00 s left  loss 0.5  error 25.00 %  10 ms/round"
+    assert tty.getvalue().startswith(f"time breakdown, live: http://127.0.0.1:8787/ppt\n"
+                                     f"\repoch 4.00/10 [#########...............]  40%  {state}")
+    assert tty.getvalue().endswith("  40%  max epochs (target of 3 % error not reached) after 5.00 s  "
+                                   "loss 0.5  error 25.00 %  10 ms/round\n")
+    assert plain.getvalue() == (f"time breakdown, live: http://127.0.0.1:8787/ppt\nepoch 4.00/10 (40 %)  {state}\n"
+                                "epoch 4.00/10 (40 %)  max epochs (target of 3 % error not reached) after 5.00 s"
+                                "  loss 0.5  error 25.00 %  10 ms/round\n")
 
 
 def _train_flags():

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from ppt_dask.perf import fit as fit
-from ppt_dask.perf import paper001, model as pm, planning
+from ppt_dask.perf import model as pm
+from ppt_dask.perf import paper001, planning
 
 BAT_FN = paper001.CONSTANTS["bat_cave", "function"]
 FN = paper001.PROBLEMS["function"]
@@ -349,8 +351,8 @@ def test_fits_stay_non_negative():
 
 @pytest.mark.parametrize("fan_in", [2, 3, 4])
 def test_tasks_per_round_counts_the_real_round_graph(fan_in):
-    from ppt_dask.engine import graph
     from ppt_dask.core import tree
+    from ppt_dask.engine import graph
 
     def real(p, s):
         blocks = [(f"w{w}", a, b) for w, (a, b) in enumerate(tree.split_shards(s, p)) if b > a]
@@ -370,8 +372,8 @@ def test_tasks_per_round_counts_the_real_round_graph(fan_in):
 def test_tasks_per_round_counts_the_one_hop_rounds(fan_in):
     """The default graph: the tasks OneHopRounds.submit builds for a round after the first
     (the head's stats pick comes once per batch, not per round)."""
-    from ppt_dask.core import tree
     from ppt_dask.algorithms.strategies import Sync
+    from ppt_dask.core import tree
     from ppt_dask.engine import graph, onehop, rounds
 
     class Built(onehop.OneHopRounds):

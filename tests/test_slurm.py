@@ -21,13 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import ppt_dask as ppt
+from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.data import datasets
 from ppt_dask.deploy import slurm as slurmcluster
-from ppt_dask.algorithms.serial import train_serial
 
 import slurm as local_slurm
 

@@ -5,10 +5,10 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms import choose
-from ppt_dask.data import datasets
-from ppt_dask.engine.experiments import repeated_splits
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.core.stopping import ErrorEstimate
+from ppt_dask.data import datasets
+from ppt_dask.engine.experiments import repeated_splits
 
 
 def _data(n=96, seed=0):

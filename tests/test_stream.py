@@ -8,13 +8,12 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd
-from ppt_dask.engine import stream
 from ppt_dask.core import tree
+from ppt_dask.engine import stream
 from ppt_dask.observe.breakdown import PHASES
 
 from conftest import scheduler_keys
 from test_localsgd import NET, STRATEGY, _data
-
 
 # -- the mailbox, without a cluster --
 

@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ppt_dask.core import tree
 from ppt_dask.engine.graph import make_plan
@@ -43,7 +44,7 @@ def test_plan_evaluated_piecewise_is_bitwise_the_serial_tree(n_shards, n_workers
     blocks = [(f"w{i}", a, b) for i, (a, b) in enumerate(tree.split_shards(n_shards, n_workers)) if b > a]
     plan = make_plan(blocks, n_shards, fan_in)
     values = {}
-    for _, a, b, nodes in plan.blocks:  # each worker's subtrees
+    for _, _a, _b, nodes in plan.blocks:  # each worker's subtrees
         for node in nodes:
             values[node] = tree.evaluate(node, parts.__getitem__, fan_in, n_shards)
     for node in plan.reduces:  # then the reduce tasks, children first

@@ -10,8 +10,8 @@ force that refresh into the gap on every call, so the old reads fail every time.
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.perf import calls
 from ppt_dask.data import datasets
+from ppt_dask.perf import calls
 
 
 @pytest.fixture

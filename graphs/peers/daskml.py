@@ -17,9 +17,8 @@ public API has no such parameter): it draws the same Glorot-uniform distribution
 
 import resource
 
-import numpy as np
-
 import _common as c
+import numpy as np
 
 
 def _warm_up():
@@ -36,8 +35,8 @@ def main():
     spec, out = c.load_spec()
     import dask
     import dask.array as da
-    from distributed import Client, LocalCluster, wait
     from dask_ml.wrappers import Incremental
+    from distributed import Client, LocalCluster, wait
     from sklearn.neural_network import MLPClassifier
 
     from ppt_dask.engine.cluster import WORKER_ENV  # the same worker environment as ppt_dask's

@@ -11,10 +11,9 @@ from ppt_dask, so the processes do not import dask).
     mpiexec -n 2 python graphs/peers/mpi_allreduce.py SPEC.json RESULT.json
 """
 
+import _common as c
 import numpy as np
 from mpi4py import MPI
-
-import _common as c
 
 
 def grad_sum(layers, grads, X, y):

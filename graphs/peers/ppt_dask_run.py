@@ -24,9 +24,8 @@ The strategies, with the grid's ``lr`` and ``batch`` (patterns per update):
 import resource
 import time
 
-import numpy as np
-
 import _common as c
+import numpy as np
 
 
 class Pruned(Exception):

@@ -50,7 +50,7 @@ import numpy as np
 
 from ppt_dask.algorithms.strategies import ModelState, _Base, block_rows
 from ppt_dask.core import tree
-from ppt_dask.core.optimizers import exact_scalar
+from ppt_dask.core.optimizers import adam_step, exact_scalar
 from ppt_dask.core.validation import check_int_at_least
 
 
@@ -72,11 +72,15 @@ class ShardModel:
 
     ``sent`` holds the shard's weights at the end of the last two rounds ``(e^(r-1), e^r)``
     (None before there were any): the correction of round ``r + 1`` needs ``e^(r-1)``.
+    With Adam, ``velocity`` is the first moment, ``second`` the second and ``steps`` the
+    steps taken (the bias correction's ``t``).
     """
 
     params: np.ndarray
     velocity: np.ndarray
     sent: tuple = (None, None)
+    second: np.ndarray | None = None
+    steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,15 +101,24 @@ class LocalSGD(_Base):
     ema : float
         The weight of the running mean in the reported model, in [0, 1): 0 reports the
         last average ``m^r``; ``b`` reports ``a^r = b a^(r-1) + (1 - b) m^r``.
+    solver : {"sgd", "adam"}
+        The local steps: SGD with momentum, or Adam (:func:`ppt_dask.core.optimizers.adam_step`,
+        ``momentum`` its ``beta1``), each shard keeping its own moments.
+    shuffle : bool
+        Walk each pass over a shard in a new random order (seeded by the run's seed, the
+        shard and the pass: the same on any worker), as scikit-learn's ``shuffle=True``;
+        else in the shard's order, every pass alike.
     """
 
     block: int = 100
     interval: int | None = None
     pull: float = 0.5
     ema: float = 0.0
+    solver: str = "sgd"
+    shuffle: bool = False
 
     name = "local"
-    shard_models = True  # every shard keeps a model of its own (rounds: ppt_dask.engine.stream, ppt_dask.engine.overlap)
+    shard_models = True  # every shard keeps a model of its own (ppt_dask.engine.stream, .overlap)
 
     def __post_init__(self):
         super().__post_init__()
@@ -116,8 +129,12 @@ class LocalSGD(_Base):
             raise ValueError(f"pull must be in (0, 1], got {self.pull!r}")
         if not (isinstance(self.ema, (int, float)) and not isinstance(self.ema, bool) and 0 <= self.ema < 1):
             raise ValueError(f"ema must be in [0, 1), got {self.ema!r}")
+        if self.solver not in ("sgd", "adam"):
+            raise ValueError(f"solver must be 'sgd' or 'adam', got {self.solver!r}")
+        if not isinstance(self.shuffle, bool):
+            raise ValueError(f"shuffle must be True or False, got {self.shuffle!r}")
 
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "LocalSGD":
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> LocalSGD:
         if replicated:
             raise ValueError("the local strategy needs disjoint shards (replicate=False)")
         if self.block > min(shard_rows):
@@ -139,7 +156,8 @@ class LocalSGD(_Base):
         """Shard ``s``'s model in ``state`` (a fresh one before its first round)."""
         model = state.opt_state["models"].get(s)
         if model is None:
-            return ShardModel(state.params.copy(), np.zeros_like(state.params))
+            second = np.zeros_like(state.params) if self.solver == "adam" else None
+            return ShardModel(state.params.copy(), np.zeros_like(state.params), second=second)
         return model
 
     def local_round(self, net, model: ShardModel, average, shard, s: int, r: int) -> tuple:
@@ -155,16 +173,38 @@ class LocalSGD(_Base):
         else:
             params = params.copy()
         velocity = model.velocity.copy()  # the model passed in stays as it was (a replay reads it)
+        second = None if model.second is None else model.second.copy()
         mask = net.weight_mask() if self.l2 else None
         stats = np.zeros(3)
         steps = self.steps()
         grad_stats = net.passes(params, X, y)  # checks and views once a round, not once a step
+        walk = self._walk(len(X), s)
         for i in range(steps):
-            grad_sum, step_stats = grad_stats(block_rows(len(X), self.block, r * steps + i))
+            grad_sum, step_stats = grad_stats(walk(r * steps + i))
             stats += step_stats
-            momentum_step(params, velocity, grad_sum, step_stats[2], self.lr, self.momentum, self.l2, mask)
-        done = ShardModel(params, velocity, (model.sent[1], params))
+            if second is None:
+                momentum_step(params, velocity, grad_sum, step_stats[2], self.lr, self.momentum, self.l2, mask)
+            else:
+                adam_step(params, velocity, second, model.steps + i + 1, grad_sum, step_stats[2], self.lr,
+                          self.momentum, self.l2, mask)
+        done = ShardModel(params, velocity, (model.sent[1], params), second, model.steps + steps)
         return done, (params * params.dtype.type(stats[2]), stats)
+
+    def _walk(self, n_rows: int, s: int):
+        """``step -> rows`` of shard ``s``: blocks in order, or (``shuffle``) blocks of a new
+        permutation each pass, drawn from ``(seed, shard, pass)``."""
+        if not self.shuffle or self.block >= n_rows:
+            return lambda step: block_rows(n_rows, self.block, step)
+        orders: dict = {}
+
+        def rows(step: int) -> np.ndarray:
+            at = step * self.block + np.arange(self.block)
+            passes, offsets = np.divmod(at, n_rows)
+            for p in np.unique(passes).tolist():
+                if p not in orders:
+                    orders[p] = np.random.default_rng([self.seed, s, p]).permutation(n_rows)
+            return np.concatenate([orders[p][offsets[passes == p]] for p in np.unique(passes).tolist()])
+        return rows
 
     @staticmethod
     def average_of(total: tuple) -> np.ndarray:

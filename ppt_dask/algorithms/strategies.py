@@ -88,7 +88,10 @@ class _Base:
     def n_shards(self) -> int:
         return len(self.shard_rows)
 
-    exact_stats = False  # whether a round's stats cover the whole training set
+    @property
+    def exact_stats(self) -> bool:
+        """Whether a round's stats cover the whole training set."""
+        return False
 
     def check(self, shard_rows, seed: int = 0, replicated: bool = False):
         return replace(self, shard_rows=tuple(int(n) for n in shard_rows), seed=int(seed),
@@ -138,7 +141,7 @@ class Sync(_Base):
     def exact_stats(self) -> bool:
         return self.block is None and not self.replicated
 
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Sync":
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> Sync:
         n_rows = shard_rows[0] if replicated else sum(shard_rows)
         if self.block is not None and self.block < len(shard_rows):
             raise ValueError(f"block ({self.block}) must be at least the number of shards ({len(shard_rows)})")
@@ -176,7 +179,7 @@ class PPT(_Base):
 
     name = "ppt"
 
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "PPT":
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> PPT:
         smallest = min(shard_rows)
         if self.local_epoch > smallest:
             where = "the training set" if replicated else "the smallest shard"
@@ -263,7 +266,7 @@ class Average(_Base):
             return max(1, round(self.local_epochs))
         return max(1, -(-self._patterns(n_rows) // self._batch(n_rows)))
 
-    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> "Average":
+    def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> Average:
         if self.block is not None and self.block > min(shard_rows):
             raise ValueError(f"block ({self.block}) is larger than the smallest shard ({min(shard_rows)} rows)")
         return super().check(shard_rows, seed, replicated)

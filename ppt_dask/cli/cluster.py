@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from ppt_dask.cli import paths
 from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT
 
 
@@ -72,6 +73,8 @@ def ssh_command(args) -> int:
         connect["client_keys"] = [str(Path(args.ssh_key).expanduser())]
     if args.known_hosts is not None:
         connect["known_hosts"] = str(Path(args.known_hosts).expanduser())
+    paths.input_file("HOSTFILE", args.hostfile, "a file of host names, one per line")
+    paths.input_folder("--certs", args.certs, "the TLS folder made by deploy/make_certs.py")
     certs = Path(args.certs).expanduser().resolve()
     hosts = ssh.read_hostfile(args.hostfile)
     if not args.verbose:  # the remote start-up lines; an error message repeats the last ones
@@ -97,7 +100,8 @@ def ssh_command(args) -> int:
             if dashboard:
                 print(f"dashboard  port {dashboard} on {hosts[0]} "
                       f"(ssh -L {dashboard}:127.0.0.1:{dashboard} {hosts[0]}, then http://127.0.0.1:{dashboard}/status)")
-            print(f"workers    {len(info['workers'])} on {len(hosts if not args.no_workers_on_scheduler else hosts[1:])} hosts")
+            on = hosts if not args.no_workers_on_scheduler else hosts[1:]
+            print(f"workers    {len(info['workers'])} on {len(on)} hosts")
             print(f"preload    {', '.join(preloads(not args.no_preload)) or 'none'}")
             print(f"train      ppt-dask train parity8 --scheduler {address} --security {certs}")
             print("Ctrl-C stops the cluster.", flush=True)
@@ -123,7 +127,8 @@ def add_slurm_parser(kinds) -> None:
                    help="TLS directory made by deploy/make_certs.py, on a file system the nodes share")
     s.add_argument("--partition", default=None, help="the jobs' partition (default: the site's)")
     s.add_argument("--account", default=None)
-    s.add_argument("--walltime", default=None, help="the jobs' time limit, [D-]HH:MM:SS (default: dask-jobqueue's, 00:30:00)")
+    s.add_argument("--walltime", default=None,
+                   help="the jobs' time limit, [D-]HH:MM:SS (default: dask-jobqueue's, 00:30:00)")
     s.add_argument("--interface", default=None, help="network interface to listen on (e.g. ib0)")
     s.add_argument("--python", default=None, help="Python on the nodes (default: this interpreter's path)")
     s.add_argument("--job-directive", action="append", default=[], metavar="FLAG",
@@ -141,9 +146,9 @@ def slurm_command(args) -> int:
     from ppt_dask.deploy import slurm  # dask: only when a cluster starts
     from ppt_dask.engine import interrupt
 
+    paths.input_folder("--certs", args.certs, "the TLS folder made by deploy/make_certs.py")
+    paths.input_folder("--log-directory", args.log_directory, "an existing folder for the jobs' output")
     certs = Path(args.certs).expanduser().resolve()
-    if args.log_directory and not Path(args.log_directory).is_dir():
-        raise ValueError(f"--log-directory {args.log_directory!r} is not a directory")
     t0 = time.perf_counter()
     dashboard = None if str(args.dashboard_address).lower() == "none" else args.dashboard_address
     try:

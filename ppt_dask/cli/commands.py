@@ -18,14 +18,16 @@ import sys
 import numpy as np
 
 from ppt_dask import __version__
-from ppt_dask.cli import errors as clierrors, flags as cliflags, textout
+from ppt_dask.cli import errors as clierrors
+from ppt_dask.cli import flags as cliflags
+from ppt_dask.cli import owndata, paths, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.core import applicability
 from ppt_dask.data import datasets
 
 SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
-                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema")
+                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "solver", "shuffle")
 
 
 def _checkpoints(text: str) -> tuple[float, ...]:
@@ -96,12 +98,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ppt-dask {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a network on a data set")
-    t.add_argument("dataset", choices=sorted(PRESETS))
+    t.add_argument("dataset", nargs="?", default=None, metavar="DATA",
+                   help=f"a built-in set ({', '.join(sorted(PRESETS))}), or your own: a table (.csv, "
+                        ".parquet file or folder of parts) or an .npz with X and y; a path or any URL "
+                        "fsspec reads")
     t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
     t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
                    help="threads of each worker process ppt-dask starts (default: 1)")
-    t.add_argument("--shards", type=_int_at_least(1), default=None, help="logical shards (default: 8, or the workers if more)")
-    for add in (_strategy_flags, _stop_flags, _network_flags, _cluster_flags, _output_flags):
+    t.add_argument("--shards", type=_int_at_least(1), default=None,
+                   help="logical shards (default: 8, or the workers if more)")
+    for add in (owndata.add_data_flags, _strategy_flags, _stop_flags, _network_flags, _cluster_flags,
+                _output_flags):
         add(t)
     from ppt_dask.cli.cluster import add_cluster_parser
     add_cluster_parser(sub)  # ppt-dask cluster ssh HOSTFILE --certs DIR | slurm --jobs N ...
@@ -139,6 +146,9 @@ def _strategy_flags(t) -> None:
                    help="average: the velocity across averages")
     t.add_argument("--staleness", type=_int_at_least(0), default=None,
                    help="async: the largest staleness (updates) a gradient may have")
+    t.add_argument("--solver", choices=["sgd", "adam"], default=None,
+                   help="local: the local steps' optimizer (default sgd; a table of your own: adam when it "
+                        "has fewer than 60 batches of rows, each pass in a new order)")
 
 
 def _stop_flags(t) -> None:
@@ -206,17 +216,20 @@ def _output_flags(t) -> None:
                    help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
 
 
-def _settings(args) -> dict:
-    s = dict(PRESETS[args.dataset])
-    strategy = args.strategy or s["strategy"]
-    s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
-    for name in [k for k in s if k in applicability.TABLE]:  # the preset's values for another strategy
-        if not applicability.applies(name, strategy):
-            del s[name]
+def _settings(args, kind: str = "preset") -> dict:
+    if kind != "preset":  # a table or arrays of one's own
+        s = owndata.settings(args)
+    else:
+        s = dict(PRESETS[args.dataset])
+        strategy = args.strategy or s["strategy"]
+        s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
+        for name in [k for k in s if k in applicability.TABLE]:  # the preset's values for another strategy
+            if not applicability.applies(name, strategy):
+                del s[name]
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
                  "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "dtype", "check_every", "screen",
-                 "window_epochs"):
+                 "window_epochs", "solver"):
         value = getattr(args, name)
         if value is not None:
             s[name] = value
@@ -228,17 +241,24 @@ def train_command(args) -> int:
     from ppt_dask.algorithms import choose
     from ppt_dask.engine.result import Outcome  # loads dask: after the arguments are read
 
-    s = _settings(args)
+    kind = owndata.source_kind(args)  # a built-in set, a table or arrays
+    owndata.refuse_flags(args, kind)
+    s = _settings(args, kind)
     cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
     security = _checked_cluster_and_outputs(args, ppt)
     strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # its values checked
     dtype = s.get("dtype", "float64")
-    data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
-    net, stop = _network_and_stop(args, s, data, dtype)
-    n_shards = _n_shards(args, s, len(data.X))
+    if kind == "preset":
+        data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
+        net, stop = _network_and_stop(args, s, data, dtype)
+        n_shards = _n_shards(args, s, len(data.X))
+    else:  # the metadata checked here; the rows are read on the workers
+        reading = owndata.open_data(args, dtype)
     checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
     client = ppt.connect(args.scheduler, n_workers=args.workers, threads_per_worker=args.threads_per_worker or 1,
                          security=security, timeout=args.connect_timeout or 10.0)
+    if kind != "preset":
+        data, net, stop, n_shards, strategy = _own_data_on(client, args, s, reading, dtype)
     url = None if args.quiet else ppt.cluster.page_url(client)
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
@@ -247,11 +267,31 @@ def train_command(args) -> int:
         return result
     summary = _summary(args, s, net, result)
     print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
-    _write_outputs(args, result, summary)
+    _write_outputs(args, result, summary, data)
     if result.outcome is Outcome.DIVERGED:
         print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
         return 3
     return 0
+
+
+def _own_data_on(client, args, s: dict, reading, dtype: str):
+    """A table or arrays surveyed and checked on the workers (the cluster closed on an
+    error): the data, network, stop, shard count and the strategy for its size."""
+    import ppt_dask as ppt
+    from ppt_dask.algorithms import choose
+
+    try:
+        known = ppt.cluster.worker_addresses(client)
+        addresses = known[:args.workers] if args.workers and args.workers < len(known) else None
+        table, test_shards = owndata.read_on(client, args, s, reading, dtype, addresses)
+        n_shards = owndata.fill_sizes(args, s, table.n_rows, len(addresses or known))
+        strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
+        net, stop = owndata.network_and_stop(ppt, s, table, test_shards, dtype, args.restarts)
+        s["on_round"] = owndata.tolerance_rule(s, s["strategy"])
+    except BaseException:
+        ppt.cluster.close(client)
+        raise
+    return table, net, stop, n_shards, strategy
 
 
 def _checked_cluster_and_outputs(args, ppt):
@@ -263,9 +303,13 @@ def _checked_cluster_and_outputs(args, ppt):
         args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
     if args.save and args.splits:  # --splits trains one model per split
         raise ValueError("--save applies to one run, not to --splits")
-    for flag, path in (("--report", args.report), ("--trace", args.trace), ("--save", args.save)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
+    for flag, path, what in (("--json", args.json, "the summary's .json file"),
+                             ("--report", args.report, "the report's .html file"),
+                             ("--trace", args.trace, "the trace's .json file"),
+                             ("--save", args.save, "the model's .npz file")):
+        paths.output_file(flag, path, what)  # a missing folder must not cost the run
+    paths.output_folder("--checkpoint", args.checkpoint, "checkpoint.npz")
+    paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     return security
 
 
@@ -304,8 +348,9 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
     splits' exit status). A Ctrl-C ends in one line that says where the run was."""
     import ppt_dask as ppt
     from ppt_dask.engine import interrupt
+    from ppt_dask.progress import Training
 
-    progress = None if args.quiet else textout.EpochProgress(s["epochs"])
+    progress = None if args.quiet or args.splits else Training(s["epochs"])  # a bar, or lines in a log
     watch = interrupt.LastRound(progress)
     workers = args.workers
     try:  # a Ctrl-C in a finalizer comes again (errors.run): never lost
@@ -319,7 +364,12 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
                            resume=args.resume, exchange=args.exchange,
-                           pipeline=args.pipeline, progress=watch)
+                           pipeline=args.pipeline, progress=watch, on_round=s.get("on_round"))
+        if isinstance(stop.test, ppt.ShardSet):  # a table's test rows, placed on the workers
+            s["test_r2"] = owndata.test_r2(net, stop.test, result.params, data)
+            ppt.exit_data(stop.test)
+        if progress is not None:
+            progress.close(result)  # the last state, and why it stopped
         ppt.exit_data(shards)
     except KeyboardInterrupt:
         if progress is not None:
@@ -339,7 +389,7 @@ def _summary(args, s: dict, net, result) -> dict:
     """The run's summary: what the command prints and --json writes."""
     from ppt_dask.observe.breakdown import phase_table
 
-    summary = {"dataset": args.dataset, "network": list(net.sizes), **result.summary(),
+    summary = {"dataset": args.dataset or f"{args.x} and {args.y}", "network": list(net.sizes), **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
     times = result.diagnostics.summary() if result.diagnostics is not None else {}
@@ -347,13 +397,15 @@ def _summary(args, s: dict, net, result) -> dict:
     rows = result.breakdown()  # where a round's time goes, per phase
     summary["phases"] = phase_table(rows) if rows else None
     summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
+    if s.get("test_r2") is not None:  # a regression on a table: R^2, not the share within tolerance
+        summary["test_r2"], summary["test_accuracy"] = s["test_r2"], None
     return summary
 
 
-def _write_outputs(args, result, summary: dict) -> None:
+def _write_outputs(args, result, summary: dict, data=None) -> None:
     """--report, --trace, --json and --save."""
     if args.report:  # the report names the data set too
-        result.settings["dataset"] = args.dataset
+        result.settings["dataset"] = summary["dataset"]
         result.report(args.report)
     if args.trace:
         result.trace(args.trace)
@@ -362,7 +414,10 @@ def _write_outputs(args, result, summary: dict) -> None:
             json.dump(summary, fh, indent=2)
     if args.save:  # the dataset's name and the network go into the file's summary
         from ppt_dask.engine.modelfile import save_result
-        print(f"saved the model to {save_result(result, args.save, summary=summary)}")
+        # a table's classes, columns and scaling go with the model (prediction applies them)
+        saved = save_result(result, args.save, classes=getattr(data, "classes", None), summary=summary,
+                            preprocessing=getattr(data, "preprocessing", None))
+        print(f"saved the model to {saved}")
 
 
 def _command(args) -> int:

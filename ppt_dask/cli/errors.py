@@ -17,6 +17,7 @@ import os
 import re
 import sys
 
+from ppt_dask.cli import paths
 from ppt_dask.engine import interrupt
 from ppt_dask.engine.interrupt import EXIT_STATUS, Interrupted
 
@@ -24,7 +25,7 @@ DEBUG_ENV = "PPT_DASK_DEBUG"
 
 # Library parameter names whose flag has another name.
 PARAMETER_FLAGS = {"n_shards": "--shards", "n_workers": "--workers", "max_epochs": "--epochs",
-                   "p_max": "--p-max"}
+                   "p_max": "--p-max", "checkpoint_dir": "--checkpoint"}
 
 _LEADING_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\b")
 
@@ -44,17 +45,33 @@ def _add(parser, default):
                 _add(child, default=argparse.SUPPRESS)
 
 
-def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Every option's destination to its long flag, over all subcommands."""
-    found = {}
+def flags_of(parser: argparse.ArgumentParser, positionals: bool = False) -> dict[str, str]:
+    """Every option's destination to its long flag, over all subcommands; with
+    ``positionals``, each positional argument's to its metavar (or upper-case name) too."""
+    found: dict[str, str] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                found.update(flags_of(child))
+                for dest, spelled in flags_of(child, positionals).items():
+                    found.setdefault(dest, spelled)
         elif action.option_strings:
-            longest = max(action.option_strings, key=len)
-            found.setdefault(action.dest, longest)
+            found.setdefault(action.dest, max(action.option_strings, key=len))
+        elif positionals and action.dest != argparse.SUPPRESS:
+            found.setdefault(action.dest, action.metavar or action.dest.upper())
     return found
+
+
+def os_error_line(exc: OSError, args, parser: argparse.ArgumentParser) -> str:
+    """An OSError about a file in one line that names the argument whose path it is:
+    ``--json: no such file or directory: 'out/x.json'``, not ``[Errno 2] ...``."""
+    if exc.filename is None or not exc.strerror:
+        return str(exc)
+    values = vars(args) if args is not None else {}
+    spelled = paths.flag_of_path(exc.filename, values, flags_of(parser, positionals=True))
+    text = f"{exc.strerror[:1].lower()}{exc.strerror[1:]}: {str(exc.filename)!r}"
+    if exc.filename2 is not None:
+        text += f" -> {str(exc.filename2)!r}"
+    return f"{spelled}: {text}" if spelled else text
 
 
 def name_the_flag(message: str, flags: dict[str, str]) -> str:
@@ -92,10 +109,11 @@ def run(command, args, parser: argparse.ArgumentParser) -> int:
             raise
         print("ppt-dask: interrupted", file=sys.stderr)
         return EXIT_STATUS
-    except (ValueError, FileNotFoundError, OSError) as exc:
+    except (ValueError, OSError) as exc:
         if debugging(args):
             raise
-        print(f"ppt-dask: error: {name_the_flag(str(exc), flags_of(parser))}", file=sys.stderr)
+        text = os_error_line(exc, args, parser) if isinstance(exc, OSError) else str(exc)
+        print(f"ppt-dask: error: {name_the_flag(text, flags_of(parser))}", file=sys.stderr)
         return 2
     except Exception as exc:  # a fault, not bad input: say what it was, in one line
         if debugging(args):

@@ -22,9 +22,11 @@ import sys
 
 import numpy as np
 
-from ppt_dask.cli import flags as cliflags, textout
+from ppt_dask.cli import flags as cliflags
+from ppt_dask.cli import paths, textout
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
-from ppt_dask.perf import model as perfmodel, planning
+from ppt_dask.perf import model as perfmodel
+from ppt_dask.perf import planning
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 _CALIBRATED = -1  # --shards not given: the calibration's layout
@@ -60,10 +62,13 @@ def add_model_parser(subparsers) -> None:
     c.add_argument("dataset", choices=sorted(PRESETS))
     c.add_argument("--workers", type=_positive, default=None, help="worker processes (default: one per core)")
     c.add_argument("--block", type=_positive, default=None, help="block size to centre the fits on (default 1000)")
-    c.add_argument("--shards", type=_shards, default=None, help="shards of the layout to model (default: 8, or the workers if more)")
-    c.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths (default: the data set's preset)")
+    c.add_argument("--shards", type=_shards, default=None,
+                   help="shards of the layout to model (default: 8, or the workers if more)")
+    c.add_argument("--hidden", type=cliflags.hidden_widths, default=None,
+                   help="hidden widths (default: the data set's preset)")
     c.add_argument("--fan-in", type=_positive, default=2)
-    c.add_argument("--rounds", type=_positive, default=25, help="probe rounds per point (at least 8: 5 warm up)")
+    c.add_argument("--rounds", type=_positive, default=25,
+                   help="probe rounds per point (at least 8: 5 warm up; the call curve runs at most 16)")
     c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
     c.add_argument("--scheduler", default=None, help="address of an existing scheduler")
     c.add_argument("--data-dir", default=None)
@@ -123,6 +128,8 @@ def _calibrate(args) -> int:
     preset = PRESETS[args.dataset]
     if args.scheduler:
         ppt.cluster.check_address(args.scheduler)
+    paths.output_file("--out", args.out, "the calibration's .json file")  # before the minutes it takes
+    paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     data = datasets.load(args.dataset, data_dir=args.data_dir)
     n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                  else 1 if data.y.ndim == 1 else data.y.shape[1])
@@ -161,10 +168,11 @@ def _setting(args) -> dict:
     from ppt_dask.perf.calibrate import Calibration
 
     path = args.calibration or args.constants
-    try:
-        cal = Calibration.load(path)
-    except FileNotFoundError:
-        raise ValueError(f"no such file: {path}") from None
+    flag = "--calibration" if args.calibration else "--constants"
+    paths.input_file(flag, path, "a .json file" + (" written by `ppt-dask model calibrate`" if args.calibration
+                                                   else " of Constants fields in seconds"))
+    paths.output_file("--json", args.json, "a .json file for the numbers")
+    cal = Calibration.load(path)
     n = args.n_patterns or cal.n_patterns
     w = (args.n_weights or (perfmodel.count_weights(args.network) if args.network else None)
          or cal.n_weights)
@@ -220,7 +228,7 @@ def _recommend(args, s: dict) -> int:
           f"speedup {best.speedup:.2f}, efficiency {best.efficiency:.2f}")
     print("(larger blocks always cost less per epoch but converge slower, 001 sec. VI: "
           "pass --blocks to limit the choice)")
-    print("\nbest number of workers for each block (p <= %d)" % args.p_max)
+    print(f"\nbest number of workers for each block (p <= {args.p_max})")
     print("| block | workers | s/epoch | speedup |\n|---:|---:|---:|---:|")
     for b, p, t, sp in zip(blocks, p_best, t_best, s_best):
         print(f"| {b} | {p} | {t:.4g} | {sp:.2f} |")
@@ -228,7 +236,8 @@ def _recommend(args, s: dict) -> int:
     print("| workers | smallest block |\n|---:|---:|")
     for p, b in smallest.items():
         print(f"| {p} | {'none up to n' if b is None else b} |")
-    _write(args.json, {"problem": _problem(s), "recommended": dataclasses.asdict(best), "blocks": blocks.tolist(), "best_p": p_best.tolist(),
+    _write(args.json, {"problem": _problem(s), "recommended": dataclasses.asdict(best), "blocks": blocks.tolist(),
+                       "best_p": p_best.tolist(),
                        "best_epoch_seconds": t_best.tolist(), "best_speedup": s_best.tolist(),
                        "smallest_block_for_speedup": {str(k): v for k, v in smallest.items()}})
     return 0
@@ -241,7 +250,7 @@ def grid_table(blocks, ps, values, fmt: str) -> str:
     """A Markdown table: one row per block size, one column per cluster size."""
     head = "| block | " + " | ".join(f"p={p}" for p in ps) + " |"
     rule = "|---:|" + "---:|" * len(ps)
-    rows = ["| %d | " % b + " | ".join(fmt.format(v) for v in row) + " |"
+    rows = [f"| {b} | " + " | ".join(fmt.format(v) for v in row) + " |"
             for b, row in zip(blocks, np.asarray(values))]
     return "\n".join([head, rule, *rows])
 

@@ -3,9 +3,12 @@
     ppt-dask predict model.npz parity8 --split train
     ppt-dask predict model.npz mnist --json scores.json
     ppt-dask predict model.npz --input X.npy --output y.npy
+    ppt-dask predict model.npz new.csv --output predicted.csv --keep id
 
 With a data set it prints the accuracy (R^2 for regression) and, for classifiers, the
-confusion counts; with ``--input`` it writes the predictions to ``--output``. No cluster
+confusion counts; with ``--input`` it writes the predictions to ``--output``; with a file of
+one's own (a table or an ``.npz``, :mod:`ppt_dask.cli.predictfile`) it writes them to
+``--output`` (``.csv``, ``.parquet`` or ``.npy``), carrying ``--keep`` columns. No cluster
 is started: the model predicts with numpy (:class:`ppt_dask.Model`). Every argument is
 checked before the data is read; a bad one ends with one line naming it (status 2).
 """
@@ -17,6 +20,7 @@ import os
 
 import numpy as np
 
+from ppt_dask.cli import paths
 from ppt_dask.data import datasets
 
 
@@ -26,18 +30,37 @@ def add_predict_parser(subparsers) -> None:
                               description="Score a saved model on a data set, or predict the rows "
                                           "of an .npy array (no cluster needed).")
     p.add_argument("model", help="model file written by `ppt-dask train ... --save PATH`")
-    p.add_argument("dataset", nargs="?", choices=sorted(datasets.DATASETS), default=None,
-                   help="score on this data set")
+    p.add_argument("dataset", nargs="?", default=None, metavar="DATA",
+                   help=f"score on a built-in set ({', '.join(sorted(datasets.DATASETS))}), or predict the "
+                        "rows of a file of your own (.csv, .parquet, .npz; a path or URL) into --output")
     p.add_argument("--split", choices=["test", "train"], default=None,
                    help="with DATASET: which part (default: test when the data set has one, else train)")
     p.add_argument("--data-dir", default=None, help="with DATASET: folder holding mnist/ and digits5000/")
     p.add_argument("--json", default=None, metavar="PATH", help="with DATASET: write the scores here")
     p.add_argument("--input", default=None, metavar="X.npy", help="rows to predict, a 2-D .npy array")
-    p.add_argument("--output", default=None, metavar="Y.npy", help="with --input: where the predictions go")
+    p.add_argument("--output", default=None, metavar="OUT",
+                   help="with --input or a file: where the predictions go (.csv, .parquet or .npy by its suffix)")
+    p.add_argument("--keep", type=lambda t: [c.strip() for c in t.split(",") if c.strip()], default=None,
+                   metavar="COLUMN", help="with a table: columns carried into the output beside the predictions")
 
 
 def _check(args) -> None:
     """Refuse a combination of arguments that does not apply, before any reading."""
+    if args.keep is not None and (args.dataset is None or args.dataset in datasets.DATASETS):
+        raise ValueError("--keep applies to a table of your own (columns to carry into --output)")
+    if args.dataset is not None and args.dataset not in datasets.DATASETS:  # a file of one's own
+        for flag, value in (("--split", args.split), ("--json", args.json), ("--data-dir", args.data_dir),
+                            ("--input", args.input)):
+            if value is not None:
+                raise ValueError(f"{flag} applies to a built-in DATASET, not to a file ({args.dataset})")
+        from ppt_dask.cli.owndata import check_named_file
+        from ppt_dask.cli.predictfile import check_output
+
+        check_named_file(args.dataset, datasets.DATASETS)
+        check_output(args.output, args.keep, "arrays" if args.dataset.lower().endswith(".npz") else "table")
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+            raise ValueError(f"--output: the folder of {args.output!r} does not exist")
+        return
     if (args.dataset is None) == (args.input is None):
         raise ValueError("give a DATASET to score on, or --input X.npy to predict (one of them)")
     if args.input is not None:
@@ -48,9 +71,10 @@ def _check(args) -> None:
             raise ValueError("--input needs --output PATH (an .npy file for the predictions)")
     elif args.output is not None:
         raise ValueError("--output applies to --input, not to a DATASET (use --json for scores)")
-    for flag, path in (("--json", args.json), ("--output", args.output)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ValueError(f"{flag}: the folder of {path!r} does not exist")
+    paths.input_file("--input", args.input, "a 2-D .npy array of rows")
+    paths.output_file("--json", args.json, "a .json file for the scores")
+    paths.output_file("--output", args.output, "an .npy file for the predictions")
+    paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
 
 
 def _read_input(path: str) -> np.ndarray:
@@ -89,6 +113,16 @@ def predict_command(args) -> int:
     _check(args)
     model = load_model(args.model)
     print(f"model     {_describe(model, args.model)}")
+    if args.dataset is not None and args.dataset not in datasets.DATASETS:
+        from ppt_dask.cli.predictfile import predict_file
+
+        scores = predict_file(model, args.dataset, args.output, args.keep or [])
+        print(f"wrote     {scores['rows']} predictions to {args.output}")
+        if "accuracy" in scores:
+            print(f"accuracy  {scores['accuracy']:.4f} (the file's labels)")
+        if "r2" in scores:
+            print(f"r2        {scores['r2']:.4f} (the file's targets)")
+        return 0
     if args.input is not None:
         X = _read_input(args.input)
         if X.ndim != 2:

@@ -40,3 +40,26 @@ STRATEGY_PRESETS = {
     ("digits5000", "average"): dict(lr=2.0, momentum=0.0, sample_fraction=0.9, local_epochs=5,
                                     epochs=500),
 }
+
+
+# A table or arrays of one's own (ppt-dask train PATH): the estimators' defaults, so that the
+# command line and PPTClassifier() / PPTRegressor() train alike (tests/test_owndata.py checks
+# them against ppt_dask.sklearn.base): a (100,) relu layer, local SGD in float32 with `batch`
+# rows a step over all shards and `steps` local steps between averages (at most a pass over a
+# shard; one shard for a set of fewer than `steps` batches), lr 0.05, momentum 0.9, L2 1e-4;
+# on such a small set (solver "auto") Adam with MLPClassifier's lr 0.001 and batches of 200,
+# each pass in a new order; features (and regression targets) scaled on the cluster;
+# at most 200 epochs, stopped by scikit-learn's tol rule (the epoch's mean training loss not
+# below the best minus `tol` for more than `n_iter_no_change` epochs).
+TABLE = dict(hidden=(100,), activation="relu", strategy="local", batch=100, steps=60, lr=0.05, momentum=0.9,
+             l2=1e-4, epochs=200, target_error=None, dtype="float32", tol=1e-4, n_iter_no_change=10,
+             solver=None, adam_lr=0.001, adam_batch=200)  # solver None: adam on a small set, else sgd
+
+# Per strategy named on a table: settings that differ from TABLE.
+TABLE_STRATEGY_PRESETS = {
+    "epoch": dict(lr=0.3),
+    "block": dict(batch=1000, lr=0.3),
+    "ppt": dict(lr=0.1),
+    "average": dict(local_epochs=1.0, lr=0.1),
+    "async": dict(batch=1000, lr=0.1, staleness=4),
+}

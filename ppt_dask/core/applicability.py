@@ -25,6 +25,8 @@ TABLE: dict[str, tuple[str, ...]] = {
     "interval": ("average", "local"),
     "pull": ("local",),
     "ema": ("local",),
+    "solver": ("local",),  # the local steps' optimizer: sgd or adam
+    "shuffle": ("local",),  # a new order of each shard's rows each pass
     "local_epochs": ("average",),
     "sample_fraction": ("average",),
     "momentum_policy": ("average",),
@@ -42,11 +44,11 @@ TABLE: dict[str, tuple[str, ...]] = {
 
 # the rows that are arguments of a strategy object (choose.make), not of train
 STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs", "sample_fraction",
-                "momentum_policy", "staleness")
+                "momentum_policy", "staleness", "solver", "shuffle")
 
 # values that say "not given" for every strategy (the defaults of train and the CLI)
-NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,),
-           "snapshot_epochs": ((),)}
+NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,), "solver": ("sgd",),
+           "shuffle": (False,), "snapshot_epochs": ((),)}
 # values that apply beyond the table's row: the local strategy's graph is all to all, and it
 # streams its rounds as the others do
 ALSO = {("exchange", "all"): ("local",), ("exchange", "stream"): ("local",)}
@@ -123,3 +125,33 @@ def refuse_pipeline(strategy: str, exchange: str, pipeline: int, spell=str) -> N
         shown = spell("pipeline") if spell is cli_spelling else f"pipeline={pipeline}"
         raise ValueError(f"{shown} applies to the per-round graphs (exchange 'all', 'doubling', 'tree'); "
                          "streamed rounds (exchange 'stream', the default) run ahead by themselves")
+
+
+# The data a run reads: a built-in set, a table (CSV, Parquet) or arrays (.npz, an .npy pair).
+SOURCES = {"preset": "a built-in data set", "table": "a table (.csv, .parquet)",
+           "arrays": "arrays (.npz, or --x and --y)"}
+# parameter -> the kinds of data it applies to
+SOURCE_TABLE: dict[str, tuple[str, ...]] = {
+    "target": ("table",),  # a column; arrays hold their labels as y
+    "features": ("table",),
+    "task": ("table", "arrays"),
+    "test": ("table", "arrays"),  # the built-in sets have their own test sets
+    "test_fraction": ("table", "arrays"),
+    "row_shape": ("table", "arrays"),
+    "dropna": ("table", "arrays"),
+    "data_dir": ("preset",),  # the folder of mnist/ and digits5000/
+    "splits": ("preset",),  # 004's experiment splits a set held on the head
+    "split_epochs": ("preset",),
+}
+
+
+def refuse_source(kind: str, given: dict, name, spell=str) -> None:
+    """Raise ValueError for the first parameter in ``given`` that does not apply to data of
+    ``kind`` (one of :data:`SOURCES`) named ``name``; None and False count as not given."""
+    for parameter, value in given.items():
+        if value is None or value is False:
+            continue
+        kinds = SOURCE_TABLE[parameter]
+        if kind not in kinds:
+            where = " or ".join(SOURCES[k] for k in kinds)
+            raise ValueError(f"{spell(parameter)} applies to {where}, not to {SOURCES[kind]} ({name})")

@@ -200,6 +200,7 @@ class MLP:
             Number of patterns.
         """
         grad, stats = self._evaluate(params, X, Y, backward=True)
+        assert grad is not None  # a backward pass makes one
         return float(stats[0]), grad, int(stats[2])
 
     def loss_grad_stats(self, params: np.ndarray, X: np.ndarray, Y
@@ -214,7 +215,9 @@ class MLP:
             ``[loss_sum, n_wrong, n]``; ``n_wrong`` counts the misclassified
             patterns (see :meth:`stats`). Shards' stats add up.
         """
-        return self._evaluate(params, X, Y, backward=True)
+        grad, stats = self._evaluate(params, X, Y, backward=True)
+        assert grad is not None  # a backward pass makes one
+        return grad, stats
 
     def passes(self, params: np.ndarray, X: np.ndarray, Y):
         """A function ``rows -> (grad_sum, stats)`` for many passes over rows of ``X``.
@@ -297,13 +300,14 @@ class MLP:
         grad = np.zeros(self.n_params, dtype=self.dtype) if backward else None
         if len(X) == 0:
             return grad, np.zeros(3)
-        return grad, self._pass(self.unflatten(params), X, target, self.unflatten(grad) if backward else None)
+        return grad, self._pass(self.unflatten(params), X, target, None if grad is None else self.unflatten(grad))
 
     def _pass(self, layers, X: np.ndarray, target: np.ndarray, grad_layers) -> np.ndarray:
         """Forward (and, given ``grad_layers``, backward into them) over checked rows:
         ``[loss_sum, n_wrong, n]``. Every entry of ``grad_layers`` is written."""
         activations = self._forward(layers, X)
         out = activations[-1]
+        assert self.loss is not None  # __post_init__ chose it
         stats = np.array([LOSSES[self.loss].value(out, target, self.output),
                           self._n_wrong(out, target), len(X)], dtype=np.float64)
         if grad_layers is None:
@@ -313,6 +317,7 @@ class MLP:
         # layer; the layer's gradient is a_in^T delta and the column sums of delta.
         delta = output_delta(self.loss, self.output, out, target)
         d_hidden = HIDDEN[self.hidden].backward
+        assert d_hidden is not None  # every hidden activation has one (only outputs do without)
         for l in range(len(layers) - 1, -1, -1):
             gW, gb = grad_layers[l]
             np.matmul(activations[l].T, delta, out=gW)

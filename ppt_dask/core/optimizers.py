@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SGD", "init_state", "sgd_step"]
+__all__ = ["SGD", "adam_step", "init_state", "sgd_step"]
 
 
 def _finite(name: str, value) -> float:
@@ -127,7 +127,7 @@ def sgd_step(opt: SGD, params: np.ndarray, grad_sum: np.ndarray, count,
         left untouched.
     """
     params = np.asarray(params)
-    if not (isinstance(count, numbers.Real) and math.isfinite(count) and count > 0):
+    if not (isinstance(count, numbers.Real) and math.isfinite(count) and float(count) > 0):
         raise ValueError(f"count must be a finite number > 0, got {count!r}")
     velocity = state["velocity"]
     for name, array in (("grad_sum", grad_sum), ("velocity", velocity), ("weight_mask", weight_mask)):
@@ -145,3 +145,34 @@ def sgd_step(opt: SGD, params: np.ndarray, grad_sum: np.ndarray, count,
     new_velocity -= opt.lr * g
     new_params = params + new_velocity
     return new_params, {"velocity": new_velocity, "step": state["step"] + 1}
+
+
+ADAM_BETA2, ADAM_EPS = 0.999, 1e-8  # Kingma & Ba's defaults, and scikit-learn's
+
+
+def adam_step(params, first, second, step: int, grad_sum, count, lr: float, beta1: float, l2: float,
+              mask) -> None:
+    """One Adam step in place (Kingma & Ba, "Adam: A method for stochastic optimization",
+    ICLR 2015, Algorithm 1, with the bias corrections folded into the step size as its
+    section 2 and scikit-learn's ``AdamOptimizer`` do)::
+
+        g      = (grad_sum + l2 * mask * params) / count
+        first  = beta1 * first + (1 - beta1) * g
+        second = beta2 * second + (1 - beta2) * g**2
+        params = params - lr * sqrt(1 - beta2**step) / (1 - beta1**step) * first / (sqrt(second) + eps)
+
+    ``step`` counts from 1; ``first``, ``second`` and ``params`` are updated, ``grad_sum``
+    is used up. All arrays have shape (n_params,) and the dtype of ``params``.
+    """
+    if l2:
+        grad_sum += l2 * (mask * params)
+    grad_sum /= exact_scalar(count, grad_sum.dtype)
+    first *= beta1
+    first += (1 - beta1) * grad_sum
+    second *= ADAM_BETA2
+    grad_sum *= grad_sum
+    second += (1 - ADAM_BETA2) * grad_sum
+    size = lr * math.sqrt(1 - ADAM_BETA2 ** step) / (1 - beta1 ** step)
+    denominator = np.sqrt(second)
+    denominator += ADAM_EPS
+    params -= size * (first / denominator)

@@ -36,8 +36,9 @@ class Stop:
     window_epochs : float
         ``k`` of 000: the estimate covers the last ``k * n`` patterns processed (k between
         1 and 10 in 000). Rounds that see the whole set (learning by epoch) need no window.
-    test : (X_test, y_test), optional
-        Held on the head; verifies the target and gives ``test_accuracy`` at the end.
+    test : (X_test, y_test) or ShardSet, optional
+        Held on the head, or placed on the workers (:func:`ppt_dask.enter_data`, the rows
+        never on the head); verifies the target and gives ``test_accuracy`` at the end.
     restarts : int
         Further tries from new random weights when a try reaches ``max_epochs`` without
         learning (000: "restart with new random weights when a try fails").

@@ -23,7 +23,7 @@ array([10.])
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ppt_dask.core.validation import check_n_shards
 

@@ -375,6 +375,23 @@ DATASETS = {
 }
 
 
+def from_table(path, target=None, **kwargs):
+    """A table (CSV, Parquet) or ``.npz`` of one's own, read on the Dask workers: what
+    :func:`ppt_dask.enter_data` takes (``data.X``, ``data.y``), with its classes, scaling
+    and test rows. See :func:`ppt_dask.data.tables.from_table` for the parameters; tables
+    need the ``[tables]`` extra (pandas, pyarrow)."""
+    from ppt_dask.data import tables  # its readers load dask when they run, not here
+
+    return tables.from_table(path, target, **kwargs)
+
+
+def from_arrays(x, y, **kwargs):
+    """Rows and labels from two ``.npy`` files, read on the workers (:func:`from_table`)."""
+    from ppt_dask.data import tables
+
+    return tables.from_arrays(x, y, **kwargs)
+
+
 def load(name: str, **kwargs) -> Dataset:
     """``DATASETS[name](**kwargs)``, with a ValueError listing the names for a bad one."""
     if name not in DATASETS:

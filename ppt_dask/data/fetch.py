@@ -14,10 +14,11 @@ finds the four gzip idx files, or downloads the missing ones:
   match is refused and deleted;
 * written to a temporary file beside the target, flushed to disk and renamed only once
   checked, so a half-written file never counts (an interrupted download leaves nothing);
-* with a progress bar when stderr is a terminal, else one line per file.
+* with :mod:`ppt_dask.progress`'s display: a bar per file on a terminal, a widget in a
+  notebook, and one line per file that arrived (also in logs and pipes).
 
 ``offline=True`` (or ``PPT_DASK_OFFLINE=1``) only looks: missing files are an error
-saying where they were looked for. Standard library only (urllib): no new dependency.
+saying where they were looked for. The download itself is the standard library's (urllib).
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import zlib
@@ -55,8 +54,8 @@ MNIST_SHA256 = {
 SUBDIR = "mnist"
 TIMEOUT_SECONDS = 30.0  # per connection and per read: a stalled mirror passes to the next
 _CHUNK = 1 << 16
-_PART = ".part-"
-_HOW = "pass --data-dir DIR or set PPT_DASK_DATA to a folder holding mnist/"  # temporary files: NAME.part-XXXX beside NAME
+_PART = ".part-"  # temporary files: NAME.part-XXXX beside NAME
+_HOW = "pass --data-dir DIR or set PPT_DASK_DATA to a folder holding mnist/"
 
 
 class FetchError(OSError):
@@ -158,40 +157,6 @@ def _download(url: str, target: Path, sha256: str, progress, timeout: float) -> 
         raise
 
 
-class Progress:
-    """A progress bar on a terminal; one line per file otherwise (logs, pipes, CI)."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.bar = hasattr(self.stream, "isatty") and self.stream.isatty()
-
-    def start(self, name: str, url: str, total: int | None) -> None:
-        self.name, self.url, self.total, self.t0, self.last = name, url, total, time.monotonic(), 0.0
-
-    def update(self, done: int) -> None:
-        now = time.monotonic()
-        if not self.bar or now - self.last < 0.1:
-            return
-        self.last = now
-        if self.total:
-            filled = int(30 * done / self.total)
-            text = f"[{'#' * filled}{'.' * (30 - filled)}] {100 * done / self.total:3.0f}%"
-        else:
-            text = f"{done / 1e6:.1f} MB"
-        print(f"\r{self.name}  {text}", end="", file=self.stream, flush=True)
-
-    def finish(self, done: int) -> None:
-        seconds = time.monotonic() - self.t0
-        end = "\r" + " " * 60 + "\r" if self.bar else ""
-        size = f"{done / 1e6:.1f} MB" if done >= 1e5 else f"{done / 1e3:.1f} kB"
-        print(f"{end}fetched mnist/{self.name} ({size} in {seconds:.1f} s, SHA-256 ok) "
-              f"from {self.url}", file=self.stream, flush=True)
-
-    def abandon(self) -> None:
-        if self.bar:
-            print(file=self.stream, flush=True)  # leave the bar's line
-
-
 def ensure_mnist(candidates, target=None, *, offline=None, mirrors=None, progress=None) -> Path:
     """The folder holding the four MNIST files, after fetching the missing ones.
 
@@ -219,7 +184,10 @@ def ensure_mnist(candidates, target=None, *, offline=None, mirrors=None, progres
             f"{', '.join(str(c) for c in candidates)}); offline, so not fetched: "
             f"{_HOW}, or allow fetching (unset {OFFLINE_ENV})")
     mirrors = mirrors_from_env() if mirrors is None else list(mirrors)
-    progress = progress or Progress()
+    if progress is None:
+        from ppt_dask.progress import Download  # tqdm: a bar on a terminal, a widget in a notebook
+
+        progress = Download()
     for name in missing:
         fetch_file(name, target, mirrors, progress=progress)
     return target

@@ -79,11 +79,10 @@ def remote_tls_config(security, remote_certs_dir=None) -> dict:
     client on a worker uses the worker's certificate (the client key stays with the user).
     """
     if remote_certs_dir is not None:
-        base = str(remote_certs_dir)
-        join = (lambda name: f"{base.rstrip('/')}/{name}")
-        ca = join(CERT_FILES["ca"])
-        sched = tuple(join(n) for n in CERT_FILES["scheduler"])
-        work = tuple(join(n) for n in CERT_FILES["worker"])
+        base = str(remote_certs_dir).rstrip("/")
+        ca = f"{base}/{CERT_FILES['ca']}"
+        sched = tuple(f"{base}/{n}" for n in CERT_FILES["scheduler"])
+        work = tuple(f"{base}/{n}" for n in CERT_FILES["worker"])
     else:
         ca = _path_only(security.tls_ca_file, "CA file")
         sched = (_path_only(security.tls_scheduler_cert, "scheduler certificate"),

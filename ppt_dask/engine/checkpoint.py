@@ -50,6 +50,9 @@ def _flatten_local(opt_state: dict) -> tuple[dict, dict]:
         arrays[f"local.{s}.params"], arrays[f"local.{s}.velocity"] = model.params, model.velocity
         sent = [i for i, a in enumerate(model.sent) if a is not None]
         arrays.update({f"local.{s}.sent{i}": model.sent[i] for i in sent})
+        arrays[f"local.{s}.steps"] = np.array(model.steps)  # Adam's t, and its second moment:
+        if model.second is not None:
+            arrays[f"local.{s}.second"] = model.second
         shards[str(s)] = sent
     arrays.update({f"avg.{r}": a for r, a in opt_state["averages"].items()})
     mean = opt_state.get("mean")
@@ -65,11 +68,25 @@ def _rebuild_state(arrays, description):
         return arrays["opt"]
     if "local" in description:
         models = {int(s): ShardModel(arrays[f"local.{s}.params"], arrays[f"local.{s}.velocity"],
-                                     tuple(arrays[f"local.{s}.sent{i}"] if i in sent else None for i in (0, 1)))
+                                     tuple(arrays[f"local.{s}.sent{i}"] if i in sent else None for i in (0, 1)),
+                                     arrays.get(f"local.{s}.second"), int(arrays.get(f"local.{s}.steps", 0)))
                   for s, sent in description["local"].items()}
         return {"models": models, "averages": {int(r): arrays[f"avg.{r}"] for r in description["averages"]},
                 "mean": arrays["local.mean"] if description.get("mean") else None}
     return {**description["scalars"], **{k: arrays[f"opt.{k}"] for k in description["dict"]}}
+
+
+def check_folder(directory) -> None:
+    """Refuse a ``directory`` that cannot hold checkpoints (a file, or under one), before
+    any round runs: the first write would fail only after ``checkpoint_every`` rounds."""
+    path = Path(directory)
+    for folder in (path, *path.absolute().parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "" if folder == path else f" ({str(folder)!r} is a file)"
+                raise ValueError(f"checkpoint_dir {str(directory)!r} must be a folder (made when missing) "
+                                 f"to hold {FILE}, but it is a file{where}")
+            return
 
 
 def save(directory, state: ModelState, *, round_index: int, attempt: int, history: list,

@@ -20,8 +20,8 @@ Task functions are module level, so the dashboard's task stream names them by pr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer

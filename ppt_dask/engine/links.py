@@ -103,7 +103,7 @@ class Links:
                 await self._arrived.wait()
         try:
             self._run(asyncio.wait_for(both(), timeout))
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise LinkLost(f"worker slot {self.slot} could not link to the others: {exc!r}") from exc
 
     async def _write(self, slot: int, message) -> None:

@@ -65,6 +65,12 @@ def _client_stream(dask_scheduler, client_id: str, interval: float) -> bool:
     return _set(dask_scheduler.client_comms.get(client_id), interval)
 
 
+def _registered_interval(dask_scheduler) -> float | None:
+    """The interval of the scheduler's plugin of this module, None without one."""
+    plugin = dask_scheduler.plugins.get(NAME)
+    return getattr(plugin, "interval", None)
+
+
 def _intervals(dask_scheduler) -> dict:
     """The scheduler's intervals (seconds), for checks: per worker and per client."""
     return {"workers": {w: c.interval for w, c in dask_scheduler.stream_comms.items()},
@@ -85,8 +91,12 @@ def fast_messages(client, interval: float = INTERVAL) -> bool:
     """
     interval = check_interval(interval)
     try:
-        client.register_plugin(SchedulerMessages(interval))
-        client.register_plugin(WorkerMessages(interval))
+        # a scheduler that already runs with this interval (another client's, every
+        # `ppt-dask train --scheduler` on a cluster that lives on) keeps its plugins:
+        # registering them again logs a warning on the scheduler each time
+        if client.run_on_scheduler(_registered_interval) != interval:
+            client.register_plugin(SchedulerMessages(interval))
+            client.register_plugin(WorkerMessages(interval))
         client.run_on_scheduler(_client_stream, client_id=client.id, interval=float(interval))
         _set(getattr(client, "scheduler_comm", None), float(interval))
         return True

@@ -10,8 +10,13 @@ A model file is a numpy ``.npz`` archive holding three arrays and nothing execut
 ``meta``
     UTF-8 JSON as a ``uint8`` array: the file format and its version, the ppt_dask version
     that wrote it, the network description (widths, activations, loss, dtype, tolerance),
-    the task, the number of input features, a SHA-256 of ``params`` and ``classes``, and the
+    the task, the number of input features, a SHA-256 of the other arrays, and the
     run's settings and summary (the ``--json`` summary of the command line).
+``x_mean``, ``x_scale`` (and ``y_mean``, ``y_scale`` for regression), from version 2
+    Only for a model trained on a table or arrays of one's own (:mod:`ppt_dask.data.tables`):
+    the scaling computed on the cluster, applied again to the rows given to predict (and
+    undone on the predicted targets); ``meta`` then names the feature columns, the target
+    column and the shape of a row. Version 1 files (without them) are read as before.
 
 :func:`load_model` checks all of it before returning a :class:`Model`: a file that is not a
 model, comes from another format version, or whose arrays do not match their checksum
@@ -40,8 +45,11 @@ from ppt_dask.core.network import MLP
 __all__ = ["FORMAT", "FORMAT_VERSION", "Model", "load_model", "save_result"]
 
 FORMAT = "ppt_dask.model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)  # version 2 added the optional scaling of the inputs (x_mean ...)
 ARRAYS = ("params", "classes", "meta")
+SCALING = ("x_mean", "x_scale", "y_mean", "y_scale")  # Model.preprocessing's arrays, saved under these
+INPUT_FIELDS = ("features", "target", "row_shape")  # and its names, in meta["inputs"]
 NETWORK_FIELDS = ("sizes", "hidden", "output", "loss", "dtype", "tolerance")
 
 
@@ -77,9 +85,9 @@ def _jsonable(value):
     return str(value)
 
 
-def _digest(params: np.ndarray, classes: np.ndarray) -> str:
+def _digest(params: np.ndarray, classes: np.ndarray, *scaling: np.ndarray) -> str:
     h = hashlib.sha256()
-    for a in (params, classes):
+    for a in (params, classes, *scaling):
         h.update(str(a.dtype).encode() + str(a.shape).encode())
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
@@ -102,6 +110,12 @@ class Model:
     settings, summary : dict
         The run's settings (strategy, workers, seed ...) and its summary (epochs, loss,
         accuracy, wall seconds ...), as saved.
+    preprocessing : dict or None
+        For data of one's own (:attr:`ppt_dask.data.tables.Table.preprocessing`):
+        ``features`` (column names), ``target``, ``row_shape``, ``mean`` and ``scale`` per
+        feature, ``y_mean`` and ``y_scale`` per target. :meth:`predict` and the others then
+        take the rows as they are in the file (of shape (n, n_features) or (n, *row_shape))
+        and scale them; regression targets come back unscaled.
     """
 
     net: MLP
@@ -109,6 +123,7 @@ class Model:
     classes: np.ndarray | None = None
     settings: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    preprocessing: dict | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "params", self.net._check_params(self.params))
@@ -132,9 +147,20 @@ class Model:
         return self.net.n_inputs
 
     def _X(self, X) -> np.ndarray:
+        pre = self.preprocessing
+        if pre and pre.get("target") is not None and hasattr(X, "columns"):  # a DataFrame: by name
+            missing = [c for c in pre["features"] if c not in X.columns]
+            if missing:
+                raise ValueError(f"X has no column {missing[:5]} of the {len(pre['features'])} the model takes")
+            X = X[list(pre["features"])].to_numpy(dtype=np.float64)
+        shape = tuple(pre.get("row_shape") or ()) if pre else ()
+        if pre and len(shape) > 1 and np.ndim(X) == len(shape) + 1 and np.shape(X)[1:] == shape:
+            X = np.reshape(X, (len(X), -1))  # rows of the row shape, flattened as in training
         X = validation.check_X(X, "X")
         if X.shape[1] != self.n_features:
             raise ValueError(f"X has {X.shape[1]} features per row, but the model takes {self.n_features}")
+        if pre:  # the scaling of the training rows, computed on the cluster
+            X = ((X - np.asarray(pre["mean"])) / np.asarray(pre["scale"])).astype(self.net.dtype)
         return X
 
     def predict(self, X) -> np.ndarray:
@@ -149,6 +175,9 @@ class Model:
         ndarray, shape (n_samples,), or (n_samples, n_outputs) for several outputs
         """
         out = self.net.predict(self.params, self._X(X))
+        if self.preprocessing and "y_mean" in self.preprocessing:  # targets back in their units
+            scale, mean = (np.asarray(self.preprocessing[k]).reshape(-1) for k in ("y_scale", "y_mean"))
+            out = out * (scale if out.ndim == 2 else scale[0]) + (mean if out.ndim == 2 else mean[0])
         return out if self.classes is None else self.classes[out]
 
     def predict_proba(self, X) -> np.ndarray:
@@ -192,12 +221,18 @@ class Model:
         """Write the model to ``path`` (a ``.npz``; written to a temporary name, then renamed)."""
         net = self.net
         classes = np.array([], dtype=np.int64) if self.classes is None else self.classes
+        pre = self.preprocessing or {}
+        scaling = {name: np.asarray(pre[key], dtype=np.float64) for name, key in
+                   zip(SCALING, ("mean", "scale", "y_mean", "y_scale")) if key in pre}
         from ppt_dask import __version__
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "ppt_dask_version": __version__,
                 "network": {"sizes": list(net.sizes), "hidden": net.hidden, "output": net.output,
                             "loss": net.loss, "dtype": net.dtype, "tolerance": net.tolerance},
-                "task": self.task, "n_features": net.n_inputs, "sha256": _digest(self.params, classes),
+                "task": self.task, "n_features": net.n_inputs,
+                "sha256": _digest(self.params, classes, *scaling.values()),
                 "settings": _jsonable(self.settings), "summary": _jsonable(self.summary)}
+        if pre:
+            meta["inputs"] = {k: _jsonable(pre.get(k)) for k in INPUT_FIELDS}
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
@@ -205,7 +240,7 @@ class Model:
         tmp = f"{path}.tmp-{os.getpid()}.npz"
         try:
             with open(tmp, "wb") as fh:  # a file object: numpy adds no second .npz suffix
-                np.savez(fh, params=self.params, classes=classes,
+                np.savez(fh, params=self.params, classes=classes, **scaling,
                          meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
             os.replace(tmp, path)
         finally:
@@ -214,14 +249,15 @@ class Model:
         return path
 
 
-def save_result(result, path, classes=None, summary=None) -> str:
+def save_result(result, path, classes=None, summary=None, preprocessing=None) -> str:
     """Write a finished run (:class:`ppt_dask.Result`) as a model file; see :meth:`Model.save`.
 
     ``classes`` are the labels of the outputs when they are not the trainer's 0..k-1;
-    ``summary`` replaces ``result.summary()`` (the command line adds the data set's name).
+    ``summary`` replaces ``result.summary()`` (the command line adds the data set's name);
+    ``preprocessing`` is a table's (:attr:`ppt_dask.data.tables.Table.preprocessing`).
     """
     model = Model(result.net, np.asarray(result.params), classes,
-                  dict(result.settings), result.summary() if summary is None else summary)
+                  dict(result.settings), result.summary() if summary is None else summary, preprocessing)
     return model.save(path)
 
 
@@ -250,7 +286,7 @@ def load_model(path) -> Model:
             if not set(ARRAYS) <= names:
                 raise ValueError(f"{path}: not a ppt_dask model file (arrays {sorted(names)}; "
                                  f"a model holds {list(ARRAYS)})")
-            arrays = {name: archive[name] for name in ARRAYS}
+            arrays = {name: archive[name] for name in (*ARRAYS, *SCALING) if name in names}
         meta = json.loads(arrays["meta"].tobytes().decode())
     except ValueError as exc:
         if str(exc).startswith(path):
@@ -260,17 +296,24 @@ def load_model(path) -> Model:
         raise ValueError(f"{path}: not a readable ppt_dask model file ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{path}: not a ppt_dask model file (no {FORMAT!r} header)")
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READ_VERSIONS:
         raise ValueError(f"{path}: model file format version {meta.get('format_version')!r} (written by "
-                         f"ppt_dask {meta.get('ppt_dask_version')}); this ppt_dask reads version {FORMAT_VERSION}")
+                         f"ppt_dask {meta.get('ppt_dask_version')}); this ppt_dask reads versions "
+                         f"{', '.join(map(str, READ_VERSIONS))}")
     params, classes = arrays["params"], arrays["classes"]
-    if meta.get("sha256") != _digest(params, classes):
+    scaling = [arrays[name] for name in SCALING if name in arrays]
+    if meta.get("sha256") != _digest(params, classes, *scaling):
         raise ValueError(f"{path}: corrupted model file (the weights do not match their checksum)")
     try:
         net = MLP(**{k: (tuple(v) if k == "sizes" else v) for k, v in meta["network"].items()
                      if k in NETWORK_FIELDS})
+        pre = None
+        if "inputs" in meta or scaling:
+            pre = {**{k: meta["inputs"][k] for k in INPUT_FIELDS},
+                   **{key: arrays[name] for name, key in zip(SCALING, ("mean", "scale", "y_mean", "y_scale"))
+                      if name in arrays}}
         return Model(net, params, classes if classes.size else None,
-                     meta.get("settings", {}), meta.get("summary", {}))
+                     meta.get("settings", {}), meta.get("summary", {}), pre)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: inconsistent model file ({exc})") from None
 
@@ -293,6 +336,9 @@ def fitted_estimator(cls, model, **params):
     """
     model = model if isinstance(model, Model) else load_model(model)
     net, task = model.net, model.task
+    if model.preprocessing:
+        raise ValueError(f"a model trained on {model.summary.get('dataset', 'a table')} scales its inputs itself "
+                         f"(the table's statistics); predict with ppt.load_model(path), not a {cls.__name__}")
     kind = getattr(cls, "_estimator_kind", None)
     wanted = {"classifier": ("classification", "binary"), "regressor": ("regression",)}.get(kind, ())
     if task not in wanted:

@@ -207,7 +207,7 @@ class OneHopRounds(GenerationGraphs):
         wanted: list = []
         for r in range(first, last + 1):
             inputs = None if r == self.first else self._inputs(r, layers)
-            for slot, (label, a, b, _nodes) in enumerate(self.plan.blocks):
+            for slot, (_label, a, b, _nodes) in enumerate(self.plan.blocks):
                 key = self._round_keys(r)[slot]
                 if inputs is None:
                     own, more = TaskRef(self.start_state.key), []

@@ -57,7 +57,7 @@ def _read(sock: socket.socket, seconds: float) -> bytes | None:
     sock.settimeout(seconds)
     try:
         data = sock.recv(64)
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return None
     except OSError:
         return b""

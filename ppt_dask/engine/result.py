@@ -110,8 +110,12 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
     return stats.result(timeout=timeout)
 
 
-def test_error(net: MLP, params: np.ndarray, test: tuple) -> float:
-    """The error rate of ``params`` on the held-out ``test = (X, y)``, on the head."""
+def test_error(net: MLP, params: np.ndarray, test) -> float:
+    """The error rate of ``params`` on the held-out ``test = (X, y)``, on the head, or on a
+    :class:`ShardSet` of test rows, on the workers that hold them."""
+    if isinstance(test, ShardSet):
+        stats = evaluate(net, test, np.asarray(params))
+        return float(stats[1] / stats[2])
     X, y = test
     stats = net.stats(params, np.asarray(X, dtype=net.dtype), np.asarray(y))
     return float(stats[1] / stats[2])

@@ -26,8 +26,10 @@ own timing of the round, which the head reads every batch of rounds (an actor ca
 answers once the rounds are there), and what the head needs to build the state after a
 round (the state; for local SGD every shard's model), which it asks for when it keeps a copy,
 checks the target or ends. A loop runs at most ``AHEAD`` rounds past the rounds the head has
-read (fewer for a large model: what it keeps stays under ``KEEP_BYTES``). When the run ends or a worker is lost, the head stops every mailbox, which ends the
-loops; a loop that loses a link says so, and the head rolls back and replays.
+read (fewer for a large model: what it keeps stays under ``KEEP_BYTES``). When the run ends
+or a worker is lost, the head stops every mailbox, which ends the loops; a loop that loses a
+link says so, and the head goes on from the newest state a surviving loop holds (or its last
+copy) and replays from there.
 
 Each loop times its rounds (no scheduler sees inside a task that runs many rounds): per
 round, the seconds it computed (``gradient``), sent its sums (``transfer``), waited for the
@@ -154,7 +156,7 @@ class Mailbox:
                 raise TimeoutError(f"{what} did not arrive within {timeout} s")
             try:
                 await asyncio.wait_for(self._event.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def stats(self, first: int, last: int, release: int | None = None, timeout: float = WAIT_SECONDS) -> dict:
@@ -276,7 +278,7 @@ def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
     security = getattr(worker, "security", None)
     links = Links(step.slot, worker.address, security.get_connection_args("worker") if security else None)
     try:
-        for slot, mailbox in peers.items():
+        for mailbox in peers.values():
             mailbox.put(ADDRESSES, step.slot, links.address, separate_thread=False)
         others = sorted(peers)
         links.connect(dict(zip(others, box.take(ADDRESSES, others, step.wait))))

@@ -14,9 +14,9 @@ import math
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from distributed import Future, KilledWorker
@@ -120,8 +120,10 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         Children per node of the reduction tree (>= 2).
     pipeline : int
         Rounds submitted ahead of the one whose loss the head reads (>= 0).
-    progress : callable, optional
-        Called with each round's record.
+    progress : bool or callable, optional
+        True: show the progress (:mod:`ppt_dask.progress`: a widget in Jupyter, a bar on a
+        terminal) with epochs, loss, error, patterns per second, time left and the run's
+        ``/ppt`` link. A callable is called with each round's record instead.
     on_round : callable, optional
         Called with each round's record after the round's checks; when it returns True the
         run stops there, keeping the state after that round (``stopped_because="stopped"``).
@@ -159,6 +161,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     -------
     Result
     """
+    if progress is not None and not callable(progress):  # True, False, or refused
+        return _with_display(dict(locals()))  # the first statement: locals() are the parameters
     # -- check everything before any cluster work --
     name = applicability.strategy_name(strategy)
     applicability.refuse(name, {  # refused, never ignored
@@ -172,6 +176,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         raise ValueError(f"exchange must be one of {rounds.EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
+    if checkpoint_dir:
+        checkpoint.check_folder(checkpoint_dir)
     applicability.refuse_pipeline(name, exchange, pipeline)
     validation.check_network_fits(net, shards)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
@@ -213,6 +219,28 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
             break
         run.gen += 1
     return _finish(run, attempt, end)
+
+
+def _with_display(call: dict) -> Result:
+    """:func:`train` with ``progress=True``: the progress display made for the run (it draws
+    from the first round on) and closed with it; ``progress=False``: none."""
+    progress = call["progress"]
+    if progress is False:
+        return train(**{**call, "progress": None})
+    if progress is not True:
+        raise ValueError("progress must be True (show the progress), False or None (nothing), or a callable "
+                         f"taking each round's record; got {progress!r}")
+    from ppt_dask.engine.cluster import page_url
+    from ppt_dask.progress import Training
+
+    client = call["shards"].client
+    display = Training(call["stop"].max_epochs, link=lambda: page_url(client))
+    result = None
+    try:
+        result = train(**{**call, "progress": display})
+    finally:
+        display.close(result)
+    return result
 
 
 def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:

@@ -154,7 +154,7 @@ class TaskRecord(NamedTuple):
         return parts
 
     @classmethod
-    def from_list(cls, row) -> "TaskRecord":
+    def from_list(cls, row) -> TaskRecord:
         """Rebuild from the list a msgpack round trip makes of it."""
         *head, deps, io, phases = row if len(row) == len(cls._fields) else (*row, ())
         return cls(*head, tuple(deps), tuple(tuple(x) for x in io), tuple(tuple(x) for x in phases))

@@ -20,13 +20,23 @@ from __future__ import annotations
 import html
 import itertools
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from bokeh import __version__ as bokeh_version
 from bokeh.embed import file_html
 from bokeh.layouts import column, row
-from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, HoverTool, LinearAxis,
-                          NumberFormatter, NumeralTickFormatter, TableColumn)
+from bokeh.models import (
+    ColumnDataSource,
+    DataRange1d,
+    DataTable,
+    Div,
+    HoverTool,
+    LinearAxis,
+    NumberFormatter,
+    NumeralTickFormatter,
+    TableColumn,
+)
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 from distributed.dashboard.components import add_periodic_callback

@@ -27,8 +27,8 @@ import json
 import time
 import warnings
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 

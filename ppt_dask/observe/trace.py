@@ -8,7 +8,6 @@ import math
 from ppt_dask.core import keys
 from ppt_dask.observe.breakdown import category
 
-
 STREAMED = "streamed round"  # the category of a loop's spans of one round's phases
 
 

@@ -39,7 +39,8 @@ import numpy as np
 
 from ppt_dask.algorithms import strategies
 from ppt_dask.engine import waits
-from ppt_dask.perf import fit as modelfit, model as perfmodel
+from ppt_dask.perf import fit as modelfit
+from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf.calls import cluster_workers, measure_calls
 from ppt_dask.perf.measure import measure_constants
 
@@ -48,6 +49,7 @@ PROBE_WEIGHTS = 16  # "tiny" vector of the head probe: latency, not bandwidth
 
 WARMUP = 5  # probe rounds left out of every median (the graph and the caches warm up)
 MIN_MEASURED = 3  # rounds a median needs at the least
+CURVE_ROUNDS = 16  # rounds per size of the call curve (measure_calls); fewer when fewer probe rounds are asked
 
 
 def check_rounds(rounds: int, warmup: int = WARMUP, flag: str = "rounds") -> int:
@@ -114,7 +116,8 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
     between two reads.
     """
     from ppt_dask.core import keys
-    from ppt_dask.engine import graph, rounds as round_graphs
+    from ppt_dask.engine import graph
+    from ppt_dask.engine import rounds as round_graphs
     from ppt_dask.engine.shards import enter_data, exit_data
 
     if rounds <= warmup:
@@ -267,7 +270,7 @@ class Calibration:
         return dataclasses.asdict(self)  # the constants become a dict of their fields
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Calibration":
+    def from_dict(cls, data: dict) -> Calibration:
         """A calibration, or a bare dict of :class:`perfmodel.Constants` fields."""
         if not isinstance(data, dict):
             raise ValueError(f"a calibration is a JSON object, got {type(data).__name__}")
@@ -287,7 +290,7 @@ class Calibration:
             json.dump(self.to_dict(), fh, indent=2)
 
     @classmethod
-    def load(cls, path) -> "Calibration":
+    def load(cls, path) -> Calibration:
         with open(path) as fh:
             text = fh.read()
         try:
@@ -310,7 +313,8 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     curve's real rounds, ``th0`` is levelled so that ``Tu + Tr(p) + Th(p)`` matches what
     those rounds cost beyond their gradient phase at p = 1 and p = all (the probes keep
     the growth ``th1``), and ``tq`` is what their shortest calls' rounds cost beyond it.
-    ``n_patterns`` is ``len(X)``. ``progress``, when given, is called with a line at the
+    ``n_patterns`` is ``len(X)``; the call curve runs ``min(CURVE_ROUNDS, rounds)`` rounds
+    per size. ``progress``, when given, is called with a line at the
     start of each of the four steps (``step 2/4: ...``).
     """
     check_rounds(rounds)
@@ -325,7 +329,8 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     del on_worker, data
     if curve:
         say(f"step 2/4: the call curve over {len(workers)} worker(s)")
-    calls = measure_calls(client, net, X[:n_rows], y[:n_rows], workers) if curve else None
+    calls = (measure_calls(client, net, X[:n_rows], y[:n_rows], workers, rounds=min(CURVE_ROUNDS, rounds))
+             if curve else None)
     say(f"step 3/4: head and scheduler cost, {rounds} probe rounds at p = {', '.join(map(str, p_values))}")
     head = measure_head(client, workers, p_values=p_values, spin_seconds=spin_seconds,
                         rounds=rounds, fan_in=fan_in)

@@ -157,8 +157,9 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
     one shard on the first worker (a task of one call), ``calls`` shards on it (what each
     further call of a task adds: a warm call plus a fixed cost, the per-shard work and the
     partial sums of the tree), and ``calls`` shards on each of ``workers`` (all workers
-    computing at once: the factor by which that slows a task). The workers' own durations of the ``ppt-grad`` tasks (the run's task
-    records), the median over ``rounds`` rounds after ``warmup`` of each round's
+    computing at once: the factor by which that slows a task). The workers' own durations
+    of the ``ppt-grad`` tasks (the run's task records), the median over ``rounds`` rounds
+    after ``warmup`` of each round's
     longest, make the curves; the rounds' periods what a round costs beyond its gradient
     phase (:meth:`CallCurve.rest`, :meth:`CallCurve.quantum`). The same calls back to
     back in one process (:func:`time_calls`) make the serial program's curve. Rounds,

@@ -21,16 +21,42 @@ INSTALL_HINT = "PPTClassifier and PPTRegressor need scikit-learn: pip install 'p
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
     from sklearn.exceptions import ConvergenceWarning, DataConversionWarning, NotFittedError
-    from sklearn.utils.validation import check_is_fitted
+    from sklearn.utils.validation import check_is_fitted, validate_data
 except ImportError as exc:  # the extra is not installed
     raise ImportError(f"{INSTALL_HINT} ({exc})") from None
 
 __all__ = ["BaseEstimator", "ClassifierMixin", "RegressorMixin", "ConvergenceWarning",
-           "DataConversionWarning", "NotFittedError", "check_is_fitted"]
+           "DataConversionWarning", "NotFittedError", "check_is_fitted", "validate_data"]
 
 
 def is_dask(a) -> bool:
     return hasattr(a, "dask") and hasattr(a, "map_blocks") and hasattr(a, "chunks")
+
+
+def is_dask_frame(a) -> bool:
+    """A dask DataFrame or Series (its rows are on the workers, their count unknown)."""
+    return hasattr(a, "dask") and hasattr(a, "map_partitions") and not hasattr(a, "chunks")
+
+
+def columns_of(X):
+    """What scikit-learn reads feature names from: a dask DataFrame's columns as an empty
+    pandas DataFrame (scikit-learn recognises pandas, not dask, frames), anything else as is."""
+    if is_dask_frame(X) and hasattr(X, "columns"):
+        import pandas as pd
+        return pd.DataFrame(columns=X.columns)
+    return X
+
+
+def frame_as_array(a, client, timeout: float, name: str):
+    """A dask DataFrame or Series as a dask array with known chunk sizes: the partitions'
+    row counts are computed on ``client``'s workers (only the counts come back); a
+    non-numeric feature column is refused by name."""
+    if name == "X":
+        text = [c for c, t in a.dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
+        if text:
+            raise ValueError(f"X's column {text[0]!r} is not numeric ({a.dtypes[text[0]]}); encode it as numbers")
+    lengths = [int(n) for n in client.compute(a.map_partitions(len)).result(timeout)]
+    return a.to_dask_array(lengths=lengths)
 
 
 def check_X(X, name: str = "X"):

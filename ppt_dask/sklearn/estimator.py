@@ -20,17 +20,34 @@ from __future__ import annotations
 import numpy as np
 
 from ppt_dask.core.metrics import r2_score
-from ppt_dask.sklearn.base import PPTBase
-from ppt_dask.sklearn.contract import (ClassifierMixin, NotFittedError, RegressorMixin, check_is_fitted,
-                                       check_y_labels, check_y_targets, distinct_labels, is_dask)
+from ppt_dask.sklearn.base import RESULT_TIMEOUT, PPTBase
+from ppt_dask.sklearn.contract import (
+    ClassifierMixin,
+    NotFittedError,
+    RegressorMixin,
+    check_is_fitted,
+    check_y_labels,
+    check_y_targets,
+    distinct_labels,
+    frame_as_array,
+    is_dask,
+    is_dask_frame,
+)
 
 __all__ = ["PPTClassifier", "PPTRegressor", "NotFittedError"]
 
-RESULT_TIMEOUT = 600.0  # seconds to wait for a small dask result (the labels of a dask y)
 
 
 def _encode_block(y, classes):
     return np.searchsorted(classes, y).astype(np.int64)
+
+
+def _labels_here(y):
+    """A dask Series of labels or targets as a dask array (its counts read on the workers)."""
+    if is_dask_frame(y):
+        from distributed import get_client
+        return frame_as_array(y, get_client(), RESULT_TIMEOUT, "y")
+    return y
 
 
 _DOC = """
@@ -49,14 +66,15 @@ _DOC = """
         ``min(100, n_samples)`` for "local" (each worker steps on its own shard between
         averages, so small steps cost no scheduling) and ``min(1000, n_samples)`` for the
         others (a synchronous round costs milliseconds of scheduling besides compute,
-        which 1000 patterns keep small on MNIST-sized networks). An integer is refused with
-        "epoch" (each update sees the whole set).
+        which 1000 patterns keep small on MNIST-sized networks); with Adam ``min(200,
+        n_samples)``, MLPClassifier's. An integer is refused with "epoch" (each update sees
+        the whole set).
     learning_rate_init : float or None, default=None
-        Constant step size; None means 0.05 for "local", else {lr}. Scale the inputs (and,
-        for regression, the targets): gradient descent with momentum diverges on unscaled
-        data.
+        Constant step size; None means 0.001 with Adam (MLPClassifier's), 0.05 for "local",
+        else {lr}. Scale the inputs (and, for regression, the targets): gradient descent
+        with momentum diverges on unscaled data.
     momentum : float, default=0.9
-        Heavy-ball momentum (not Nesterov), in [0, 1).
+        Heavy-ball momentum (not Nesterov), in [0, 1); with Adam, its ``beta_1``.
     max_iter : int, default=200
         Most epochs of ``fit``; ``partial_fit`` runs one epoch per call.
     tol : float, default=1e-4
@@ -66,8 +84,12 @@ _DOC = """
     random_state : None, int, RandomState or Generator, default=None
         Seeds the initial weights and the strategies' draws. With an int, a fit gives the
         same weights on any number of workers for a given ``n_shards``.
-    warm_start, verbose : bool, default=False
-        ``fit`` continues from the learned weights; print the loss of every epoch.
+    warm_start : bool, default=False
+        ``fit`` continues from the learned weights.
+    verbose : bool, default=False
+        Print the loss of every epoch, as scikit-learn does, and show the progress
+        (:mod:`ppt_dask.progress`: a widget in Jupyter, a bar on a terminal) with epochs,
+        loss, error, patterns per second, time left and the link to the ``/ppt`` page.
     strategy : str, default="local"
         A name for :func:`ppt_dask.algorithms.choose.make`: "local", "block", "epoch", "ppt",
         "average", "async". "local" (:class:`ppt_dask.algorithms.localsgd.LocalSGD`): every worker
@@ -95,6 +117,14 @@ _DOC = """
         PPTRegressor (scikit-learn expects float64 predictions of a regressor).
     fan_in : int, default=2
         Children per task of the tree reduce.
+    solver : {"auto", "sgd", "adam"}, default="auto"
+        The local steps of "local": momentum SGD, or Adam (Kingma & Ba 2015; each shard
+        keeps its own moments, ``beta_2`` 0.999, ``epsilon`` 1e-8; each pass over a shard in
+        a new order, as scikit-learn's ``shuffle=True``). "auto" is Adam on a set of fewer
+        than 6000 samples, which "local" trains on one shard (there Adam generalizes better:
+        on scikit-learn's digits 98.0 % against 96.9 %, MLPClassifier's 98.0 %), momentum SGD
+        on larger sets (on MNIST Adam took 84 epochs and 2.5x the time for 97.8 %). The other
+        strategies step with momentum SGD.
 
     Attributes
     ----------
@@ -112,6 +142,8 @@ _DOC = """
     out_activation_ : str
     batch_size_, n_shards_ : int
         The block size and the number of logical shards used.
+    solver_ : str
+        The solver of the last fit, "adam" or "sgd" (what ``solver="auto"`` chose).
     history_ : list of dict
         One record per round: loss, error rate, patterns, wall and head seconds.
 
@@ -183,6 +215,7 @@ class PPTClassifier(ClassifierMixin, PPTBase):
 
     def score(self, X, y, sample_weight=None):
         """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight``), a float."""
+        y = _labels_here(y)
         right = self.predict(X) == (y if is_dask(y) else np.asarray(y).reshape(len(y), -1)[:, 0])
         right = right.compute() if is_dask(right) else right
         return float(np.average(right, weights=sample_weight))
@@ -214,5 +247,5 @@ class PPTRegressor(RegressorMixin, PPTBase):
 
     def score(self, X, y, sample_weight=None):
         """R^2 averaged over the targets, as scikit-learn's ``r2_score``: a float."""
-        pred, y = (a.compute() if is_dask(a) else a for a in (self.predict(X), y))
+        pred, y = (a.compute() if is_dask(a) else a for a in (self.predict(X), _labels_here(y)))
         return r2_score(y, pred, sample_weight)
