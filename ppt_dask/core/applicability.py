@@ -51,9 +51,9 @@ NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": 
            "shuffle": (False,), "snapshot_epochs": ((),)}
 # values that apply beyond the table's row: the local strategy's graph is all to all, and it
 # streams its rounds as the others do
-ALSO = {("exchange", "all"): ("local",), ("exchange", "stream"): ("local",)}
+ALSO: dict[tuple[str, str], tuple[str, ...]] = {("exchange", "all"): ("local",), ("exchange", "stream"): ("local",)}
 # values that apply to their own strategies only
-ONLY: dict = {}
+ONLY: dict[tuple[str, str], tuple[str, ...]] = {}
 
 
 def strategy_name(strategy) -> str:
@@ -110,8 +110,8 @@ def refuse(strategy: str, given: dict, spell=str) -> None:
             raise ValueError(f"unknown parameter {spell(parameter)} (known: {', '.join(sorted(TABLE))})")
         if is_given(parameter, value) and not applies(parameter, strategy, value):
             shown = f"{spell(parameter)} {value!r}" if parameter == "exchange" else spell(parameter)
-            key = (parameter, value) if isinstance(value, str) else None
-            names = ONLY.get(key) or (*TABLE[parameter], *ALSO.get(key, ()))
+            key = (parameter, value) if isinstance(value, str) else ("", "")
+            names: tuple[str, ...] = ONLY.get(key) or (*TABLE[parameter], *ALSO.get(key, ()))
             place = (where(parameter, spell) if names == STRATEGIES
                      else ("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(names))
             raise ValueError(f"{shown} applies to {place}, "
