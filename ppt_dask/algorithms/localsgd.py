@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppt_dask.algorithms.strategies import ModelState, _Base, block_rows
-from ppt_dask.core import tree
+from ppt_dask.core import model as netmodel, tree
 from ppt_dask.core.optimizers import exact_scalar
 from ppt_dask.core.validation import check_int_at_least
 
@@ -155,10 +155,10 @@ class LocalSGD(_Base):
         else:
             params = params.copy()
         velocity = model.velocity.copy()  # the model passed in stays as it was (a replay reads it)
-        mask = net.weight_mask() if self.l2 else None
+        mask = netmodel.weight_mask(net) if self.l2 else None
         stats = np.zeros(3)
         steps = self.steps()
-        grad_stats = net.passes(params, X, y)  # checks and views once a round, not once a step
+        grad_stats = netmodel.passes(net, params, X, y)  # checks and views once a round, not once a step
         for i in range(steps):
             grad_sum, step_stats = grad_stats(block_rows(len(X), self.block, r * steps + i))
             stats += step_stats

@@ -9,6 +9,8 @@ round's record and whose ``finish()`` returns the run's records.
 
 from __future__ import annotations
 
+from ppt_dask.core import model
+
 
 class NoRecords:
     """The watcher of a run nobody records."""
@@ -38,7 +40,6 @@ def both(first, then):
 
 def settings(net, shards, strategy, **more) -> dict:
     """What a report shows of the run: network, data placement, strategy and loop options."""
-    return {"network": "-".join(map(str, net.sizes)), "hidden": net.hidden, "output": net.output,
-            "dtype": str(net.dtype), "rows": shards.n_rows, "shards": shards.n_shards,
+    return {**model.describe(net), "network": model.label(net), "rows": shards.n_rows, "shards": shards.n_shards,
             "workers": len(shards.worker_blocks()), "strategy": getattr(strategy, "name", ""),
             "strategy_settings": repr(strategy), **more}
