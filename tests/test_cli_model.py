@@ -1,5 +1,5 @@
 """``ppt-dask train|predict|model calibrate ... --model package.module:function``: a PyTorch
-module of one's own from the command line, with examples/mnist_nets.py; every refusal is one
+module of one's own from the command line, with ppt_dask/nets/examples.py; every refusal is one
 line naming what to change, before any cluster starts."""
 
 import json
@@ -50,7 +50,7 @@ def _run(*argv, cwd=ROOT, timeout=600):
 
 def test_train_save_and_predict_with_a_module_of_ones_own(tmp_path):
     summary, model = tmp_path / "out.json", tmp_path / "tiny.npz"
-    run = _run("train", "mnist", "--model", "examples.mnist_nets:tiny_cnn", "--workers", "2", "--epochs", "0.1",
+    run = _run("train", "mnist", "--model", "ppt_dask.nets.examples:tiny_cnn", "--workers", "2", "--epochs", "0.1",
                "--quiet", "--json", str(summary), "--save", str(model))
     assert run.returncode == 0, run.stderr[-3000:]
     s = json.loads(summary.read_text())
@@ -59,8 +59,8 @@ def test_train_save_and_predict_with_a_module_of_ones_own(tmp_path):
     assert "network Sequential" in run.stdout and s["phases"]  # the breakdown came back
     run = _run("predict", str(model), "mnist")
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
-    assert "trained with the module of 'examples.mnist_nets:tiny_cnn'" in run.stderr and "--model" in run.stderr
-    run = _run("predict", str(model), "mnist", "--model", "examples.mnist_nets:tiny_cnn")
+    assert "trained with the module of 'ppt_dask.nets.examples:tiny_cnn'" in run.stderr and "--model" in run.stderr
+    run = _run("predict", str(model), "mnist", "--model", "ppt_dask.nets.examples:tiny_cnn")
     assert run.returncode == 0, run.stderr
     assert f"accuracy  {s['test_accuracy']:.4f}" in run.stdout and "TorchNet, rows (1, 28, 28)" in run.stdout
 
@@ -119,7 +119,7 @@ def test_calibrate_a_module_then_predict_and_recommend(tmp_path):
 @pytest.mark.slow  # a few minutes: the README's claim for a module with no other flag
 def test_lenet5_with_no_other_flag_reaches_98_percent_within_3_epochs_on_2_workers(tmp_path):
     summary = tmp_path / "lenet.json"
-    run = _run("train", "mnist", "--model", "examples.mnist_nets:lenet5", "--workers", "2", "--quiet",
+    run = _run("train", "mnist", "--model", "ppt_dask.nets.examples:lenet5", "--workers", "2", "--quiet",
                "--json", str(summary), timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     s = json.loads(summary.read_text())

@@ -173,7 +173,7 @@ def _network_flags(t) -> None:
     t.add_argument("--l2", type=float, default=None)
     t.add_argument("--model", default=None, metavar="PACKAGE.MODULE:FUNCTION",
                    help="train your own PyTorch module: the import path of a function (or class) that "
-                        "returns it, e.g. examples.mnist_nets:lenet5 (the current folder is searched first)")
+                        "returns it, e.g. ppt_dask.nets.examples:lenet5 (the current folder is searched first)")
     t.add_argument("--row-shape", type=usermodel.row_shape, default=None, metavar="D,D,...",
                    help="with --model: the shape of one input row (default: mnist 1,28,28, else flat)")
     t.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths, e.g. 64,64")

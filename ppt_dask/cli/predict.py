@@ -3,7 +3,7 @@
     ppt-dask predict model.npz parity8 --split train
     ppt-dask predict model.npz mnist --json scores.json
     ppt-dask predict model.npz --input X.npy --output y.npy
-    ppt-dask predict model.npz mnist --model examples.mnist_nets:lenet5   # a TorchNet's file
+    ppt-dask predict model.npz mnist --model ppt_dask.nets.examples:lenet5   # a TorchNet's file
 
 With a data set it prints the accuracy (R^2 for regression) and, for classifiers, the
 confusion counts; with ``--input`` it writes the predictions to ``--output``. No cluster

@@ -42,7 +42,7 @@ STRATEGY_PRESETS = {
 # A convolutional network does 10-100x the arithmetic per row of the MLP, so a round of the
 # local strategy (one long task per worker, the averages sent between workers) carries seconds
 # of gradient work against milliseconds of exchange: the exchange costs next to nothing and the
-# averages can come often. MNIST: LeNet-5-like networks (examples/mnist_nets.py) reach 98% test
+# averages can come often. MNIST: LeNet-5-like networks (ppt_dask/nets/examples.py) reach 98% test
 # accuracy in one to two epochs with these (README, "Your own network").
 MODULE_PRESETS = {
     "mnist": dict(strategy="local", block=64, interval=1280, pull=0.5, ema=0.0, lr=0.05, momentum=0.9,

@@ -2,9 +2,10 @@
 
 The path names a function (or class) that returns a ``torch.nn.Module``, the
 ``module:attribute`` convention of uvicorn and gunicorn; as they do, the current folder is
-searched first, so ``ppt-dask train mnist --model examples.mnist_nets:lenet5`` works from
-the repository. The module becomes a :class:`ppt_dask.TorchNet` with the data set's loss
-(cross-entropy for classes, binary cross-entropy for 0/1 targets, squared error for
+searched first (``ppt-dask train mnist --model mynets:lenet5`` with ``mynets.py`` here); the
+examples of :mod:`ppt_dask.nets.examples` work anywhere (``--model
+ppt_dask.nets.examples:lenet5``). The module becomes a :class:`ppt_dask.TorchNet` with the
+data set's loss (cross-entropy for classes, binary cross-entropy for 0/1 targets, squared error for
 values) and row shape (MNIST: images, ``(1, 28, 28)``; ``--row-shape`` sets another), probed
 on that shape before the cluster starts. A bad path, a function that does not return a
 module, or a module whose output does not fit the data ends in one line naming it.

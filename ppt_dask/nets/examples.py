@@ -1,12 +1,12 @@
-"""Networks of your own for ppt_dask: functions that return a ``torch.nn.Module``.
+"""Networks of one's own for ppt_dask, as a user writes them: functions that return a
+``torch.nn.Module``. Copy one into a file of yours (``mynets.py``) and point the command line
+at it, ``ppt-dask train mnist --model mynets:lenet5`` (the current folder is searched first),
+or use these where ppt_dask is installed::
 
-Point the command line at one with its import path (run from the repository, whose folder
-is searched first)::
+    ppt-dask train mnist --model ppt_dask.nets.examples:lenet5
+    ppt-dask train mnist --model ppt_dask.nets.examples:lenet5 --workers 2 --strategy block --block 1000 --lr 0.1
 
-    ppt-dask train mnist --model examples.mnist_nets:lenet5
-    ppt-dask train mnist --model examples.mnist_nets:lenet5 --workers 2 --strategy block --block 1000 --lr 0.1
-
-or give it to the API, ``ppt.TorchNet(lenet5)``, or the estimator,
+or give one to the API, ``ppt.TorchNet(lenet5)``, or the estimator,
 ``ppt.PPTClassifier(module=lenet5)``. Each takes MNIST rows as images, shape (1, 28, 28),
 and returns 10 logits (the cross-entropy of ppt_dask's classification loss takes logits).
 """
