@@ -77,6 +77,9 @@ def test_a_mean_loss_module_is_summed_and_a_loss_function_must_give_one_loss_per
                      row_shape=(1, 6, 6))
     with pytest.raises(ValueError, match="a loss of your own needs task="):
         ppt.TorchNet(conv, loss=lambda out, t: out.sum(1))
+    with pytest.raises(ValueError, match="the loss fails on the outputs \\(2, 4\\) of the module of conv\\(\\) "
+                                         "\\(RuntimeError"):
+        ppt.TorchNet(conv, loss=nn.L1Loss(), task="classification", row_shape=(1, 6, 6))
     with pytest.raises(ValueError, match="unknown loss 'hinge'"):
         ppt.TorchNet(conv, loss="hinge")
 

@@ -27,6 +27,8 @@ Imports torch: only :mod:`ppt_dask.nets.torchnet` imports this module.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -93,26 +95,22 @@ def probe(module: nn.Module, x: torch.Tensor, loss_sum, make_target, what: str) 
     weights = [p.detach().clone() for p in module.parameters()]
     trainable = [p for p in module.parameters() if p.requires_grad]
     module.train()
-    try:
+    with _said(f"{what} cannot take rows of shape {shape}"):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             out = module(x)
-        if not isinstance(out, torch.Tensor):
-            raise ValueError(f"{what} returns a {type(out).__name__} for rows of shape {shape}; it must return "
-                             "one tensor of shape (rows, outputs)")
-        if out.ndim == 1:
-            out = out.reshape(-1, 1)
-        if out.ndim != 2 or out.shape[0] != len(x):
-            raise ValueError(f"{what} returns shape {tuple(out.shape)} for {len(x)} rows of shape {shape}; "
-                             f"ppt_dask needs (rows, outputs)")
-        target = make_target(out)
-        loss = loss_sum(out, target)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"{what} returns a {type(out).__name__} for rows of shape {shape}; it must return "
+                         "one tensor of shape (rows, outputs)")
+    if out.ndim == 1:
+        out = out.reshape(-1, 1)
+    if out.ndim != 2 or out.shape[0] != len(x):
+        raise ValueError(f"{what} returns shape {tuple(out.shape)} for {len(x)} rows of shape {shape}; "
+                         f"ppt_dask needs (rows, outputs)")
+    with _said(f"the loss fails on the outputs {tuple(out.shape)} of {what}"):
+        loss = loss_sum(out, make_target(out))
+    with _said(f"{what}: no gradient of the loss"):
         grads = torch.autograd.grad(loss, trainable, allow_unused=True)
-    except ValueError:
-        raise
-    except Exception as exc:  # the user's module or loss: say which rows it could not take
-        text = " ".join(str(exc).split())[:300]
-        raise ValueError(f"{what} cannot take rows of shape {shape} ({type(exc).__name__}: {text})") from None
     names = [n for n, p in module.named_parameters() if p.requires_grad]
     for name, g in zip(names, grads):
         if g is not None and g.layout != torch.strided:
@@ -127,6 +125,19 @@ def probe(module: nn.Module, x: torch.Tensor, loss_sum, make_target, what: str) 
         raise ValueError(f"{what}: a forward pass changes its parameters in place; the weights are the "
                          "engine's flat vector: compute from them, do not write to them")
     return {"n_outputs": int(out.shape[1]), "random": _random(module, x, what)}
+
+
+@contextlib.contextmanager
+def _said(words: str):
+    """The user's module or loss failing: one line, ``words`` and the error (a ValueError of
+    ours passes as it is)."""
+    try:
+        yield
+    except ValueError:
+        raise
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise ValueError(f"{words} ({type(exc).__name__}: {text})") from None
 
 
 def _random(module: nn.Module, x: torch.Tensor, what: str) -> bool:

@@ -469,7 +469,7 @@ class TorchNet:
     @staticmethod
     def _what(module, builder) -> str:
         if builder is not None:
-            return f"the module {getattr(builder, '__qualname__', repr(builder))}() returns"
+            return f"the module of {getattr(builder, '__qualname__', repr(builder))}()"
         return f"module {type(module).__name__}"
 
     def _bind(self, row_shape) -> None:
@@ -481,7 +481,7 @@ class TorchNet:
         x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, *shape)).astype(self.dtype))
         found = torchcheck.probe(module, x, self._loss, self._probe_target, self._what(module, self._builder))
         if self._task == "classification" and found["n_outputs"] < 2:
-            raise ValueError(f"{self._what(module, self._builder)} {found['n_outputs']} output for "
+            raise ValueError(f"{self._what(module, self._builder)} has {found['n_outputs']} output for "
                              f"classification; it needs one per class (2 or more)")
         self.row_shape, self.n_outputs, self.random = shape, found["n_outputs"], found["random"]
 
@@ -498,8 +498,9 @@ class TorchNet:
                 module = _built(self._builder)
                 layout = tuple((n, tuple(p.shape)) for n, p in module.named_parameters() if p.requires_grad)
                 if layout != self._layout:
-                    raise ValueError(f"{self._what(module, self._builder)} a module of other parameters on a "
-                                     f"second call ({_shown(layout)}); it must build the same module every time")
+                    raise ValueError(f"{getattr(self._builder, '__qualname__', 'the builder')}() returns a module "
+                                     f"of other parameters on a second call ({_shown(layout)}); it must build the "
+                                     "same module every time")
                 return module
             module = copy.deepcopy(self._shared.template)
             _materialise(module, self._layout)
