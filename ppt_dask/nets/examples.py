@@ -17,7 +17,7 @@ from torch import nn
 def lenet5() -> nn.Module:
     """LeNet-5 (LeCun et al. 1998) as it is usually written today: ReLU and max pooling
     instead of scaled tanh and subsampling, a padded first convolution so that 28x28 images
-    keep the paper's 32x32 geometry. 61,706 parameters; about 0.4 MFLOP per image forward."""
+    keep the paper's 32x32 geometry. 61,706 parameters; 0.42 million multiply-adds per image forward."""
     return nn.Sequential(
         nn.Conv2d(1, 6, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool2d(2),   # 6 x 14 x 14
         nn.Conv2d(6, 16, kernel_size=5), nn.ReLU(), nn.MaxPool2d(2),             # 16 x 5 x 5
