@@ -124,3 +124,15 @@ def test_lenet5_with_no_other_flag_reaches_98_percent_within_3_epochs_on_2_worke
     assert run.returncode == 0, run.stderr[-3000:]
     s = json.loads(summary.read_text())
     assert s["learned"] and s["test_accuracy"] >= 0.98 and s["epochs"] <= 3, s
+
+
+def test_without_torch_the_command_says_how_to_install_it():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from ppt_dask.cli import main\n"
+            "sys.exit(main(['train', 'mnist', '--model', 'ppt_dask.nets.examples:lenet5', '--epochs', '0.01']))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stderr.strip().splitlines() == [
+        "ppt-dask: error: --model: ppt.TorchNet needs PyTorch: pip install 'ppt_dask[torch]' (torch 2.1 to 2.13.0; "
+        "on Linux the CPU build: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu) "
+        "(import of torch halted; None in sys.modules)"]

@@ -6,6 +6,7 @@ picked), from the notebooks folder, with a time limit per cell. The notebooks ar
 with their outputs stripped.
 """
 
+import importlib.util
 import json
 import sys
 import time
@@ -16,6 +17,8 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
+
+import system
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
@@ -49,6 +52,8 @@ def test_notebook_is_stripped(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, kernel_specs):
     nb = nbformat.read(path, as_version=4)
+    if any("import torch" in c.source for c in nb.cells) and importlib.util.find_spec("torch") is None:
+        system.missing(f"{path.name} needs torch (pip install 'ppt_dask[torch]')")
     km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
     runner = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=False,
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})

@@ -9,6 +9,7 @@ run with ``--help`` appended, which still parses every flag and value before pri
 A command fails the test on a non-zero exit status or a traceback.
 """
 
+import importlib.util
 import os
 import re
 import shlex
@@ -17,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import system
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "deploy/README.md")
@@ -105,6 +108,8 @@ def workdir(tmp_path_factory):
 def test_printed_command_runs(doc, line, workdir):
     data_dir = os.environ.get("PPT_DASK_DATA") or str(ROOT.parent / "shared" / "data")
     env_extra, argv, help_only = runnable(line, data_dir)
+    if "--model" in argv and importlib.util.find_spec("torch") is None:
+        system.missing("--model needs torch (pip install 'ppt_dask[torch]')")
     env = {**os.environ, **env_extra, "PPT_DASK_DATA": data_dir}
     env.pop("PPT_DASK_DEBUG", None)
     # the console script of this environment, so the test does not depend on PATH

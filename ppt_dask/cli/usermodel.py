@@ -66,8 +66,10 @@ def shaped(data, dataset: str, shape: tuple | None):
 def network(path: str, data, dtype: str | None):
     """The TorchNet of ``--model PATH`` for the (shaped) data set, probed; ``dtype``: the
     ``--dtype`` given, which must be the module's."""
-    from ppt_dask.nets.torchnet import TorchNet, load_builder
-
+    try:
+        from ppt_dask.nets.torchnet import TorchNet, load_builder
+    except ImportError as exc:  # the [torch] extra is not installed: say how to get it
+        raise ValueError(f"--model: {exc}") from None
     builder = _imported(path, load_builder)
     if not callable(builder):
         raise ValueError(f"--model {path}: a {type(builder).__name__}, not a function or class that returns a "
