@@ -222,6 +222,12 @@ def test_sparse_gradients_are_refused():
         ppt.TorchNet(Bag, row_shape=(1, 6, 6))
 
 
+def test_the_hook_registries_read_are_still_where_torch_keeps_them():
+    from ppt_dask.nets import torchcheck
+
+    assert torchcheck._hooks_still_where_we_look() == []
+
+
 def test_a_global_hook_is_refused():
     handle = nn.modules.module.register_module_forward_hook(lambda m, a, o: None)
     try:

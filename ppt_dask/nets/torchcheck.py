@@ -28,6 +28,7 @@ Imports torch: only :mod:`ppt_dask.nets.torchnet` imports this module.
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 from torch import nn
@@ -36,6 +37,22 @@ HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_p
 GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                 "_global_backward_pre_hooks", "_global_forward_hooks_with_kwargs")
 NORMS = "BatchNorm(track_running_stats=False), GroupNorm or LayerNorm"
+
+
+def _hooks_still_where_we_look() -> list[str]:
+    """The hook registries read here are torch internals (no public way to list a module's
+    hooks): the names of those this torch no longer has, to warn about once."""
+    import torch.nn.modules.module as registry
+
+    gone = [name for name in HOOKS if not hasattr(nn.Module(), name)]
+    gone += [name for name in GLOBAL_HOOKS if not hasattr(registry, name)]
+    gone += [name for name in ("_backward_hooks", "_post_accumulate_grad_hooks") if not hasattr(torch.zeros(1), name)]
+    return gone
+
+
+if _hooks_still_where_we_look():
+    warnings.warn(f"torch {torch.__version__} has no {', '.join(_hooks_still_where_we_look())}: ppt_dask.TorchNet "
+                  "cannot see hooks registered there (ppt_dask/nets/torchcheck.py)", RuntimeWarning, stacklevel=2)
 
 
 def _where(name: str) -> str:
