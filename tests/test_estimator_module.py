@@ -33,15 +33,7 @@ def _images(n=240, seed=0):
     return X, np.array(["a", "b", "c"])[y]
 
 
-@pytest.fixture(scope="module")
-def client():
-    client = ppt.connect(n_workers=2, processes=False, dashboard_address=None)
-    client.wait_for_workers(2, timeout=30)
-    yield client
-    ppt.cluster.close(client)
-
-
-def test_a_classifier_of_a_module_fits_as_the_api_trains_and_predicts_on_numpy_and_dask(client):
+def test_a_classifier_of_a_module_fits_as_the_api_trains_and_predicts_on_numpy_and_dask(threads_client):
     da = pytest.importorskip("dask.array")
     X, labels = _images()
     clf = ppt.PPTClassifier(module=Conv, max_iter=3, tol=0.0, random_state=0, strategy="block", batch_size=60,
@@ -50,7 +42,7 @@ def test_a_classifier_of_a_module_fits_as_the_api_trains_and_predicts_on_numpy_a
     assert list(clf.classes_) == ["a", "b", "c"] and clf.row_shape_ == (1, 6, 6) and clf.n_features_in_ == 36
     assert isinstance(clf.module_, nn.Module) and not hasattr(clf, "coefs_")
     # the oracle: the API's run of the same network, strategy, shards and seed
-    shards = ppt.enter_data(client, X, np.searchsorted(clf.classes_, labels), n_shards=2, dtype="float32")
+    shards = ppt.enter_data(threads_client, X, np.searchsorted(clf.classes_, labels), n_shards=2, dtype="float32")
     try:
         result = ppt.train(ppt.TorchNet(Conv), shards, ppt.Sync(lr=0.2, momentum=0.9, l2=1e-4, block=60),
                            ppt.Stop(max_epochs=3), seed=0)
@@ -70,7 +62,7 @@ def test_a_classifier_of_a_module_fits_as_the_api_trains_and_predicts_on_numpy_a
         clf.predict(X.reshape(len(X), 36))
 
 
-def test_a_regressor_of_a_module(client):
+def test_a_regressor_of_a_module(threads_client):
     X, _ = _images()
     y = X[:, 0, :2, :2].reshape(len(X), 4).sum(axis=1, keepdims=True)
     reg = ppt.PPTRegressor(module=lambda: Conv(outputs=1), max_iter=20, random_state=0, learning_rate_init=0.05)

@@ -9,9 +9,6 @@ test_strategies.py, test_localsgd.py, test_faults.py).
 """
 
 import functools
-import os
-import signal
-import time
 
 import numpy as np
 import pytest
@@ -26,7 +23,7 @@ import ppt_dask as ppt  # noqa: E402
 from ppt_dask.algorithms import serial  # noqa: E402
 from ppt_dask.data import datasets, files  # noqa: E402
 
-from conftest import scheduler_keys  # noqa: E402
+from conftest import scheduler_keys, sigkill_at  # noqa: E402
 
 
 def conv():
@@ -140,22 +137,14 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
     client = ppt.connect(n_workers=2, dashboard_address=None)
     try:
         client.wait_for_workers(2, timeout=60)
-        address = ppt.cluster.worker_addresses(client)[1]
-        pid = client.run(os.getpid, workers=[address])[address]
-        killed = {}
-
-        def progress(record):
-            if record["round"] == 17 and not killed:
-                os.kill(pid, signal.SIGKILL)
-                killed["at"] = time.perf_counter()
-
+        progress, killed = sigkill_at(client, at_round=17)
         shards = ppt.enter_data(client, X, y, n_shards=4)
         result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds * 40 / 400), seed=1,
                            checkpoint_every=5, progress=progress)
         ppt.exit_data(shards)
     finally:
         ppt.cluster.close(client)
-    assert killed and result.settings["recoveries"] >= 1
+    assert killed["killed_at"] and result.settings["recoveries"] >= 1
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()
 
