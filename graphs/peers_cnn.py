@@ -230,7 +230,8 @@ def table(runs: dict, cfg: dict) -> str:
     ref = {i: r for i, r in enumerate(runs.get(REFERENCE, [])) if r.get("reached")}
     lines = [f"Time to {cfg['TARGET']:.0%} MNIST test accuracy, {MODULE}, batch {BATCH} per worker, lr {LR}, "
              f"momentum {MOMENTUM}; median of {cfg['REPEATS']} race(s); ratio = time / ppt_dask p = 2's in the same "
-             "repeat, median.", "", "| contender | time (s) | ratio to ppt_dask p = 2 | epochs | start-up (s) | reached |",
+             "repeat, median.", "",
+             "| contender | time (s) | ratio to ppt_dask p = 2 | epochs | start-up (s) | reached |",
              "|---|---|---|---|---|---|"]
     for name, rs in runs.items():
         ok = [(i, r) for i, r in enumerate(rs) if r.get("reached")]

@@ -78,7 +78,8 @@ def _describe(model, path: str) -> str:
     how = (f" ({s['strategy']}, {epochs:.4g} epochs)" if isinstance(epochs, (int, float))
            else f" ({s['strategy']})") if s.get("strategy") else ""
     d = describe(net)
-    kind = f"{d['hidden']}/{d['output']}" if "hidden" in d else f"{d.get('kind', type(net).__name__)}, rows {model.row_shape}"
+    kind = (f"{d['hidden']}/{d['output']}" if "hidden" in d  # an MLP
+            else f"{d.get('kind', type(net).__name__)}, rows {model.row_shape}")
     return f"{path}: {label(net)} {kind} {net.dtype}, {model.task}{trained}{how}"
 
 

@@ -66,6 +66,13 @@ def _module_net(module, loss: str, row_shape: tuple, dtype):
     return net
 
 
+def _rows_message(estimator, shape: tuple, fitted: tuple) -> str:
+    """X's rows are not those the estimator was fitted on: scikit-learn's words for tables."""
+    if len(shape) == len(fitted) == 1:
+        return n_features_message(shape[0], estimator, fitted[0])
+    return f"X has rows of shape {shape}; {type(estimator).__name__} was fitted on rows of shape {fitted}"
+
+
 @dataclass
 class _Run:
     """What a fit accumulates; set on the estimator only once the fit has succeeded."""
@@ -285,9 +292,7 @@ class PPTBase(BaseEstimator):
         n_features = int(np.prod(row_shape))
         continuing = hasattr(self, "params_") and (incremental or self.warm_start)
         if continuing and row_shape != self.row_shape_:
-            raise ValueError(n_features_message(n_features, self, self.n_features_in_) if len(row_shape) == 1
-                             else f"X has rows of shape {row_shape}; {type(self).__name__} was fitted on "
-                                  f"rows of shape {self.row_shape_}")
+            raise ValueError(_rows_message(self, row_shape, self.row_shape_))
         y = self._check_y(y, n_rows, type(self).__name__)
         args = (continuing, incremental, classes)
         prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
@@ -412,12 +417,11 @@ class PPTBase(BaseEstimator):
         X = check_X(X, rows=self.module is not None)
         row_shape = getattr(self, "row_shape_", (self.n_features_in_,))
         if tuple(X.shape[1:]) != row_shape:
-            raise ValueError(n_features_message(X.shape[1], self, self.n_features_in_) if X.ndim == 2 == len(row_shape) + 1
-                             else f"X has rows of shape {tuple(X.shape[1:])}; {type(self).__name__} was fitted on "
-                                  f"rows of shape {row_shape}")
+            raise ValueError(_rows_message(self, tuple(X.shape[1:]), row_shape))
         if not is_dask(X):
             return _output_block(X, self._net, self.params_, what, classes)
-        X = X.rechunk({axis: -1 for axis in range(1, X.ndim)})  # whole rows in every block; the weights go into the graph once
+        # whole rows in every block; the weights go into the graph once
+        X = X.rechunk({axis: -1 for axis in range(1, X.ndim)})
         if what == "predict" or (what == "values" and self.n_outputs_ == 1):
             return X.map_blocks(_output_block, self._net, self.params_, what, classes,
                                 drop_axis=list(range(1, X.ndim)),
