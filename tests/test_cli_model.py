@@ -123,6 +123,8 @@ def test_lenet5_with_no_other_flag_reaches_98_percent_within_3_epochs_on_2_worke
                "--json", str(summary), timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     s = json.loads(summary.read_text())
+    print(f"lenet5, no other flag: {100 * s['test_accuracy']:.2f}% after {s['epochs']:.2f} epochs, "
+          f"{s['wall_seconds']:.1f} s, {s['percent_not_gradient']:.1f}% not gradient")
     assert s["learned"] and s["test_accuracy"] >= 0.98 and s["epochs"] <= 3, s
 
 

@@ -44,15 +44,11 @@ This package (:mod:`ppt_dask.nets`) is the only part of ppt_dask that imports to
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import copy
 import hashlib
-import importlib
 import math
-import threading
 import uuid
-import warnings
 import zlib
 
 import numpy as np
@@ -63,134 +59,18 @@ INSTALL_HINT = ("ppt.TorchNet needs PyTorch: pip install 'ppt_dask[torch]' (torc
                 "the CPU build: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)")
 try:
     import torch
-    import torch.nn.functional as F
     from torch import nn
 except ImportError as exc:  # the extra is not installed
     raise ImportError(f"{INSTALL_HINT} ({exc})") from None
 
-from ppt_dask.nets import torchcheck  # noqa: E402  (after torch: its ImportError says how to install)
+# after torch: its ImportError says how to install it
+from ppt_dask.nets import building, copies, torchcheck, torchloss  # noqa: E402
+from ppt_dask.nets.building import load_builder  # noqa: E402, F401  (the CLI's --model takes it from here)
+from ppt_dask.nets.torchloss import LOSSES  # noqa: E402
 
 __all__ = ["TorchNet", "LOSSES", "load_builder"]
 
 CHUNK_ROWS = 1024  # rows per forward pass of the checks and predictions (bounded memory)
-KEPT_NETWORKS = 16  # networks whose module copies a process keeps (least recently used go)
-
-
-def cross_entropy(out, target):
-    """Summed cross-entropy of logits and class labels (or class probabilities)."""
-    return F.cross_entropy(out, target, reduction="sum")
-
-
-def nll(out, target):
-    """Summed negative log-likelihood of log-probabilities and class labels."""
-    return F.nll_loss(out, target, reduction="sum")
-
-
-def bce(out, target):
-    """Summed binary cross-entropy of logits and 0/1 targets."""
-    return F.binary_cross_entropy_with_logits(out, target, reduction="sum")
-
-
-def mse(out, target):
-    """Half the summed squared error (the MLP's and scikit-learn's MLPRegressor's)."""
-    return 0.5 * F.mse_loss(out, target, reduction="sum")
-
-
-# loss name -> (summed loss, task, what the module's outputs are)
-LOSSES = {"cross_entropy": (cross_entropy, "classification", "logits"),
-          "nll": (nll, "classification", "log_probs"),
-          "bce": (bce, "binary", "logits"),
-          "mse": (mse, "regression", "values")}
-# torch.nn loss classes -> (task, outputs): their summed form is the module with reduction="sum"
-LOSS_MODULES = {"CrossEntropyLoss": ("classification", "logits"), "NLLLoss": ("classification", "log_probs"),
-                "BCEWithLogitsLoss": ("binary", "logits"), "BCELoss": ("binary", "probs"),
-                "MSELoss": ("regression", "values"), "L1Loss": ("regression", "values"),
-                "SmoothL1Loss": ("regression", "values"), "HuberLoss": ("regression", "values")}
-
-
-def load_builder(path: str):
-    """The object at ``"package.module:attribute"`` (the convention of uvicorn and gunicorn);
-    a ValueError naming the path when it cannot be imported or has no such attribute."""
-    module_name, sep, attribute = str(path).partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"a module path is 'package.module:function', got {path!r}")
-    try:
-        target = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r} of {path!r} ({exc})") from None
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise ValueError(f"{module_name!r} has no {attribute!r} ({path!r})")
-        target = getattr(target, part)
-    return target
-
-
-def _path_of(builder) -> str | None:
-    """``"module:qualname"`` when importing it gives ``builder`` back, else None."""
-    module, name = getattr(builder, "__module__", None), getattr(builder, "__qualname__", None)
-    if not module or not name or module == "__main__" or "<" in name:
-        return None
-    try:
-        return f"{module}:{name}" if load_builder(f"{module}:{name}") is builder else None
-    except ValueError:
-        return None
-
-
-def _configure(threads, deterministic: bool) -> None:
-    """The process's torch settings (see the module docstring): cheap when already set."""
-    if threads and torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    if deterministic and not torch.are_deterministic_algorithms_enabled():
-        torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-def _tensor(a: np.ndarray) -> torch.Tensor:
-    """A tensor on ``a``'s memory; arrays from the network arrive read-only, and torch never
-    writes to its inputs here (torch warns on non-writable arrays otherwise)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(a)
-
-
-class _Shared:
-    """What every TorchNet made from the same module shares in a process: the template
-    module, its builder, the summed loss, and one working copy per thread."""
-
-    def __init__(self, template: nn.Module, builder, loss):
-        self.template, self.builder, self.loss = template, builder, loss
-        self.local = threading.local()
-
-
-_PROCESS: "collections.OrderedDict[str, _Shared]" = collections.OrderedDict()  # token -> shared
-_LOCK = threading.Lock()
-
-
-class _Work:
-    """A working copy of the module whose trainable parameters are views of ``flat``."""
-
-    def __init__(self, template: nn.Module, n_params: int, dtype):
-        self.module = copy.deepcopy(template)
-        self.trainable = [p for p in self.module.parameters() if p.requires_grad]
-        self.flat = torch.zeros(n_params, dtype=dtype)
-        start = 0
-        for p, shape in zip(self.trainable, self._shapes(template)):
-            n = math.prod(shape)
-            p.data = self.flat[start:start + n].view(shape)
-            start += n
-        self.flat_np = self.flat.numpy()
-        self.training = None
-
-    @staticmethod
-    def _shapes(template):
-        return [tuple(p.shape) for p in template.parameters() if p.requires_grad]
-
-    def load(self, params: np.ndarray) -> None:
-        np.copyto(self.flat_np, params, casting="same_kind")
-
-    def mode(self, training: bool) -> None:
-        if self.training is not training:
-            self.module.train(training)
-            self.training = training
 
 
 class TorchNet:
@@ -245,27 +125,27 @@ class TorchNet:
         if builder is not None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                module = _built(builder)
+                module = building.built(builder)
         torchcheck.check_module(module, self._what(module, builder))
         if threads is not None:
             validation.check_int_at_least("threads", threads, 1)
         validation.check_nonneg("tolerance", tolerance)
         self.name = type(module).__name__
-        self.module_path = _path_of(builder) if builder is not None else None
+        self.module_path = building.path_of(builder) if builder is not None else None
         self.threads, self.deterministic, self.tolerance = threads, bool(deterministic), float(tolerance)
-        summed, self.loss_name, task_of_loss, self.outputs = _loss_spec(loss)
+        summed, self.loss_name, task_of_loss, self.outputs = torchloss.loss_spec(loss)
         if task is not None and task not in validation.TASKS:
             raise ValueError(f"task must be one of {validation.TASKS}, got {task!r}")
         if task is None and task_of_loss is None:
             raise ValueError(f"a loss of your own needs task= ({', '.join(validation.TASKS)}), got loss {loss!r}")
         self._task = task or task_of_loss
-        self._shared = _Shared(copy.deepcopy(module), builder, summed)
+        self._shared = copies.Shared(copy.deepcopy(module), builder, summed)
         names = [(n, tuple(p.shape)) for n, p in module.named_parameters() if p.requires_grad]
         self._layout = tuple(names)
         self.n_params = int(sum(math.prod(s) for _, s in names))
         self.dtype = str(next(p.dtype for p in module.parameters() if p.requires_grad)).replace("torch.", "")
         # with a module given as an object, parameters no reset_parameters() covers keep their values
-        self._kept = () if builder is not None else tuple(_uncovered(module))
+        self._kept = () if builder is not None else tuple(building.uncovered(module))
         self._token, self._bytes = uuid.uuid4().hex, None
         self.row_shape, self.n_outputs, self.random = None, None, False
         self._pickle()  # now: a module that cannot be sent to the workers is refused here
@@ -374,8 +254,8 @@ class TorchNet:
         """The flat vector of ``module``'s trainable weights (the same layout), shape (n_params,)."""
         layout = tuple((n, tuple(p.shape)) for n, p in module.named_parameters() if p.requires_grad)
         if layout != self._layout:
-            raise ValueError(f"the module's parameters {_shown(layout)} differ from the network's "
-                             f"{_shown(self._layout)}")
+            raise ValueError(f"the module's parameters {building.shown(layout)} differ from the network's "
+                             f"{building.shown(self._layout)}")
         with torch.no_grad():
             flat = torch.cat([p.detach().reshape(-1) for n, p in module.named_parameters() if p.requires_grad])
         return flat.numpy().astype(self.dtype, copy=True)
@@ -383,7 +263,7 @@ class TorchNet:
     def module_of(self, params: np.ndarray) -> nn.Module:
         """A new module (a copy of the network's) holding the weights ``params``."""
         module = copy.deepcopy(self._shared.template)
-        _materialise(module, self._layout)
+        building.materialise(module, self._layout)
         params = self._check_params(params)
         with torch.no_grad():
             start = 0
@@ -443,18 +323,7 @@ class TorchNet:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        with _LOCK:
-            shared = _PROCESS.get(self._token)
-            if shared is None:
-                import cloudpickle
-
-                template, builder, loss = cloudpickle.loads(self._bytes)
-                _materialise(template, self._layout)
-                shared = _PROCESS[self._token] = _Shared(template, builder, loss)
-                while len(_PROCESS) > KEPT_NETWORKS:
-                    _PROCESS.popitem(last=False)
-            _PROCESS.move_to_end(self._token)
-        self._shared = shared
+        self._shared = copies.shared(self._token, self._bytes, self._layout)
 
     # ------------------------------------------------------------------ internals
 
@@ -495,15 +364,15 @@ class TorchNet:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if self._builder is not None:
-                module = _built(self._builder)
+                module = building.built(self._builder)
                 layout = tuple((n, tuple(p.shape)) for n, p in module.named_parameters() if p.requires_grad)
                 if layout != self._layout:
-                    raise ValueError(f"{getattr(self._builder, '__qualname__', 'the builder')}() returns a module "
-                                     f"of other parameters on a second call ({_shown(layout)}); it must build the "
-                                     "same module every time")
+                    name = getattr(self._builder, "__qualname__", "the builder")
+                    raise ValueError(f"{name}() returns a module of other parameters on a second call "
+                                     f"({building.shown(layout)}); it must build the same module every time")
                 return module
             module = copy.deepcopy(self._shared.template)
-            _materialise(module, self._layout)
+            building.materialise(module, self._layout)
             for sub in module.modules():
                 reset = getattr(sub, "reset_parameters", None)
                 if callable(reset):
@@ -517,16 +386,16 @@ class TorchNet:
                              f"{params.shape}")
         return params
 
-    def _ready(self, params) -> _Work:
+    def _ready(self, params) -> copies.Work:
         """This thread's working copy, holding ``params``."""
         if self.row_shape is None:
             raise ValueError(f"{self!r} takes rows of any shape: fix it first (net.with_row_shape(shape), or "
                              "train it: ppt.train fixes it to the data's)")
-        _configure(self.threads, self.deterministic)
+        copies.configure(self.threads, self.deterministic)
         local = self._shared.local
         work = getattr(local, "work", None)
         if work is None:
-            work = local.work = _Work(self._shared.template, self.n_params, getattr(torch, self.dtype))
+            work = local.work = copies.Work(self._shared.template, self.n_params, getattr(torch, self.dtype))
         work.load(self._check_params(params))
         return work
 
@@ -543,21 +412,21 @@ class TorchNet:
         if not self.random:
             return contextlib.nullcontext()
         seed = zlib.crc32(np.ascontiguousarray(X), zlib.crc32(np.ascontiguousarray(params)))
-        return _forked(seed)
+        return copies.forked(seed)
 
     def _rows(self, X) -> torch.Tensor:
         X = np.asarray(X)
         if X.shape[1:] != self.row_shape:
             raise ValueError(f"X must have rows of shape {self.row_shape}, got X of shape {X.shape}")
-        return _tensor(np.require(X, dtype=self.dtype, requirements="C"))
+        return copies.tensor(np.require(X, dtype=self.dtype, requirements="C"))
 
     def _target(self, Y, n: int) -> torch.Tensor:
         Y = np.asarray(Y)
         if len(Y) != n:
             raise ValueError(f"Y has {len(Y)} rows but X has {n}")
         if self._task == "classification" and Y.ndim == 1:
-            return _tensor(np.require(Y, dtype=np.int64, requirements="C"))
-        return _tensor(np.require(Y, dtype=self.dtype, requirements="C")).reshape(n, -1)
+            return copies.tensor(np.require(Y, dtype=np.int64, requirements="C"))
+        return copies.tensor(np.require(Y, dtype=self.dtype, requirements="C")).reshape(n, -1)
 
     def _wrong(self, out: torch.Tensor, t: torch.Tensor) -> int:
         if self._task == "classification":
@@ -570,79 +439,5 @@ class TorchNet:
         return int(wrong.any(dim=1).sum())
 
 
-_RANDOM = threading.Lock()  # torch's generator is one per process: seeded passes take turns
-
-
-@contextlib.contextmanager
-def _forked(seed: int):
-    with _RANDOM, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
 def _as_rows(out: torch.Tensor) -> torch.Tensor:
     return out.reshape(-1, 1) if out.ndim == 1 else out
-
-
-def _built(builder) -> nn.Module:
-    module = builder()
-    if not isinstance(module, nn.Module):
-        name = getattr(builder, "__qualname__", repr(builder))
-        raise ValueError(f"{name}() must return a torch.nn.Module, got a {type(module).__name__}")
-    return module
-
-
-def _uncovered(module: nn.Module):
-    """Names of trainable parameters owned by a submodule without ``reset_parameters``."""
-    for prefix, sub in module.named_modules():
-        if callable(getattr(sub, "reset_parameters", None)):
-            continue
-        for name, p in sub.named_parameters(recurse=False):
-            if p.requires_grad:
-                yield f"{prefix}.{name}" if prefix else name
-
-
-def _materialise(module: nn.Module, layout) -> None:
-    """Give trainable parameters sent without their values (empty) their shapes back."""
-    shapes = dict(layout)
-    for name, p in module.named_parameters():
-        if p.requires_grad and tuple(p.shape) != shapes[name]:
-            p.data = torch.zeros(shapes[name], dtype=p.dtype)
-
-
-def _shown(layout) -> str:
-    text = ", ".join(f"{n} {list(s)}" for n, s in layout[:4])
-    return text + (f", ... ({len(layout)} in all)" if len(layout) > 4 else "")
-
-
-def _loss_spec(loss):
-    """``(summed loss, name, task or None, outputs)`` of the ``loss`` argument."""
-    if isinstance(loss, str):
-        if loss not in LOSSES:
-            raise ValueError(f"unknown loss {loss!r}; named losses: {sorted(LOSSES)} (or a torch.nn loss "
-                             "module, or a function returning per-row losses)")
-        fn, task, outputs = LOSSES[loss]
-        return fn, loss, task, outputs
-    if isinstance(loss, nn.Module) and hasattr(loss, "reduction"):
-        summed = copy.deepcopy(loss)
-        summed.reduction = "sum"  # per-row sums: the shards' losses add up along the tree
-        task, outputs = LOSS_MODULES.get(type(loss).__name__, (None, "values"))
-        return summed, repr(loss), task, outputs
-    if callable(loss):
-        return _PerRow(loss), getattr(loss, "__qualname__", repr(loss)), None, "values"
-    raise ValueError(f"loss must be a name, a torch.nn loss module or a function, got {loss!r}")
-
-
-class _PerRow:
-    """A loss function of the user's, summed: it must return one loss per row."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, out, target):
-        losses = self.fn(out, target)
-        if not isinstance(losses, torch.Tensor) or losses.ndim == 0 or losses.shape[0] != len(out):
-            shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
-            raise ValueError(f"the loss function returns {shape} for {len(out)} rows; it must return one loss "
-                             "per row (reduction='none'), which are summed")
-        return losses.sum()
