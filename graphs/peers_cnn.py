@@ -25,7 +25,7 @@ the ppt_dask runs is printed.
 Usage::
 
     python graphs/peers_cnn.py                  # REPEATS paired races to 99%
-    python graphs/peers_cnn.py --quick          # one race each to 95%, one epoch at most
+    python graphs/peers_cnn.py --quick          # one race each to 90%, one epoch at most
     python graphs/peers_cnn.py --only ddp,p2    # some contenders (substrings of their names)
 
 Needs the ``[torch]`` extra. Writes graphs/out/peers_cnn.md and peers_cnn.json.
@@ -58,7 +58,7 @@ STEPS = 20  # local steps between averages (ppt_dask's module default: interval 
 MAX_EPOCHS = 20
 REPEATS = 3
 SEED = 0
-QUICK = dict(TARGET=0.95, MAX_EPOCHS=1, REPEATS=1)
+QUICK = dict(TARGET=0.9, MAX_EPOCHS=1, REPEATS=1)
 OUT = HERE / "out"
 
 CONTENDERS = {  # name -> (label, how it runs)
@@ -253,7 +253,7 @@ def table(runs: dict, cfg: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one race each to 95%%, one epoch at most")
+    parser.add_argument("--quick", action="store_true", help="one race each to 90%%, one epoch at most")
     parser.add_argument("--only", default=None, help="contenders whose names contain one of these (comma-separated)")
     parser.add_argument("--out", default=str(OUT), help="folder for peers_cnn.md and peers_cnn.json")
     parser.add_argument("--role", nargs=2, default=None, help=argparse.SUPPRESS)  # a PyTorch contender's process

@@ -1,6 +1,6 @@
 """graphs/peers_cnn.py --quick: LeNet-5 raced one epoch by every contender, numbers written.
 
-The quick mode races each contender once to 95% test accuracy (one epoch of LeNet-5 gets
+The quick mode races each contender once to 90% test accuracy (one epoch of LeNet-5 gets
 there); the ratios and the per-round breakdown of the ppt_dask runs come back.
 """
 
