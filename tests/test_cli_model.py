@@ -81,13 +81,18 @@ def test_train_save_and_predict_with_a_module_of_ones_own(tmp_path):
     (["--model", "bad_nets:flat_only", "--hidden", "64"], "--hidden applies to the built-in MLP, not with --model"),
     (["--row-shape", "784"], "--row-shape applies with --model"),
 ])
-def test_a_bad_module_is_refused_in_one_line_before_any_cluster(tmp_path, argv, words):
+def test_a_bad_module_is_refused_in_one_line_before_any_cluster(tmp_path, monkeypatch, capsys, argv, words):
+    """In this process (the refusals come before any cluster, so no subprocess is needed)."""
+    from ppt_dask.cli import main
+
     (tmp_path / "bad_nets.py").write_text(BAD_NETS)
-    run = _run("train", "mnist", *argv, "--epochs", "0.01", cwd=tmp_path, timeout=240)
-    assert run.returncode == 2, run.stderr[-2000:]
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and words in lines[0], run.stderr
-    assert "time breakdown" not in run.stderr
+    monkeypatch.chdir(tmp_path)  # --model searches the current folder first
+    monkeypatch.delenv("PPT_DASK_DEBUG", raising=False)
+    sys.modules.pop("bad_nets", None)
+    assert main(["train", "mnist", *argv, "--epochs", "0.01"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
+    assert "time breakdown" not in lines[0]
 
 
 def test_a_flat_module_takes_flat_rows_and_the_double_module_its_dtype(tmp_path):
