@@ -16,7 +16,7 @@ from ppt_dask.data import datasets, files
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.engine.result import Outcome
 
-from conftest import scheduler_keys
+from conftest import scheduler_keys, sigkill_at as _killer  # SIGKILLs the second worker at a round
 
 
 def _data(n=400, seed=0):
@@ -36,19 +36,6 @@ def client2():
     client.wait_for_workers(2, timeout=60)
     yield client
     ppt.cluster.close(client)
-
-
-def _killer(client, at_round):
-    """A progress callback that SIGKILLs the second worker's process at ``at_round``."""
-    address = ppt.cluster.worker_addresses(client)[1]
-    pid = client.run(os.getpid, workers=[address])[address]
-    state = {"killed_at": None}
-
-    def progress(record):
-        if record["round"] == at_round and state["killed_at"] is None:
-            os.kill(pid, signal.SIGKILL)
-            state["killed_at"] = time.perf_counter()
-    return progress, state
 
 
 @pytest.mark.parametrize("strategy", [
