@@ -185,7 +185,8 @@ def _network_flags(t) -> None:
                    help="train your own PyTorch module: the import path of a function (or class) that "
                         "returns it, e.g. ppt_dask.nets.examples:lenet5 (the current folder is searched first)")
     t.add_argument("--row-shape", type=usermodel.row_shape, default=None, metavar="D,D,...",
-                   help="with --model: the shape of one input row (default: mnist 1,28,28, else flat)")
+                   help="the shape of one input row: with --model the module's (default: mnist 1,28,28, "
+                        "else flat); for a table or arrays of your own, kept with the model")
     t.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths, e.g. 64,64")
     t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
     t.add_argument("--dtype", choices=["float64", "float32"], default=None,
@@ -249,7 +250,7 @@ def train_command(args) -> int:
     owndata.refuse_flags(args, kind)
     s = _settings(args, kind)
     cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
-    usermodel.refuse_flags(args)
+    usermodel.refuse_flags(args, kind)
     security = _checked_cluster_and_outputs(args, ppt)
     strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # its values checked
     dtype = s.get("dtype", "float64")

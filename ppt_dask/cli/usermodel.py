@@ -40,10 +40,15 @@ def row_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def refuse_flags(args) -> None:
-    """The built-in MLP's flags do not apply with --model; --row-shape applies only with it."""
+def refuse_flags(args, kind: str = "preset") -> None:
+    """The built-in MLP's flags do not apply with --model; on a built-in data set --row-shape
+    applies only with it; --model applies to the built-in data sets (``kind`` "preset")."""
+    if getattr(args, "model", None) is not None and kind != "preset":
+        raise ValueError("--model applies to the built-in data sets, not to a table or arrays of your own "
+                         "(they train the built-in MLP here; a module of your own on them: ppt.TorchNet with "
+                         "ppt.datasets.from_table in Python)")
     if getattr(args, "model", None) is None:
-        if getattr(args, "row_shape", None) is not None:
+        if getattr(args, "row_shape", None) is not None and kind == "preset":
             raise ValueError("--row-shape applies with --model (the built-in MLP takes flat rows)")
         return
     for name in MLP_FLAGS:

@@ -350,9 +350,15 @@ def check_network_fits(net, shards) -> None:
 
 
 def check_test_set(net, test) -> None:
-    """A test set ``(X, y)`` must hold rows of the network's shape, one target each (raised
-    before any training work, not at the first check)."""
+    """A test set ``(X, y)`` (or test rows placed on the workers, a ``ShardSet``) must hold rows
+    of the network's shape, one target each (raised before any training work, not at the
+    first check)."""
     if test is None:
+        return
+    if not isinstance(test, (tuple, list)) and hasattr(test, "row_shape"):  # test rows placed on the workers
+        if tuple(test.row_shape) != tuple(net.row_shape):
+            raise ValueError(f"the test rows have shape {tuple(test.row_shape)}; the network takes "
+                             f"{tuple(net.row_shape)}")
         return
     X, y = test
     shape = tuple(np.shape(X))
