@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 # command line checks its arguments before dask is loaded.
 _EXPORTS = {
     "MLP": "ppt_dask.core.network",
+    "Network": "ppt_dask.core.model",
+    "TorchNet": "ppt_dask.nets.torchnet",
     "SGD": "ppt_dask.core.optimizers",
     "Stop": "ppt_dask.core.stopping",
     "connect": "ppt_dask.engine.cluster",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.algorithms.strategies import PPT, Average, Sync
     from ppt_dask.api import train
     from ppt_dask.core import validation
+    from ppt_dask.core.model import Network
     from ppt_dask.core.network import MLP
     from ppt_dask.core.optimizers import SGD
     from ppt_dask.core.stopping import Stop
@@ -79,6 +82,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.engine.modelfile import Model, load_model
     from ppt_dask.engine.result import Result, evaluate
     from ppt_dask.engine.shards import ShardSet, enter_data, enter_source, exit_data
+    from ppt_dask.nets.torchnet import TorchNet
     from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
     from ppt_dask.testing import Slowed
     from ppt_dask.versions import show_versions

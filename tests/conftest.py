@@ -97,3 +97,20 @@ def scheduler_keys(client, timeout=10.0):
         if not keys or time.monotonic() > deadline:
             return keys
         time.sleep(0.1)
+
+
+def sigkill_at(client, at_round: int, slot: int = 1):
+    """A progress callback that SIGKILLs the process of the ``slot``-th worker at round
+    ``at_round``, and the dict that records when (``killed_at``)."""
+    import os
+    import signal
+
+    address = ppt.cluster.worker_addresses(client)[slot]
+    pid = client.run(os.getpid, workers=[address])[address]
+    state = {"killed_at": None}
+
+    def progress(record):
+        if record["round"] == at_round and state["killed_at"] is None:
+            os.kill(pid, signal.SIGKILL)
+            state["killed_at"] = time.perf_counter()
+    return progress, state

@@ -18,3 +18,15 @@ def missing(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set, so this is a failure)", pytrace=False)
     pytest.skip(f"{reason}; {FULL_SET}")
+
+
+def needs_module(name: str, install: str) -> None:
+    """At the top of a test module: skip the module (or, under CI, fail) when the optional
+    package ``name`` is not installed; ``install`` says how to get it."""
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        reason = f"{name} is not installed ({install})"
+        if os.environ.get("CI"):
+            raise ImportError(f"{reason} (CI is set, so this is a failure)")
+        pytest.skip(f"{reason}; {FULL_SET}", allow_module_level=True)

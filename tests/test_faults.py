@@ -16,7 +16,8 @@ from ppt_dask.data import datasets, files
 from ppt_dask.engine import checkpoint
 from ppt_dask.engine.result import Outcome
 
-from conftest import scheduler_keys
+from conftest import scheduler_keys  # SIGKILLs the second worker at a round
+from conftest import sigkill_at as _killer
 
 
 def _data(n=400, seed=0):
@@ -29,17 +30,6 @@ def _data(n=400, seed=0):
 NET = ppt.MLP((6, 8, 3), hidden="tanh", output="softmax")
 
 
-def _killer(client, at_round):
-    """A progress callback that SIGKILLs the second worker's process at ``at_round``."""
-    address = ppt.cluster.worker_addresses(client)[1]
-    pid = client.run(os.getpid, workers=[address])[address]
-    state = {"killed_at": None}
-
-    def progress(record):
-        if record["round"] == at_round and state["killed_at"] is None:
-            os.kill(pid, signal.SIGKILL)
-            state["killed_at"] = time.perf_counter()
-    return progress, state
 
 
 @pytest.mark.parametrize("strategy, exchange", [

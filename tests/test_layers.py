@@ -21,20 +21,22 @@ PACKAGE = Path(ppt_dask.__file__).resolve().parent
 ALLOWED = {
     "progress": set(),
     "core": set(),
+    "nets": {"core"},
     "data": {"core", "progress"},
     "algorithms": {"core"},
     "observe": {"core"},
-    "engine": {"core", "data", "algorithms", "progress"},
+    "engine": {"core", "nets", "data", "algorithms", "progress"},
     "api": {"core", "observe", "engine"},
     "perf": {"core", "data", "algorithms", "observe", "engine", "api"},
-    "sklearn": {"core", "data", "algorithms", "observe", "engine", "api", "progress"},
+    "sklearn": {"core", "nets", "data", "algorithms", "observe", "engine", "api", "progress"},
     "deploy": {"core", "observe", "engine"},
-    "cli": {"core", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy", "progress"},
+    "cli": {"core", "nets", "data", "algorithms", "observe", "engine", "api", "perf", "sklearn", "deploy", "progress"},
     "testing": set(),
     "versions": set(),
 }
 NUMPY_ONLY = ("core", "data", "algorithms")
 HEAVY = ("dask", "distributed", "bokeh")
+TORCH_ONLY = ("nets",)  # the PyTorch adapter: the only part that imports torch
 
 
 def module_name(path: Path) -> str:
@@ -195,3 +197,20 @@ def test_the_direction_check_can_fail(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "modules", lambda: graph)
     with pytest.raises(AssertionError, match="ppt_dask.core.network imports ppt_dask.engine.trainer"):
         test_a_layer_imports_only_what_lies_below_it("core")
+
+
+def test_only_the_adapter_imports_torch():
+    """torch is an optional extra: only ppt_dask.nets (TorchNet) names it, and importing every
+    other module of the package (in a fresh interpreter) loads no torch."""
+    named = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                   if any(m == "torch" or m.startswith("torch.") for m in imports_of(p))
+                   and part(module_name(p)) not in TORCH_ONLY)
+    assert named == [], f"{named} import torch; only {TORCH_ONLY} may"
+    names = sorted(m for m in modules() if part(m) not in TORCH_ONLY and not m.endswith("__main__"))
+    code = (f"import sys\nimport {', '.join(names)}\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", f"{run.stdout.strip()[:200]} loaded by the package outside {TORCH_ONLY}"
+    assert "ppt_dask.nets.torchnet" in modules() and any(
+        m == "torch" for m in imports_of(PACKAGE / "nets" / "torchnet.py"))  # the check sees the adapter's import

@@ -23,6 +23,7 @@ import pytest
 
 from ppt_dask.versions import source_digest
 
+import system
 from test_dashboard import browser  # noqa: F401  (the Chromium fixture, for the viewer's test)
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
@@ -166,6 +167,9 @@ def test_notebook_runs(path, tmp_path):
     """``python notebooks/run.py NAME --out DIR``, as its usage prints it: the notebook runs
     top to bottom in a fresh kernel, each cell within run.py's limit, and comes out as the
     default suite wants it stored."""
+    nb = nbformat.read(path, as_version=4)
+    if any("import torch" in c.source for c in nb.cells) and importlib.util.find_spec("torch") is None:
+        system.missing(f"{path.name} needs torch (pip install 'ppt_dask[torch]')")
     t0 = time.perf_counter()
     run = subprocess.run([sys.executable, str(NOTEBOOK_DIR / "run.py"), path.name, "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=20 * 60)

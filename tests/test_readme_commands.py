@@ -14,6 +14,7 @@ which still parses every flag and value before printing. A command fails the tes
 non-zero exit status or a traceback.
 """
 
+import importlib.util
 import os
 import re
 import shlex
@@ -23,6 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import system
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "deploy/README.md")
@@ -180,6 +183,8 @@ def _calibration_of(argv: list[str], workdir: Path) -> None:
 def test_printed_command_runs(doc, line, workdir, scheduler_address):
     data_dir = os.environ.get("PPT_DASK_DATA") or str(ROOT.parent / "shared" / "data")
     env_extra, argv, help_only = runnable(line, data_dir, scheduler_address)
+    if "--model" in argv and importlib.util.find_spec("torch") is None:
+        system.missing("--model needs torch (pip install 'ppt_dask[torch]')")
     env = {**os.environ, **env_extra, "PPT_DASK_DATA": data_dir}
     env.pop("PPT_DASK_DEBUG", None)
     # the console script of this environment, so the test does not depend on PATH

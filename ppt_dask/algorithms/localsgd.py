@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppt_dask.algorithms.strategies import ModelState, _Base, block_rows
+from ppt_dask.core import model as netmodel
 from ppt_dask.core import tree
 from ppt_dask.core.optimizers import adam_step, exact_scalar
 from ppt_dask.core.validation import check_int_at_least
@@ -174,10 +175,10 @@ class LocalSGD(_Base):
             params = params.copy()
         velocity = model.velocity.copy()  # the model passed in stays as it was (a replay reads it)
         second = None if model.second is None else model.second.copy()
-        mask = net.weight_mask() if self.l2 else None
+        mask = netmodel.weight_mask(net) if self.l2 else None
         stats = np.zeros(3)
         steps = self.steps()
-        grad_stats = net.passes(params, X, y)  # checks and views once a round, not once a step
+        grad_stats = netmodel.passes(net, params, X, y)  # checks and views once a round, not once a step
         walk = self._walk(len(X), s)
         for i in range(steps):
             grad_sum, step_stats = grad_stats(walk(r * steps + i))

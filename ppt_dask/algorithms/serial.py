@@ -13,13 +13,16 @@ import time
 import numpy as np
 
 from ppt_dask.algorithms import localsgd
-from ppt_dask.core import tree
+from ppt_dask.core import model, tree
 
 
 def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_shards: int = 1,
                  seed: int = 0, params: np.ndarray | None = None, fan_in: int = 2,
                  replicate: bool = False):
     """Run ``rounds`` rounds of ``strategy`` on ``n_shards`` shards of (X, y) serially.
+
+    ``net`` is any network of the model protocol (:mod:`ppt_dask.core.model`); ``X`` has
+    shape ``(n, *net.row_shape)``.
 
     Returns
     -------
@@ -30,6 +33,7 @@ def train_serial(net, X: np.ndarray, y: np.ndarray, strategy, rounds: int, *, n_
     """
     X = np.ascontiguousarray(X, dtype=net.dtype)
     y = np.ascontiguousarray(y)
+    net = model.for_rows(net, X.shape[1:])
     rows = tree.split_rows(len(X), n_shards)
     if replicate:  # every shard is the whole set (000's replicated data)
         rows = [(0, len(X))] * n_shards

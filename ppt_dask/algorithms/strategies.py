@@ -11,7 +11,8 @@ A strategy is a frozen dataclass (picklable, validated in ``__post_init__``) wit
   work, returning a copy that knows the shard sizes and the seed;
 * ``rounds_per_epoch(n_rows)``.
 
-All run on the same placed shards, the same round graph and the same tree reduce. Random
+``net`` is any network of the model protocol (:mod:`ppt_dask.core.model`). All run on the
+same placed shards, the same round graph and the same tree reduce. Random
 draws come from a stream per (seed, round, shard), so results do not depend on which
 worker runs a shard. Pure numpy: no dask import.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ppt_dask.core import model
 from ppt_dask.core.optimizers import SGD, init_state, sgd_step
 from ppt_dask.core.validation import check_int_at_least
 
@@ -107,7 +109,7 @@ class _Base:
         """One SGD step on the summed gradient (seed 000: sum, then apply once)."""
         grad_sum, stats = total
         params, opt_state = sgd_step(self.optimizer, state.params, grad_sum, stats[2],
-                                     state.opt_state, net.weight_mask())
+                                     state.opt_state, model.weight_mask(net))
         return ModelState(params, opt_state, stats, state.round + 1)
 
 
@@ -287,7 +289,7 @@ class Average(_Base):
     def work(self, net, broadcast, shard, s: int, r: int) -> tuple:
         X, y = shard
         params, velocity = (broadcast, None) if self.momentum_policy == "reset" else broadcast
-        opt, mask = self.optimizer, net.weight_mask()
+        opt, mask = self.optimizer, model.weight_mask(net)
         state = init_state(opt, params)
         if velocity is not None:
             state["velocity"] = velocity

@@ -11,6 +11,7 @@ starts; a bad value exits with status 2 and a one-line message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -20,8 +21,8 @@ import numpy as np
 from ppt_dask import __version__
 from ppt_dask.cli import errors as clierrors
 from ppt_dask.cli import flags as cliflags
-from ppt_dask.cli import owndata, paths, textout
-from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
+from ppt_dask.cli import owndata, paths, textout, usermodel
+from ppt_dask.cli.presets import MODULE_PRESETS, PRESETS, STRATEGY_PRESETS
 from ppt_dask.core import applicability
 from ppt_dask.data import datasets
 
@@ -181,6 +182,12 @@ def _network_flags(t) -> None:
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--momentum", type=float, default=None)
     t.add_argument("--l2", type=float, default=None)
+    t.add_argument("--model", default=None, metavar="PACKAGE.MODULE:FUNCTION",
+                   help="train your own PyTorch module: the import path of a function (or class) that "
+                        "returns it, e.g. ppt_dask.nets.examples:lenet5 (the current folder is searched first)")
+    t.add_argument("--row-shape", type=usermodel.row_shape, default=None, metavar="D,D,...",
+                   help="the shape of one input row: with --model the module's (default: mnist 1,28,28, "
+                        "else flat); for a table or arrays of your own, kept with the model")
     t.add_argument("--hidden", type=cliflags.hidden_widths, default=None, help="hidden widths, e.g. 64,64")
     t.add_argument("--activation", choices=["sigmoid", "tanh", "relu"], default=None)
     t.add_argument("--dtype", choices=["float64", "float32"], default=None,
@@ -221,8 +228,11 @@ def _settings(args, kind: str = "preset") -> dict:
         s = owndata.settings(args)
     else:
         s = dict(PRESETS[args.dataset])
+        if args.model:  # a module of the user's: its own defaults; the MLP's strategy presets do not apply
+            s.update(MODULE_PRESETS.get(args.dataset, {}))
         strategy = args.strategy or s["strategy"]
-        s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
+        if not args.model:
+            s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
         for name in [k for k in s if k in applicability.TABLE]:  # the preset's values for another strategy
             if not applicability.applies(name, strategy):
                 del s[name]
@@ -245,12 +255,13 @@ def train_command(args) -> int:
     owndata.refuse_flags(args, kind)
     s = _settings(args, kind)
     cliflags.refuse_flags(args, s["strategy"], s["target_error"])  # refused, never ignored
+    usermodel.refuse_flags(args, kind)
     security = _checked_cluster_and_outputs(args, ppt)
     strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # its values checked
     dtype = s.get("dtype", "float64")
     if kind == "preset":
         data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
-        net, stop = _network_and_stop(args, s, data, dtype)
+        data, net, stop = _network_and_stop(args, s, data, dtype)
         n_shards = _n_shards(args, s, len(data.X))
     else:  # the metadata checked here; the rows are read on the workers
         reading = owndata.open_data(args, dtype)
@@ -314,17 +325,27 @@ def _checked_cluster_and_outputs(args, ppt):
 
 
 def _network_and_stop(args, s: dict, data, dtype: str):
+    """The data (rows shaped for a module), the network (the preset's MLP, or --model's) and
+    the stopping rule."""
     import ppt_dask as ppt
 
-    n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
-                 else 1 if data.y.ndim == 1 else data.y.shape[1])
-    net = ppt.MLP((data.X.shape[1], *s["hidden"], n_outputs), hidden=s["activation"],
-                  output=s["output"], dtype=dtype)
+    if args.model:
+        data = usermodel.shaped(data, args.dataset, args.row_shape)
+        net = usermodel.network(args.model, data, args.dtype)
+        if net.dtype != dtype:  # the module's dtype: the data follows it
+            data = dataclasses.replace(data, X=data.X.astype(net.dtype), X_test=None if data.X_test is None
+                                       else data.X_test.astype(net.dtype))
+            s["dtype"] = net.dtype
+    else:
+        n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
+                     else 1 if data.y.ndim == 1 else data.y.shape[1])
+        net = ppt.MLP((data.X.shape[1], *s["hidden"], n_outputs), hidden=s["activation"],
+                      output=s["output"], dtype=dtype)
     test = (data.X_test, data.y_test) if data.X_test is not None else None
     stop = ppt.Stop(max_epochs=s["epochs"], target_error=s["target_error"], test=test,
                     window_epochs=s.get("window_epochs", 1.0), restarts=args.restarts,
                     check_every=s.get("check_every", 1.0), screen=s.get("screen", "on") == "on")
-    return net, stop
+    return data, net, stop
 
 
 def _n_shards(args, s: dict, n_rows: int) -> int:
@@ -387,9 +408,11 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
 
 def _summary(args, s: dict, net, result) -> dict:
     """The run's summary: what the command prints and --json writes."""
+    from ppt_dask.core.model import describe
     from ppt_dask.observe.breakdown import phase_table
 
-    summary = {"dataset": args.dataset or f"{args.x} and {args.y}", "network": list(net.sizes), **result.summary(),
+    summary = {"dataset": args.dataset or f"{args.x} and {args.y}", "network": describe(net)["network"],
+               **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
     times = result.diagnostics.summary() if result.diagnostics is not None else {}

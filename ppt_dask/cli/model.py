@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from ppt_dask.cli import flags as cliflags
-from ppt_dask.cli import paths, textout
+from ppt_dask.cli import paths, textout, usermodel
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf import planning
@@ -66,6 +66,10 @@ def add_model_parser(subparsers) -> None:
                    help="shards of the layout to model (default: 8, or the workers if more)")
     c.add_argument("--hidden", type=cliflags.hidden_widths, default=None,
                    help="hidden widths (default: the data set's preset)")
+    c.add_argument("--model", default=None, metavar="PACKAGE.MODULE:FUNCTION",
+                   help="calibrate your own PyTorch module (as ppt-dask train --model)")
+    c.add_argument("--row-shape", type=usermodel.row_shape, default=None, metavar="D,D,...",
+                   help="with --model: the shape of one input row (default: mnist 1,28,28, else flat)")
     c.add_argument("--fan-in", type=_positive, default=2)
     c.add_argument("--rounds", type=_positive, default=25,
                    help="probe rounds per point (at least 8: 5 warm up; the call curve runs at most 16)")
@@ -130,11 +134,18 @@ def _calibrate(args) -> int:
         ppt.cluster.check_address(args.scheduler)
     paths.output_file("--out", args.out, "the calibration's .json file")  # before the minutes it takes
     paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
+    args.activation = None  # calibrate has no --activation: the preset's
+    usermodel.refuse_flags(args)
     data = datasets.load(args.dataset, data_dir=args.data_dir)
-    n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
-                 else 1 if data.y.ndim == 1 else data.y.shape[1])
-    net = ppt.MLP((data.X.shape[1], *(args.hidden or preset["hidden"]), n_outputs),
-                  hidden=preset["activation"], output=preset["output"])
+    if args.model:  # the module's own dtype: the data follows it
+        data = usermodel.shaped(data, args.dataset, args.row_shape)
+        net = usermodel.network(args.model, data, None)
+        data = dataclasses.replace(data, X=data.X.astype(net.dtype))
+    else:
+        n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
+                     else 1 if data.y.ndim == 1 else data.y.shape[1])
+        net = ppt.MLP((data.X.shape[1], *(args.hidden or preset["hidden"]), n_outputs),
+                      hidden=preset["activation"], output=preset["output"])
     # the model is of synchronous block rounds: the data set's block preset
     sync_block = STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
     block = min(args.block or sync_block or 1000, len(data.X))
@@ -158,7 +169,8 @@ def _calibrate(args) -> int:
     for p, tasks, spin, seconds in result.measurements["head"]:
         fitted = perfmodel.head_seconds(p, result.constants, result.fan_in)
         print(f"| {p} | {tasks} | {spin * 1e3:.0f} | {seconds * 1e3:.2f} | {fitted * 1e3:.2f} |")
-    print(f"\nnetwork {'-'.join(map(str, result.network))} (w = {result.n_weights}), n = "
+    shown = result.network if isinstance(result.network, str) else "-".join(map(str, result.network))
+    print(f"\nnetwork {shown} (w = {result.n_weights}), n = "
           f"{result.n_patterns}, m = {result.n_test}, {result.workers} workers; written to {args.out}")
     return 0
 

@@ -35,8 +35,6 @@ def add_data_flags(t) -> None:
     t.add_argument("--test", default=None, metavar="PATH", help="a test file with the training file's columns")
     t.add_argument("--test-fraction", type=_open_fraction, default=None, metavar="F",
                    help="draw this share of the rows into the test set (seeded by --seed)")
-    t.add_argument("--row-shape", type=_shape, default=None, metavar="D,D,...",
-                   help="the shape of one row (e.g. 1,28,28), kept with the model; the MLP takes rows flat")
     t.add_argument("--dropna", action="store_true", default=None, help="drop the rows with a missing value")
 
 
@@ -55,16 +53,6 @@ def _open_fraction(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
     return value
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected sizes like 1,28,28; got {text!r}") from None
-    if not shape or min(shape) < 1:
-        raise argparse.ArgumentTypeError(f"sizes must be >= 1; got {text!r}")
-    return shape
 
 
 def source_kind(args) -> str:

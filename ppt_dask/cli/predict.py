@@ -4,6 +4,7 @@
     ppt-dask predict model.npz mnist --json scores.json
     ppt-dask predict model.npz --input X.npy --output y.npy
     ppt-dask predict model.npz new.csv --output predicted.csv --keep id
+    ppt-dask predict model.npz mnist --model ppt_dask.nets.examples:lenet5   # a TorchNet's file
 
 With a data set it prints the accuracy (R^2 for regression) and, for classifiers, the
 confusion counts; with ``--input`` it writes the predictions to ``--output``; with a file of
@@ -42,6 +43,9 @@ def add_predict_parser(subparsers) -> None:
                    help="with --input or a file: where the predictions go (.csv, .parquet or .npy by its suffix)")
     p.add_argument("--keep", type=lambda t: [c.strip() for c in t.split(",") if c.strip()], default=None,
                    metavar="COLUMN", help="with a table: columns carried into the output beside the predictions")
+    p.add_argument("--model", dest="module", default=None, metavar="PACKAGE.MODULE:FUNCTION",
+                   help="for a model trained with train --model: the same module again (the file holds "
+                        "its weights, no code; it names the path it was trained with)")
 
 
 def _check(args) -> None:
@@ -90,13 +94,24 @@ def _read_input(path: str) -> np.ndarray:
 
 
 def _describe(model, path: str) -> str:
+    from ppt_dask.core.model import describe, label
+
     net, s = model.net, model.summary
     trained = f", trained on {s['dataset']}" if s.get("dataset") else ""
     epochs = s.get("epochs")
     how = (f" ({s['strategy']}, {epochs:.4g} epochs)" if isinstance(epochs, (int, float))
            else f" ({s['strategy']})") if s.get("strategy") else ""
-    return (f"{path}: {'-'.join(map(str, net.sizes))} {net.hidden}/{net.output} {net.dtype}, "
-            f"{model.task}{trained}{how}")
+    d = describe(net)
+    kind = (f"{d['hidden']}/{d['output']}" if "hidden" in d  # an MLP
+            else f"{d.get('kind', type(net).__name__)}, rows {model.row_shape}")
+    return f"{path}: {label(net)} {kind} {net.dtype}, {model.task}{trained}{how}"
+
+
+def _rows(X: np.ndarray, model) -> np.ndarray:
+    """Flat rows of a model of images (a TorchNet's (1, 28, 28)) as its rows: a view."""
+    if X.ndim == 2 and len(model.row_shape) > 1 and X.shape[1] == model.n_features:
+        return X.reshape(len(X), *model.row_shape)
+    return X
 
 
 def _confusion_lines(classes, counts) -> list[str]:
@@ -111,7 +126,12 @@ def predict_command(args) -> int:
     from ppt_dask.engine.modelfile import load_model
 
     _check(args)
-    model = load_model(args.model)
+    module = None
+    if args.module is not None:
+        from ppt_dask.cli import usermodel
+        from ppt_dask.nets.torchnet import load_builder
+        module = usermodel._imported(args.module, load_builder)
+    model = load_model(args.model, module=module)
     print(f"model     {_describe(model, args.model)}")
     if args.dataset is not None and args.dataset not in datasets.DATASETS:
         from ppt_dask.cli.predictfile import predict_file
@@ -124,9 +144,9 @@ def predict_command(args) -> int:
             print(f"r2        {scores['r2']:.4f} (the file's targets)")
         return 0
     if args.input is not None:
-        X = _read_input(args.input)
-        if X.ndim != 2:
-            raise ValueError(f"--input {args.input}: expected a 2-D array (rows, {model.n_features}), "
+        X = _rows(_read_input(args.input), model)
+        if X.ndim < 2:
+            raise ValueError(f"--input {args.input}: expected an array of rows (rows, {model.n_features}), "
                              f"got shape {X.shape}")
         try:
             pred = model.predict(X)
@@ -142,7 +162,8 @@ def predict_command(args) -> int:
     if split == "test" and data.X_test is None:
         raise ValueError(f"{args.dataset} has no test set; use --split train")
     X, y = (data.X, data.y) if split == "train" else (data.X_test, data.y_test)
-    if X.shape[1] != model.n_features:
+    X = _rows(X, model)
+    if X.shape[1:] != model.row_shape:
         raise ValueError(f"{args.dataset} has {X.shape[1]} features per row, but the model takes "
                          f"{model.n_features}: it was not trained on this data set")
     scores = {"model": os.path.abspath(args.model), "dataset": args.dataset, "split": split, "rows": len(X)}

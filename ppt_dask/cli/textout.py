@@ -12,6 +12,11 @@ from ppt_dask.progress import duration, stop_reason
 __all__ = ["duration", "result_lines", "stop_reason"]
 
 
+def _network(shown) -> str:
+    """An MLP's widths as ``784-64-64-10``; another network's name as it is."""
+    return "-".join(map(str, shown)) if isinstance(shown, (list, tuple)) else str(shown)
+
+
 def result_lines(summary: dict) -> str:
     """The result of ``ppt-dask train`` as aligned lines with units."""
     rows = [("stopped", stop_reason(summary["stopped_because"], summary["learned"], summary.get("target_error")))]
@@ -30,6 +35,6 @@ def result_lines(summary: dict) -> str:
     if summary.get("percent_not_gradient") is not None:
         rows.append(("not gradient", f"{summary['percent_not_gradient']:.1f} % of the workers' time"))
     head = (f"{summary['dataset']}: strategy {summary['strategy']}, {summary['workers']} "
-            f"worker{'s' if summary['workers'] != 1 else ''}, network {'-'.join(map(str, summary['network']))}")
+            f"worker{'s' if summary['workers'] != 1 else ''}, network {_network(summary['network'])}")
     width = max(len(k) for k, _ in rows)
     return "\n".join([head, *(f"  {k:<{width}}  {v}" for k, v in rows)])

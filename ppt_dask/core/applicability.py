@@ -137,7 +137,7 @@ SOURCE_TABLE: dict[str, tuple[str, ...]] = {
     "task": ("table", "arrays"),
     "test": ("table", "arrays"),  # the built-in sets have their own test sets
     "test_fraction": ("table", "arrays"),
-    "row_shape": ("table", "arrays"),
+    "row_shape": ("preset", "table", "arrays"),  # on a built-in set: with --model (cli/usermodel.py)
     "dropna": ("table", "arrays"),
     "data_dir": ("preset",),  # the folder of mnist/ and digits5000/
     "splits": ("preset",),  # 004's experiment splits a set held on the head

@@ -9,7 +9,8 @@ Flat layout, layer after layer: ``W_l`` of shape (sizes[l], sizes[l+1]) in C ord
 then ``b_l`` of shape (sizes[l+1],). A layer computes ``a_{l+1} = f(a_l @ W_l + b_l)``
 with one pattern per row, as scikit-learn's ``MLPClassifier`` does.
 
-This module imports numpy only.
+It follows the model protocol (:class:`ppt_dask.core.model.Network`). This module imports
+numpy only.
 
 Examples
 --------
@@ -114,6 +115,26 @@ class MLP:
     @property
     def n_outputs(self) -> int:
         return self.sizes[-1]
+
+    @property
+    def row_shape(self) -> tuple[int]:
+        """The shape of one input row (the model protocol, :mod:`ppt_dask.core.model`)."""
+        return (self.sizes[0],)
+
+    @property
+    def task(self) -> str:
+        """What the output layer solves: "classification" (softmax), "binary" or
+        "multilabel" (sigmoid, one output or more), "regression" (linear)."""
+        if self.output == "softmax":
+            return "classification"
+        if self.output == "sigmoid":
+            return "binary" if self.n_outputs == 1 else "multilabel"
+        return "regression"
+
+    def describe(self) -> dict:
+        """The network in a run's settings and checkpoints (JSON values)."""
+        return {"network": list(self.sizes), "hidden": self.hidden, "output": self.output,
+                "loss": self.loss, "dtype": self.dtype}
 
     @property
     def n_params(self) -> int:

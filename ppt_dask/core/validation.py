@@ -183,14 +183,20 @@ def check_finite(a: np.ndarray, name: str = "X") -> np.ndarray:
     return a
 
 
-def check_X_meta(X, name: str = "X", allow_empty: bool = False):
+def check_X_meta(X, name: str = "X", allow_empty: bool = False, rows: bool = False):
     """Check only shape and dtype of `X`, without reading its values.
 
     For lazy arrays (dask) whose values must not be pulled to the head: anything with
     ``ndim``, ``shape`` and ``dtype`` attributes.  Unknown chunk sizes (NaN in the
-    shape) are not treated as empty.  Returns `X` unchanged.
+    shape) are not treated as empty.  With ``rows``, X may hold rows of any shape,
+    ``(n_samples, *row_shape)`` (images as ``(n, 1, 28, 28)``); else it must be 2-D.
+    Returns `X` unchanged.
     """
-    if X.ndim != 2:
+    if rows and X.ndim < 2:
+        raise ValueError(f"{name} must have a row per sample, shape (n_samples, *row_shape) with at least "
+                         f"2 dimensions; got shape {tuple(X.shape)} (use {name}.reshape(-1, 1) for a "
+                         "single feature)")
+    if not rows and X.ndim != 2:
         hint = f" (use {name}.reshape(-1, 1) for a single feature)" if X.ndim == 1 else ""
         raise ValueError(
             f"{name} must be 2-D (n_samples, n_features); got shape {tuple(X.shape)}{hint}"
@@ -203,8 +209,8 @@ def check_X_meta(X, name: str = "X", allow_empty: bool = False):
     return X
 
 
-def check_X(X, name: str = "X", allow_empty: bool = False) -> np.ndarray:
-    """Check a feature matrix: numeric, 2-D, non-empty, finite.
+def check_X(X, name: str = "X", allow_empty: bool = False, rows: bool = False) -> np.ndarray:
+    """Check a feature matrix: numeric, 2-D (or rows of any shape), non-empty, finite.
 
     Parameters
     ----------
@@ -215,6 +221,8 @@ def check_X(X, name: str = "X", allow_empty: bool = False) -> np.ndarray:
         Name used in error messages.
     allow_empty : bool
         Accept zero rows or zero columns.
+    rows : bool
+        Accept rows of any shape, ``(n_samples, *row_shape)``, not only 2-D X.
 
     Returns
     -------
@@ -222,7 +230,7 @@ def check_X(X, name: str = "X", allow_empty: bool = False) -> np.ndarray:
         The input itself when it is already a numeric ndarray.
     """
     arr = _as_numeric_array(X, name)
-    check_X_meta(arr, name, allow_empty)
+    check_X_meta(arr, name, allow_empty, rows)
     return check_finite(arr, name)
 
 
@@ -314,22 +322,47 @@ def check_y(y, n_rows: int, task: str, n_outputs: int | None = None,
 
 
 def check_network_fits(net, shards) -> None:
-    """The network (an MLP) must fit the data (a ShardSet's summary: ``n_features``, ``dtype``
-    and the per-shard ``info``): raised before any training work."""
-    if net.n_inputs != shards.n_features:
-        raise ValueError(f"the network takes {net.n_inputs} inputs but the data has {shards.n_features} features")
+    """The network (of the model protocol, :mod:`ppt_dask.core.model`) must fit the data (a
+    ShardSet's summary: ``row_shape``, ``dtype`` and the per-shard ``info``): raised before
+    any training work."""
+    mine, theirs = tuple(net.row_shape), tuple(shards.row_shape)
+    if mine != theirs and len(mine) == len(theirs) == 1:
+        raise ValueError(f"the network takes {mine[0]} inputs but the data has {theirs[0]} features")
+    if mine != theirs:
+        raise ValueError(f"the network takes rows of shape {mine} but the data has rows of shape {theirs}")
     if net.dtype != shards.dtype:
         raise ValueError(f"the network is {net.dtype} but the shards hold {shards.dtype} (enter_data(dtype=...))")
     y_shape = shards.info[0].y_shape
     lo = min(i.y_min for i in shards.info)
     hi = max(i.y_max for i in shards.info)
-    if y_shape == () and net.output == "softmax":
-        if not all(i.y_integral for i in shards.info) or lo < 0 or hi >= net.n_outputs:
-            raise ValueError(f"labels must be integers in [0, {net.n_outputs}) for {net.n_outputs} "
-                             f"softmax outputs; the data has labels in [{lo:g}, {hi:g}]")
-    elif y_shape == () and net.n_outputs != 1:
-        raise ValueError(f"1-D targets need a network with 1 output, not {net.n_outputs}")
-    elif y_shape not in ((), (net.n_outputs,)):
-        raise ValueError(f"targets have {y_shape[0]} columns; the network has {net.n_outputs} outputs")
-    if net.output == "sigmoid" and net.loss == "cross_entropy" and (lo < 0 or hi > 1):
-        raise ValueError(f"sigmoid/cross-entropy targets must lie in [0, 1]; the data has [{lo:g}, {hi:g}]")
+    k = net.n_outputs
+    if y_shape == () and net.task == "classification":
+        if not all(i.y_integral for i in shards.info) or lo < 0 or hi >= k:
+            raise ValueError(f"labels must be integers in [0, {k}) for {k} "
+                             f"classes; the data has labels in [{lo:g}, {hi:g}]")
+    elif y_shape == () and k != 1:
+        raise ValueError(f"1-D targets need a network with 1 output, not {k}")
+    elif y_shape not in ((), (k,)):
+        raise ValueError(f"targets have {y_shape[0] if y_shape else 1} columns; the network has {k} outputs")
+    bounded = net.task in ("binary", "multilabel") and getattr(net, "loss", None) != "mse"
+    if bounded and (lo < 0 or hi > 1):
+        raise ValueError(f"{net.task} targets (cross-entropy) must lie in [0, 1]; the data has [{lo:g}, {hi:g}]")
+
+
+def check_test_set(net, test) -> None:
+    """A test set ``(X, y)`` (or test rows placed on the workers, a ``ShardSet``) must hold rows
+    of the network's shape, one target each (raised before any training work, not at the
+    first check)."""
+    if test is None:
+        return
+    if not isinstance(test, (tuple, list)) and hasattr(test, "row_shape"):  # test rows placed on the workers
+        if tuple(test.row_shape) != tuple(net.row_shape):
+            raise ValueError(f"the test rows have shape {tuple(test.row_shape)}; the network takes "
+                             f"{tuple(net.row_shape)}")
+        return
+    X, y = test
+    shape = tuple(np.shape(X))
+    if shape[1:] != tuple(net.row_shape):
+        raise ValueError(f"the test set has rows of shape {shape[1:]}; the network takes {tuple(net.row_shape)}")
+    if len(y) != shape[0]:
+        raise ValueError(f"the test set has {shape[0]} rows but {len(y)} targets")

@@ -216,14 +216,18 @@ def mnist_grow_factor(grow: int | None) -> int:
 
 
 def mnist_rows(data_dir=None, split: str = "train", start: int = 0,
-               stop: int | None = None, dtype=np.float64, grow: int | None = None):
+               stop: int | None = None, dtype=np.float64, grow: int | None = None,
+               row_shape: tuple | None = None):
     """Rows [start, stop) of the MNIST train or test split, as a worker builds a shard.
 
     Inflates each gzip file only up to row `stop` and returns only the requested rows.
+    ``row_shape`` gives each row another shape holding the same pixels, ``(1, 28, 28)`` for
+    a convolutional network (a view: no copy).
 
     Returns
     -------
-    X : (stop - start, 784 * factor**2) array of `dtype`, pixels / 255 in [0, 1].
+    X : (stop - start, 784 * factor**2) array of `dtype`, pixels / 255 in [0, 1]
+        (or (stop - start, *row_shape)).
     y : (stop - start,) int64 labels 0..9.
     """
     if split not in MNIST_FILES:
@@ -241,6 +245,8 @@ def mnist_rows(data_dir=None, split: str = "train", start: int = 0,
                          f"match {images_file}; got shape {labels.shape}")
     X = grow_images(images.reshape(len(images), MNIST_SIDE**2), factor).astype(dt)
     X /= 255
+    if row_shape is not None:
+        X = X.reshape(len(X), *row_shape)
     return X, labels.astype(np.int64)
 
 

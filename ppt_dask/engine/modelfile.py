@@ -4,24 +4,33 @@ A model file is a numpy ``.npz`` archive holding three arrays and nothing execut
 (it is read with ``allow_pickle=False``):
 
 ``params``
-    The weights, one flat vector in the layout of :class:`ppt_dask.MLP`, in the run's dtype.
+    The weights, one flat vector in the network's layout (:class:`ppt_dask.MLP`'s, or a
+    :class:`ppt_dask.TorchNet`'s: its trainable parameters in ``named_parameters()`` order),
+    in the run's dtype.
 ``classes``
     The labels the outputs stand for (numbers or strings), empty for a regression model.
 ``meta``
     UTF-8 JSON as a ``uint8`` array: the file format and its version, the ppt_dask version
-    that wrote it, the network description (widths, activations, loss, dtype, tolerance),
-    the task, the number of input features, a SHA-256 of the other arrays, and the
-    run's settings and summary (the ``--json`` summary of the command line).
+    that wrote it, the network description (an MLP's widths, activations, loss, dtype,
+    tolerance; for another network its ``describe()``: a TorchNet's class, loss, row shape,
+    outputs, architecture checksum and, when it was built by an importable function, that
+    function's path), the task, the number of input numbers per row and the shape of a row,
+    a SHA-256 of the other arrays, and the run's settings and summary (the ``--json``
+    summary of the command line).
 ``x_mean``, ``x_scale`` (and ``y_mean``, ``y_scale`` for regression), from version 2
     Only for a model trained on a table or arrays of one's own (:mod:`ppt_dask.data.tables`):
     the scaling computed on the cluster, applied again to the rows given to predict (and
     undone on the predicted targets); ``meta`` then names the feature columns, the target
-    column and the shape of a row. Version 1 files (without them) are read as before.
+    column and the shape of a row. Version 1 files (without them, and of MLPs only) are read
+    as before.
 
 :func:`load_model` checks all of it before returning a :class:`Model`: a file that is not a
 model, comes from another format version, or whose arrays do not match their checksum
-(corrupted) is refused with a ``ValueError`` naming the file and the reason. A
-:class:`Model` predicts with numpy alone: no Dask cluster is needed.
+(corrupted) is refused with a ``ValueError`` naming the file and the reason. A file holds
+no code: an MLP is rebuilt from its description; any other network is given again,
+``load_model(path, module=...)`` (for a TorchNet its module, the function that builds it or
+that function's import path; the file names the path it was trained with). A
+:class:`Model` predicts without a Dask cluster.
 
 >>> result.save("parity8.npz")                                   # doctest: +SKIP
 >>> model = ppt.load_model("parity8.npz")                        # doctest: +SKIP
@@ -39,7 +48,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ppt_dask.core import model as netmodel
 from ppt_dask.core import validation
+from ppt_dask.core.model import Network
 from ppt_dask.core.network import MLP
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Model", "load_model", "save_result"]
@@ -53,21 +64,48 @@ INPUT_FIELDS = ("features", "target", "row_shape")  # and its names, in meta["in
 NETWORK_FIELDS = ("sizes", "hidden", "output", "loss", "dtype", "tolerance")
 
 
-def _task_of(net: MLP) -> str:
-    """The task a network's output layer solves (the names of ``validation.TASKS``)."""
-    if net.output == "softmax":
-        return "classification"
-    if net.output == "sigmoid":
-        return "binary" if net.n_outputs == 1 else "multilabel"
-    return "regression"
-
-
-def _default_classes(net: MLP) -> np.ndarray:
-    """The labels the trainer uses: 0..k-1 (softmax), 0/1 (one sigmoid), none otherwise."""
-    task = _task_of(net)
-    if task == "classification":
+def _default_classes(net: Network) -> np.ndarray:
+    """The labels the trainer uses: 0..k-1 (classification), 0/1 (binary), none otherwise."""
+    if net.task == "classification":
         return np.arange(net.n_outputs)
-    return np.array([0, 1]) if task == "binary" else np.array([], dtype=np.int64)
+    return np.array([0, 1]) if net.task == "binary" else np.array([], dtype=np.int64)
+
+
+def _network_meta(net: Network) -> dict:
+    """What the file says of the network: an MLP's fields (files of format 1 as they always
+    were), or another network's ``describe()`` with its kind."""
+    if isinstance(net, MLP):
+        return {"sizes": list(net.sizes), "hidden": net.hidden, "output": net.output,
+                "loss": net.loss, "dtype": net.dtype, "tolerance": net.tolerance}
+    return {"kind": type(net).__name__, **netmodel.describe(net), "n_params": int(net.n_params),
+            "row_shape": list(net.row_shape), "n_outputs": int(net.n_outputs), "task": net.task,
+            "dtype": str(net.dtype)}
+
+
+def _network_from(meta: dict, module, path: str) -> Network:
+    """The network of a file: an MLP from its fields; any other from ``module``, checked
+    against what the file says of it."""
+    if "kind" not in meta:
+        if module is not None:
+            raise ValueError(f"{path} holds an MLP, rebuilt from the file: module= does not apply")
+        return MLP(**{k: (tuple(v) if k == "sizes" else v) for k, v in meta.items() if k in NETWORK_FIELDS})
+    if module is None:
+        built = f" (trained with the module of {meta['module']!r})" if meta.get("module") else ""
+        raise ValueError(f"{path} holds the weights of a {meta['kind']} ({meta.get('network')}){built}; a model "
+                         "file holds no code: give the network again, load_model(path, module=...) "
+                         "(ppt-dask predict: --model PACKAGE.MODULE:FUNCTION)")
+    if meta["kind"] == "TorchNet" and not isinstance(module, Network):
+        from ppt_dask.nets.torchnet import TorchNet  # torch: only for files of a TorchNet
+        net = TorchNet.rebuild(module, meta)
+    else:
+        net = netmodel.check_network(module, "module")
+    found = {**netmodel.describe(net), "n_params": int(net.n_params), "row_shape": list(net.row_shape),
+             "dtype": str(net.dtype)}
+    differ = [f"{k}: the file has {meta[k]!r}, the network {found[k]!r}" for k in
+              ("n_params", "row_shape", "dtype", "architecture") if k in meta and k in found and meta[k] != found[k]]
+    if differ:
+        raise ValueError(f"{path}: the network given is not the one trained ({'; '.join(differ)})")
+    return net
 
 
 def _jsonable(value):
@@ -99,8 +137,8 @@ class Model:
 
     Parameters
     ----------
-    net : MLP
-        The network description.
+    net : a network of the model protocol (:class:`ppt_dask.core.model.Network`)
+        An MLP, a TorchNet, or a model of your own.
     params : ndarray, shape (net.n_params,)
         The weights.
     classes : ndarray or None
@@ -118,7 +156,7 @@ class Model:
         and scale them; regression targets come back unscaled.
     """
 
-    net: MLP
+    net: Network
     params: np.ndarray
     classes: np.ndarray | None = None
     settings: dict = field(default_factory=dict)
@@ -126,7 +164,11 @@ class Model:
     preprocessing: dict | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "params", self.net._check_params(self.params))
+        params = np.require(np.asarray(self.params, dtype=self.net.dtype), requirements="A")
+        if params.shape != (self.net.n_params,):
+            raise ValueError(f"params must be a 1-D vector of length n_params={self.net.n_params}, "
+                             f"got shape {params.shape}")
+        object.__setattr__(self, "params", params)
         if self.classes is None and self.task in ("classification", "binary"):
             object.__setattr__(self, "classes", _default_classes(self.net))
         if self.classes is not None:
@@ -140,11 +182,17 @@ class Model:
     @property
     def task(self) -> str:
         """"classification", "binary", "multilabel" or "regression"."""
-        return _task_of(self.net)
+        return self.net.task
+
+    @property
+    def row_shape(self) -> tuple:
+        """The shape of one input row: ``(n_features,)``, or ``(1, 28, 28)`` for images."""
+        return tuple(self.net.row_shape)
 
     @property
     def n_features(self) -> int:
-        return self.net.n_inputs
+        """Numbers per row (the product of ``row_shape``)."""
+        return int(np.prod(self.row_shape))
 
     def _X(self, X) -> np.ndarray:
         pre = self.preprocessing
@@ -156,9 +204,11 @@ class Model:
         shape = tuple(pre.get("row_shape") or ()) if pre else ()
         if pre and len(shape) > 1 and np.ndim(X) == len(shape) + 1 and np.shape(X)[1:] == shape:
             X = np.reshape(X, (len(X), -1))  # rows of the row shape, flattened as in training
-        X = validation.check_X(X, "X")
-        if X.shape[1] != self.n_features:
-            raise ValueError(f"X has {X.shape[1]} features per row, but the model takes {self.n_features}")
+        X = validation.check_X(X, "X", rows=True)
+        if X.shape[1:] != self.row_shape:
+            if X.ndim == 2 and len(self.row_shape) == 1:
+                raise ValueError(f"X has {X.shape[1]} features per row, but the model takes {self.n_features}")
+            raise ValueError(f"X has rows of shape {X.shape[1:]}, but the model takes rows of shape {self.row_shape}")
         if pre:  # the scaling of the training rows, computed on the cluster
             X = ((X - np.asarray(pre["mean"])) / np.asarray(pre["scale"])).astype(self.net.dtype)
         return X
@@ -168,7 +218,7 @@ class Model:
 
         Parameters
         ----------
-        X : array-like, shape (n_samples, n_features)
+        X : array-like, shape (n_samples, *row_shape)
 
         Returns
         -------
@@ -186,6 +236,8 @@ class Model:
         A single sigmoid output gives two columns (negative, positive), as scikit-learn's
         binary classifiers; multilabel models one column per output.
         """
+        if not hasattr(self.net, "predict_proba"):
+            raise ValueError(f"a {type(self.net).__name__} has no predict_proba")
         out = self.net.predict_proba(self.params, self._X(X))
         return np.hstack([1 - out, out]) if self.task == "binary" else out
 
@@ -226,10 +278,8 @@ class Model:
                    zip(SCALING, ("mean", "scale", "y_mean", "y_scale")) if key in pre}
         from ppt_dask import __version__
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "ppt_dask_version": __version__,
-                "network": {"sizes": list(net.sizes), "hidden": net.hidden, "output": net.output,
-                            "loss": net.loss, "dtype": net.dtype, "tolerance": net.tolerance},
-                "task": self.task, "n_features": net.n_inputs,
-                "sha256": _digest(self.params, classes, *scaling.values()),
+                "network": _network_meta(net), "task": self.task, "n_features": self.n_features,
+                "row_shape": list(self.row_shape), "sha256": _digest(self.params, classes, *scaling.values()),
                 "settings": _jsonable(self.settings), "summary": _jsonable(self.summary)}
         if pre:
             meta["inputs"] = {k: _jsonable(pre.get(k)) for k in INPUT_FIELDS}
@@ -261,8 +311,18 @@ def save_result(result, path, classes=None, summary=None, preprocessing=None) ->
     return model.save(path)
 
 
-def load_model(path) -> Model:
+def load_model(path, module=None) -> Model:
     """Read a model file written by ``Result.save`` or :meth:`Model.save`.
+
+    Parameters
+    ----------
+    path : str or path
+    module : optional
+        For a file of any network but an MLP, the network again: for a TorchNet its
+        ``torch.nn.Module``, the function or class that builds it, or that function's import
+        path ``"package.module:function"`` (the file names the one it was trained with); for
+        a model of your own, the network object. Checked against the file (parameter count,
+        row shape, dtype, architecture).
 
     Raises
     ------
@@ -305,13 +365,15 @@ def load_model(path) -> Model:
     if meta.get("sha256") != _digest(params, classes, *scaling):
         raise ValueError(f"{path}: corrupted model file (the weights do not match their checksum)")
     try:
-        net = MLP(**{k: (tuple(v) if k == "sizes" else v) for k, v in meta["network"].items()
-                     if k in NETWORK_FIELDS})
+        net = _network_from(meta["network"], module, path)
         pre = None
         if "inputs" in meta or scaling:
             pre = {**{k: meta["inputs"][k] for k in INPUT_FIELDS},
                    **{key: arrays[name] for name, key in zip(SCALING, ("mean", "scale", "y_mean", "y_scale"))
                       if name in arrays}}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: inconsistent model file ({type(exc).__name__}: {exc})") from None
+    try:
         return Model(net, params, classes if classes.size else None,
                      meta.get("settings", {}), meta.get("summary", {}), pre)
     except (KeyError, TypeError, ValueError) as exc:
@@ -339,6 +401,9 @@ def fitted_estimator(cls, model, **params):
     if model.preprocessing:
         raise ValueError(f"a model trained on {model.summary.get('dataset', 'a table')} scales its inputs itself "
                          f"(the table's statistics); predict with ppt.load_model(path), not a {cls.__name__}")
+    if not isinstance(net, MLP):
+        raise ValueError(f"from_model takes a model file of an MLP, not of a {type(net).__name__}; "
+                         f"fit {cls.__name__}(module=...) or use ppt.load_model(path, module=...)")
     kind = getattr(cls, "_estimator_kind", None)
     wanted = {"classifier": ("classification", "binary"), "regressor": ("regression",)}.get(kind, ())
     if task not in wanted:
@@ -362,6 +427,7 @@ def fitted_estimator(cls, model, **params):
     est.loss_curve_, est.best_loss_ = [], float(summary.get("train_loss") or np.inf)
     est.n_iter_, est.t_, est.history_, est._no_improvement_count = 0, 0, [], 0
     est.n_features_in_, est.n_outputs_, est.n_layers_ = net.n_inputs, sizes[-1], len(sizes)
+    est.row_shape_ = net.row_shape
     est.out_activation_ = "identity" if est._output == "linear" else est._output
     est.batch_size_, est.n_shards_ = summary.get("block"), model.settings.get("shards")
     return est

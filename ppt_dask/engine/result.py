@@ -11,7 +11,7 @@ import numpy as np
 
 from ppt_dask.algorithms import strategies
 from ppt_dask.core import keys
-from ppt_dask.core.network import MLP
+from ppt_dask.core.model import Network
 from ppt_dask.engine import graph
 from ppt_dask.engine.shards import ShardSet
 from ppt_dask.engine.waits import ROUND_TIMEOUT
@@ -34,7 +34,7 @@ class Outcome(enum.Enum):
 class Result:
     """A finished run: final weights, per-round history and totals."""
 
-    net: MLP
+    net: Network
     params: np.ndarray
     history: list[dict]
     strategy: object
@@ -96,7 +96,7 @@ class Result:
         return self.diagnostics
 
 
-def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
+def evaluate(net: Network, shards: ShardSet, weights, fan_in: int = 2,
              timeout: float = ROUND_TIMEOUT) -> np.ndarray:
     """Stats ``[loss_sum, n_wrong, n]`` of ``weights`` (array or future) over all shards."""
     client = shards.client
@@ -110,7 +110,7 @@ def evaluate(net: MLP, shards: ShardSet, weights, fan_in: int = 2,
     return stats.result(timeout=timeout)
 
 
-def test_error(net: MLP, params: np.ndarray, test) -> float:
+def test_error(net: Network, params: np.ndarray, test) -> float:
     """The error rate of ``params`` on the held-out ``test = (X, y)``, on the head, or on a
     :class:`ShardSet` of test rows, on the workers that hold them."""
     if isinstance(test, ShardSet):

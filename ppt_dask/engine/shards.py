@@ -47,7 +47,7 @@ class ShardInfo:
     index: int
     start: int  # rows [start, stop) of the training set
     stop: int
-    n_features: int
+    row_shape: tuple  # X.shape[1:]: (n_features,) for a table, (1, 28, 28) for an image
     dtype: str
     y_shape: tuple  # shape[1:] of y: () for labels, (k,) for targets
     y_min: float
@@ -81,8 +81,14 @@ class ShardSet:
         return self.info[0].stop if self.replicated else self.info[-1].stop
 
     @property
+    def row_shape(self) -> tuple:
+        """The shape of one row of X: the shards hold X of shape (rows, *row_shape)."""
+        return self.info[0].row_shape
+
+    @property
     def n_features(self) -> int:
-        return self.info[0].n_features
+        """Numbers per row (the product of ``row_shape``)."""
+        return int(np.prod(self.row_shape))
 
     @property
     def dtype(self) -> str:
@@ -241,7 +247,7 @@ def _check_y(y, n_rows: int) -> np.ndarray:
 
 def _shard_info(shard, index: int, start: int, stop: int) -> ShardInfo:
     X, y = shard
-    if X.ndim != 2 or X.shape[0] != stop - start or len(y) != stop - start:
+    if X.ndim < 2 or X.shape[0] != stop - start or len(y) != stop - start:
         raise ValueError(
             f"shard {index} (rows {start}:{stop}) has X of shape {X.shape} and y of length "
             f"{len(y)}; expected {stop - start} rows")
@@ -251,7 +257,7 @@ def _shard_info(shard, index: int, start: int, stop: int) -> ShardInfo:
             row = start + int(np.argwhere(bad)[0][0])
             raise ValueError(f"{name} has {int(bad.sum())} NaN/inf values; the first in row {row} (shard {index})")
     y_integral = bool(np.all(np.mod(y, 1) == 0)) if y.size else True
-    return ShardInfo(index, start, stop, X.shape[1], str(X.dtype), tuple(y.shape[1:]),
+    return ShardInfo(index, start, stop, tuple(X.shape[1:]), str(X.dtype), tuple(y.shape[1:]),
                      float(y.min()) if y.size else 0.0, float(y.max()) if y.size else 0.0, y_integral)
 
 
@@ -286,7 +292,8 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
 
     Parameters
     ----------
-    X : ndarray or dask array, shape (n_rows, n_features)
+    X : ndarray or dask array, shape (n_rows, *row_shape)
+        Rows of any shape: (n_rows, n_features) for a table, (n_rows, 1, 28, 28) for images.
     y : ndarray or dask array, shape (n_rows,) or (n_rows, n_outputs)
     n_shards : int
         Logical shards, fixed for the run; independent of the number of workers.
@@ -309,10 +316,11 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
     validation.check_dtype("dtype", dtype)
     is_dask = hasattr(X, "dask") or hasattr(y, "dask")
     if not is_dask:
-        X = validation.check_X(X)
+        X = validation.check_X(X, rows=True)
         y = _check_y(y, X.shape[0])
-    elif len(X.shape) != 2 or len(y.shape) not in (1, 2) or X.shape[0] != y.shape[0]:
-        raise ValueError(f"X must be 2-D and y 1-D or 2-D with as many rows; got {X.shape} and {y.shape}")
+    elif len(X.shape) < 2 or len(y.shape) not in (1, 2) or X.shape[0] != y.shape[0]:
+        raise ValueError(f"X must have rows (2-D or more) and y be 1-D or 2-D with as many; got {X.shape} "
+                         f"and {y.shape}")
     rows = split_rows(int(X.shape[0]), n_shards)
     if replicate:
         rows = [(0, int(X.shape[0]))] * n_shards
@@ -342,7 +350,8 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
 
 def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *,
                  dtype: str = "float64", workers: list[str] | None = None) -> ShardSet:
-    """Shards built on the workers by ``loader(start, stop) -> (X_rows, y_rows)``."""
+    """Shards built on the workers by ``loader(start, stop) -> (X_rows, y_rows)``; ``X_rows``
+    may have rows of any shape, ``(stop - start, *row_shape)``."""
     if not callable(loader):
         raise ValueError(f"loader must be callable, got {loader!r}")
     validation.check_dtype("dtype", dtype)

@@ -22,8 +22,8 @@ import numpy as np
 from distributed import Future, KilledWorker
 
 from ppt_dask.algorithms import strategies
-from ppt_dask.core import applicability, keys, validation
-from ppt_dask.core.network import MLP
+from ppt_dask.core import applicability, keys, model, validation
+from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine import checkpoint, graph, rounds, waits, watch
@@ -67,7 +67,7 @@ class _Grow:
 class _Run:
     """What a run accumulates over its tries and generations."""
 
-    net: MLP
+    net: Network
     shards: ShardSet
     strategy: object
     stop: Stop
@@ -95,7 +95,7 @@ class _Run:
     last_kept: _Kept | None = None
 
 
-def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: int = 0,
+def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: int = 0,
           params: np.ndarray | None = None, fan_in: int = 2, pipeline: int = 1,
           progress: Callable[[dict], None] | None = None,
           on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
@@ -105,7 +105,9 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
 
     Parameters
     ----------
-    net : MLP
+    net : a network of the model protocol (:class:`ppt_dask.core.model.Network`)
+        :class:`ppt_dask.MLP`, :class:`ppt_dask.TorchNet`, or a model of your own; one that
+        takes rows of any shape is fixed to the shards' (``with_row_shape``).
     shards : ShardSet
         From :func:`ppt_dask.enter_data`.
     strategy : a strategy from :mod:`ppt_dask.algorithms.strategies`
@@ -179,10 +181,13 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     if checkpoint_dir:
         checkpoint.check_folder(checkpoint_dir)
     applicability.refuse_pipeline(name, exchange, pipeline)
+    net = model.check_network(model.for_rows(model.check_network(net), shards.row_shape))
     validation.check_network_fits(net, shards)
+    validation.check_test_set(net, stop.test)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
+    _send_network(shards, net)
     if getattr(strategy, "asynchronous", False):
         from ppt_dask.engine.asyncloop import train_recorded  # the table above refused what it lacks
         return train_recorded(net, shards, strategy, stop, seed, params, fan_in, progress, recorder)
@@ -191,8 +196,7 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     if initial_state is not None:
         max_rounds += initial_state.round + 1
     run_id = uuid.uuid4().hex[:8]
-    meta = {"network": list(net.sizes), "hidden": net.hidden, "output": net.output, "loss": net.loss,
-            "dtype": net.dtype, "strategy": repr(strategy), "rows": shards.n_rows,
+    meta = {**model.describe(net), "strategy": repr(strategy), "rows": shards.n_rows,
             "shards": shards.n_shards, "fan_in": fan_in, "seed": seed}
     saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
     diag = watch.start(recorder, shards, run_id, watch.settings(net, shards, strategy, fan_in=fan_in,
@@ -241,6 +245,15 @@ def _with_display(call: dict) -> Result:
     finally:
         display.close(result)
     return result
+def _network_size(net) -> int:
+    return int(net.n_params)
+
+
+def _send_network(shards: ShardSet, net) -> None:
+    """Every worker of the shards unpickles the network once before the clock starts, as the
+    data was placed before it: a TorchNet imports torch there and builds its module (seconds
+    on a busy machine that the first rounds would otherwise wait for); the MLP costs nothing."""
+    shards.client.run(_network_size, net, workers=list(dict.fromkeys(shards.workers)))
 
 
 def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:

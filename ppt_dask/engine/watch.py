@@ -11,6 +11,8 @@ also has ``loops``: each worker loop's own timing of the round
 
 from __future__ import annotations
 
+from ppt_dask.core import model
+
 
 class NoRecords:
     """The watcher of a run nobody records."""
@@ -40,7 +42,6 @@ def both(first, then):
 
 def settings(net, shards, strategy, **more) -> dict:
     """What a report shows of the run: network, data placement, strategy and loop options."""
-    return {"network": "-".join(map(str, net.sizes)), "hidden": net.hidden, "output": net.output,
-            "dtype": str(net.dtype), "rows": shards.n_rows, "shards": shards.n_shards,
+    return {**model.describe(net), "network": model.label(net), "rows": shards.n_rows, "shards": shards.n_shards,
             "workers": len(shards.worker_blocks()), "strategy": getattr(strategy, "name", ""),
             "strategy_settings": repr(strategy), **more}

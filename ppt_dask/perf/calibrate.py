@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ppt_dask.algorithms import strategies
+from ppt_dask.core import model as netmodel
 from ppt_dask.engine import waits
 from ppt_dask.perf import fit as modelfit
 from ppt_dask.perf import model as perfmodel
@@ -255,7 +256,7 @@ class Calibration:
     """Constants plus what they were measured for; JSON with :meth:`save` / :meth:`load`."""
 
     constants: perfmodel.Constants
-    network: tuple = ()  # layer widths (empty for hand-given constants)
+    network: tuple | str = ()  # an MLP's layer widths, another network's name (empty: constants by hand)
     n_weights: int | None = None  # parameters of the network (weights and biases)
     n_patterns: int | None = None  # training patterns n of the data set
     n_test: int = 0
@@ -282,7 +283,8 @@ class Calibration:
             raise ValueError(f"unknown calibration fields {unknown}; valid: {sorted(names)}")
         values = dict(data)
         values["constants"] = perfmodel.constants_from_dict(values["constants"])
-        values["network"] = tuple(values.get("network") or ())
+        network = values.get("network") or ()
+        values["network"] = network if isinstance(network, str) else tuple(network)
         return cls(**values)
 
     def save(self, path) -> None:
@@ -360,7 +362,9 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
                          - tw * w * perfmodel.tree_levels(p, fan_in), 0.0)
     constants = dataclasses.replace(local, tw_seconds_per_weight=tw, ti_seconds=ti, th0_seconds=th0,
                                     th1_seconds=head.th1_seconds, tq_seconds=tq, **curve_fields)
-    return Calibration(constants, tuple(net.sizes), w, len(X), int(n_test), int(block), n_shards,
+    shown = netmodel.describe(net)["network"]  # an MLP's widths, or a name
+    return Calibration(constants, tuple(shown) if isinstance(shown, list) else str(shown), w, len(X),
+                       int(n_test), int(block), n_shards,
                        fan_in, len(workers), os.cpu_count(),
                        {"head": [list(s) for s in head.samples],
                         "reduce": [list(s) for s in reduce_samples],

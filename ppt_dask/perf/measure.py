@@ -42,8 +42,9 @@ def measure_constants(net, X, y, *, block: int, repeats: int = 7, momentum: floa
 
     Parameters
     ----------
-    net : MLP
-    X : ndarray, shape (n, net.n_inputs); y : targets for the n rows
+    net : a network of the model protocol (:mod:`ppt_dask.core.model`)
+        Without a ``forward`` method, its ``stats`` is timed as the forward pass (Ts is then 0).
+    X : ndarray, shape (n, *net.row_shape); y : targets for the n rows
         A few thousand rows suffice; one epoch over them times To.
     block : int
         Block size of interest; per-pattern lines are fitted over 1 .. 2b rows.
@@ -69,8 +70,9 @@ def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constan
     repeats = check_int_at_least("repeats", repeats, 1)
     block, params = int(block), net.init_params(0)
     rows = _row_counts(block, len(X))
+    forward = getattr(net, "forward", None)
     calls = {  # the real functions of the hot path, not single operations
-        "forward": lambda r: net.forward(params, X[:r]),
+        "forward": (lambda r: forward(params, X[:r])) if forward else (lambda r: net.stats(params, X[:r], y[:r])),
         "stats": lambda r: net.stats(params, X[:r], y[:r]),
         "grad": lambda r: net.loss_grad_stats(params, X[:r], y[:r]),
     }

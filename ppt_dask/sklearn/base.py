@@ -17,6 +17,7 @@ import numpy as np
 from ppt_dask.algorithms import choose
 from ppt_dask.api import train
 from ppt_dask.core import applicability, validation
+from ppt_dask.core.model import describe
 from ppt_dask.core.network import MLP
 from ppt_dask.core.stopping import Stop
 from ppt_dask.core.tree import split_rows
@@ -58,15 +59,37 @@ SOLVERS = ("auto", "sgd", "adam")
 # ---- worker-side functions (module level: picklable, named on the dashboard) ---------------
 
 
-def _output_block(X, net: MLP, params, what: str, classes):
+def _output_block(X, net, params, what: str, classes):
     """``what`` of the network on rows ``X``: "predict", "proba", "log_proba" or "values"."""
     validation.check_finite(X, "X")
-    out = net.forward(params, X)
     if what == "predict":
-        return classes[out.argmax(axis=1)]
+        return classes[net.predict(params, X)]
     if what == "values":
-        return out.ravel() if out.shape[1] == 1 else out
+        return net.predict(params, X)
+    out = net.predict_proba(params, X)
     return out if what == "proba" else np.log(out)
+
+
+def _module_net(module, loss: str, row_shape: tuple, dtype):
+    """The :class:`ppt_dask.TorchNet` of ``module=`` for rows of ``row_shape`` (torch is
+    imported here, only for an estimator given a module)."""
+    from ppt_dask.nets.torchnet import TorchNet
+
+    try:
+        net = TorchNet(module, loss=loss, row_shape=row_shape)
+    except ValueError as exc:
+        raise ValueError(f"module: {exc}") from None
+    if dtype is not None and dtype != net.dtype:
+        raise ValueError(f"dtype={dtype!r}, but the module's parameters are {net.dtype} (leave dtype=None "
+                         "with module=: the module's dtype is used)")
+    return net
+
+
+def _rows_message(estimator, shape: tuple, fitted: tuple) -> str:
+    """X's rows are not those the estimator was fitted on: scikit-learn's words for tables."""
+    if len(shape) == len(fitted) == 1:
+        return n_features_message(shape[0], estimator, fitted[0])
+    return f"X has rows of shape {shape}; {type(estimator).__name__} was fitted on rows of shape {fitted}"
 
 
 @dataclass
@@ -120,7 +143,8 @@ class PPTBase(BaseEstimator):
                  batch_size="auto", learning_rate_init=None, momentum=0.9, max_iter=200,
                  tol=1e-4, n_iter_no_change=10, random_state=None, warm_start=False,
                  verbose=False, strategy="local", strategy_params=None, n_shards=None,
-                 n_workers=None, scheduler=None, dtype=None, fan_in=2, solver="auto"):
+                 n_workers=None, scheduler=None, dtype=None, fan_in=2, solver="auto",
+                 module=None):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.alpha = alpha
@@ -141,6 +165,7 @@ class PPTBase(BaseEstimator):
         self.dtype = dtype
         self.fan_in = fan_in
         self.solver = solver
+        self.module = module
 
     # -- hyper-parameters, checked before any cluster work --
 
@@ -154,6 +179,11 @@ class PPTBase(BaseEstimator):
             validation.check_int_at_least("every entry of hidden_layer_sizes", width, 1)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        if self.module is not None:  # the built-in MLP's parameters do not apply to a module
+            for name, given in (("hidden_layer_sizes", hidden != (100,)), ("activation", self.activation != "relu")):
+                if given:
+                    raise ValueError(f"{name}={getattr(self, name)!r} applies to the built-in MLP, not with "
+                                     "module= (the module is the network)")
         if not (isinstance(self.batch_size, str) and self.batch_size == "auto"):
             validation.check_int_at_least("batch_size ('auto' or an integer)", self.batch_size, 1)
         lr = self.learning_rate_init
@@ -305,14 +335,15 @@ class PPTBase(BaseEstimator):
                 X, y = (frame_as_array(a, client, RESULT_TIMEOUT, name) if is_dask_frame(a) else a
                         for a, name in ((X, "X"), (y, "y")))
                 return self._fit(X, y, incremental=incremental, classes=classes, client=client)
-        X = check_X(X)
-        n_rows, n_features = (int(d) for d in X.shape)
+        X = check_X(X, rows=self.module is not None)
+        n_rows, row_shape = int(X.shape[0]), tuple(int(d) for d in X.shape[1:])
+        n_features = int(np.prod(row_shape))
         adam = self._solver(n_rows) == "adam"
         if adam:  # Adam's step size and each pass in a new order, as MLPClassifier's defaults
             settings["optimizer"]["lr"] = ADAM_LR if self.learning_rate_init is None else self.learning_rate_init
             settings["extra"] = {"shuffle": True, **settings["extra"], "solver": "adam"}
-        if continuing and n_features != self.n_features_in_:
-            raise ValueError(n_features_message(n_features, self, self.n_features_in_))
+        if continuing and row_shape != self.row_shape_:
+            raise ValueError(_rows_message(self, row_shape, self.row_shape_))
         y = self._check_y(y, n_rows, type(self).__name__)
         args = (continuing, incremental, classes)
         prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
@@ -327,7 +358,15 @@ class PPTBase(BaseEstimator):
             run = _Run(self.params_, list(self.loss_curve_), self.n_iter_, self.t_, list(self.history_),
                        *((self.best_loss_, self._no_improvement_count) if incremental else ()))
 
-        def network(n_outputs: int) -> MLP:
+        def network(n_outputs: int):
+            if self.module is not None:
+                net = _module_net(self.module, self._module_loss, row_shape, self.dtype)
+                if net.n_outputs != n_outputs:
+                    raise ValueError(f"module has {net.n_outputs} outputs; y needs {n_outputs} "
+                                     f"({'classes' if self._module_loss == 'cross_entropy' else 'targets'})")
+                if continuing and describe(net) != describe(self._net):
+                    raise ValueError("cannot continue training with another module; fit from new weights")
+                return net
             net = MLP((n_features, *settings["hidden"], n_outputs), hidden=ACTIVATIONS[self.activation],
                       output=self._output, dtype=self._dtype())
             if continuing and net != self._net:
@@ -336,16 +375,16 @@ class PPTBase(BaseEstimator):
             return net
 
         if prepared is not None:  # the architecture, checked before the cluster
-            network(prepared[1])
+            net = network(prepared[1])
         with self._client(client) as client:
             target, n_outputs, learned = prepared or self._prepare(y, client, *args)
-            net = network(n_outputs)
+            net = net if prepared is not None else network(n_outputs)
             n_workers = len(cluster.worker_addresses(client))
             n_shards = min(self.n_shards or self._default_shards(n_workers, n_rows, batch), n_rows, batch)
             strategy = self._strategy(settings, batch, n_shards, n_rows)
             # the data-dependent checks of the strategy, before the data is placed
             strategy.check([b - a for a, b in split_rows(n_rows, n_shards)], settings["seed"])
-            shards = enter_data(client, X, target, n_shards, dtype=self._dtype())
+            shards = enter_data(client, X, target, n_shards, dtype=net.dtype)
             try:
                 self._train_loop(run, net, shards, strategy, 1 if incremental else self.max_iter,
                                  settings["seed"], tol_rule=not incremental)
@@ -355,13 +394,17 @@ class PPTBase(BaseEstimator):
         for name, value in learned.items():
             setattr(self, name, value)
         self._net = net
-        self.params_ = np.array(run.params, dtype=self._dtype())
-        self.coefs_ = [W.copy() for W, _ in net.unflatten(self.params_)]
-        self.intercepts_ = [b.copy() for _, b in net.unflatten(self.params_)]
+        self.params_ = np.array(run.params, dtype=net.dtype)
+        if self.module is None:
+            self.coefs_ = [W.copy() for W, _ in net.unflatten(self.params_)]
+            self.intercepts_ = [b.copy() for _, b in net.unflatten(self.params_)]
+            self.n_layers_ = len(net.sizes)
+            self.out_activation_ = "identity" if self._output == "linear" else self._output
+        else:
+            self.module_ = net.module_of(self.params_)  # the trained torch module (skorch's name)
         self.loss_curve_, self.best_loss_, self.n_iter_, self.t_ = run.losses, run.best, run.epochs, run.patterns
         self.history_, self._no_improvement_count = run.history, run.no_improvement
-        self.n_features_in_, self.n_outputs_, self.n_layers_ = n_features, n_outputs, len(net.sizes)
-        self.out_activation_ = "identity" if self._output == "linear" else self._output
+        self.n_features_in_, self.n_outputs_, self.row_shape_ = n_features, n_outputs, row_shape
         self.batch_size_, self.n_shards_, self.solver_ = batch, n_shards, "adam" if adam else "sgd"
         return self
 
@@ -439,14 +482,17 @@ class PPTBase(BaseEstimator):
         if is_dask_frame(X):  # the rows of each partition counted where they are
             from distributed import get_client
             X = frame_as_array(X, get_client(), RESULT_TIMEOUT, "X")
-        X = check_X(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(n_features_message(X.shape[1], self, self.n_features_in_))
+        X = check_X(X, rows=self.module is not None)
+        row_shape = getattr(self, "row_shape_", (self.n_features_in_,))
+        if tuple(X.shape[1:]) != row_shape:
+            raise ValueError(_rows_message(self, tuple(X.shape[1:]), row_shape))
         if not is_dask(X):
             return _output_block(X, self._net, self.params_, what, classes)
-        X = X.rechunk({1: -1})  # whole rows in every block; the weights go into the graph once
+        # whole rows in every block; the weights go into the graph once
+        X = X.rechunk({axis: -1 for axis in range(1, X.ndim)})
         if what == "predict" or (what == "values" and self.n_outputs_ == 1):
-            return X.map_blocks(_output_block, self._net, self.params_, what, classes, drop_axis=1,
+            return X.map_blocks(_output_block, self._net, self.params_, what, classes,
+                                drop_axis=list(range(1, X.ndim)),
                                 dtype=classes.dtype if what == "predict" else self._net.dtype)
         return X.map_blocks(_output_block, self._net, self.params_, what, classes, dtype=self._net.dtype,
-                            chunks=(X.chunks[0], (self.n_outputs_,)))
+                            drop_axis=list(range(2, X.ndim)), chunks=(X.chunks[0], (self.n_outputs_,)))

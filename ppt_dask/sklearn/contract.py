@@ -59,7 +59,7 @@ def frame_as_array(a, client, timeout: float, name: str):
     return a.to_dask_array(lengths=lengths)
 
 
-def check_X(X, name: str = "X"):
+def check_X(X, name: str = "X", rows: bool = False):
     """Features as a finite numeric 2-D ndarray, or a dask array checked by its metadata.
 
     Parameters
@@ -67,6 +67,8 @@ def check_X(X, name: str = "X"):
     X : array-like or dask array, shape (n_samples, n_features)
         Object arrays are converted to float64 (a TypeError names a non-number);
         sparse, complex, 1-D, empty and non-finite input is refused with a ValueError.
+    rows : bool
+        Accept rows of any shape, ``(n_samples, *row_shape)`` (an estimator given a module).
 
     Returns
     -------
@@ -80,7 +82,7 @@ def check_X(X, name: str = "X"):
     if not is_dask(X):
         X = np.asarray(X)
         X = X.astype(np.float64) if X.dtype == object else X
-    if X.ndim != 2:
+    if X.ndim != 2 and not (rows and X.ndim > 2):
         raise ValueError(f"Expected a 2D array, got {name} of shape {tuple(X.shape)}. Reshape your data "
                          f"with {name}.reshape(-1, 1) for a single feature or {name}.reshape(1, -1) "
                          "for a single sample.")
@@ -92,7 +94,7 @@ def check_X(X, name: str = "X"):
         if X.shape[axis] == 0:
             raise ValueError(f"Found array with 0 {what}(s) (shape={tuple(X.shape)}) while a "
                              "minimum of 1 is required.")
-    return validation.check_X_meta(X, name) if is_dask(X) else validation.check_X(X, name)
+    return validation.check_X_meta(X, name, rows=rows) if is_dask(X) else validation.check_X(X, name, rows=rows)
 
 
 def check_y_labels(y, n_rows: int, estimator: str):

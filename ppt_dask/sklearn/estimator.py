@@ -125,13 +125,21 @@ _DOC = """
         on scikit-learn's digits 98.0 % against 96.9 %, MLPClassifier's 98.0 %), momentum SGD
         on larger sets (on MNIST Adam took 84 epochs and 2.5x the time for 97.8 %). The other
         strategies step with momentum SGD.
+    module : torch.nn.Module, or a class or function that returns one, default=None
+        Train this PyTorch module instead of the built-in MLP (skorch's ``module``; the
+        ``[torch]`` extra): it becomes a :class:`ppt_dask.TorchNet` with the {loss} loss,
+        for rows of X of any shape (images as (n_samples, 1, 28, 28)); it must have one
+        output per {outputs}. ``hidden_layer_sizes`` and ``activation`` do not apply; the
+        dtype is the module's. The trained module is ``module_``.
 
     Attributes
     ----------
     {classes}coefs_ : list of ndarray
-        ``coefs_[i]`` of shape (n_units_i, n_units_i+1): the weights of layer i.
+        ``coefs_[i]`` of shape (n_units_i, n_units_i+1): the weights of layer i (the MLP).
     intercepts_ : list of ndarray
-        ``intercepts_[i]`` of shape (n_units_i+1,).
+        ``intercepts_[i]`` of shape (n_units_i+1,) (the MLP).
+    module_ : torch.nn.Module
+        With ``module``: a copy of it holding the trained weights.
     params_ : ndarray of shape (n_params,)
         Weights and biases as one flat vector, the trainer's layout.
     loss_curve_ : list of float
@@ -139,7 +147,11 @@ _DOC = """
     n_iter_ : int
         Epochs trained; ``t_`` the training patterns processed.
     n_features_in_, n_outputs_, n_layers_ : int
+        ``n_layers_`` for the MLP only.
+    row_shape_ : tuple of int
+        The shape of one row of X, ``(n_features_in_,)`` for a table.
     out_activation_ : str
+        The MLP's output layer.
     batch_size_, n_shards_ : int
         The block size and the number of logical shards used.
     solver_ : str
@@ -166,10 +178,12 @@ class PPTClassifier(ClassifierMixin, PPTBase):
 
     Softmax output and cross-entropy loss, two outputs for two classes.
 """ + _DOC.replace("{lr}", "0.3").replace("{sklearn}", "MLPClassifier").replace(
+        "{loss}", "cross-entropy (logits out)").replace("{outputs}", "class").replace(
         "{classes}", "classes_ : ndarray of shape (n_classes,)\n"
                      "        The sorted labels; output k is the probability of ``classes_[k]``.\n    ")
 
     _output, _default_lr, _estimator_kind = "softmax", 0.3, "classifier"
+    _module_loss = "cross_entropy"
     _default_dtype = "float32"  # the same test accuracy on MNIST as float64, in less time
     _check_y = staticmethod(check_y_labels)
 
@@ -226,9 +240,11 @@ class PPTRegressor(RegressorMixin, PPTBase):
 
     Linear output and squared error (half the sum of squares per pattern, as
     MLPRegressor); one target or several.
-""" + _DOC.replace("{lr}", "0.1").replace("{sklearn}", "MLPRegressor").replace("{classes}", "")
+""" + _DOC.replace("{lr}", "0.1").replace("{sklearn}", "MLPRegressor").replace("{classes}", "").replace(
+        "{loss}", "squared-error").replace("{outputs}", "target")
 
     _output, _default_lr, _estimator_kind = "linear", 0.1, "regressor"
+    _module_loss = "mse"
     _check_y = staticmethod(check_y_targets)
 
     def __sklearn_tags__(self):

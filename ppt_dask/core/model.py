@@ -1,0 +1,184 @@
+"""The model protocol: what the engine needs from a network, written down once.
+
+ppt_dask trains any object that follows :class:`Network`. :class:`ppt_dask.MLP` is one
+(numpy, this package's own); :class:`ppt_dask.TorchNet` turns a PyTorch module into one
+(:mod:`ppt_dask.nets.torchnet`); a model of your own is a third. The engine, the strategies,
+the stopping rule, the breakdown, checkpoints, model files and the run-time model use only
+what is listed here, through the helpers below where a member is optional.
+
+A network holds no weights: they are one flat vector ``params`` of ``n_params`` entries of
+``dtype``, and every method is a pure function of ``(params, rows)``. Gradients and losses
+are **sums** over rows, never means, so the sums of the shards, added along the fixed tree,
+are the sums over the whole block, whatever the number of workers; the optimizer divides by
+the number of rows once (:func:`ppt_dask.core.optimizers.sgd_step`).
+
+Pure numpy: no dask import.
+
+Examples
+--------
+A logistic regression in a few lines is a network::
+
+    class LogReg:
+        dtype, task, n_outputs = "float64", "binary", 1
+
+        def __init__(self, n_features):
+            self.row_shape, self.n_params = (n_features,), n_features + 1
+
+        def init_params(self, seed):
+            return np.random.default_rng(seed).normal(0, 0.01, self.n_params)
+
+        def _p(self, params, X):
+            return 1 / (1 + np.exp(-(X @ params[:-1] + params[-1])))
+
+        def stats(self, params, X, y):
+            p = np.clip(self._p(params, X), 1e-12, 1 - 1e-12)
+            loss = -np.sum(y * np.log(p) + (1 - y) * np.log(1 - p))
+            return np.array([loss, np.count_nonzero((p > 0.5) != (y > 0.5)), len(X)], float)
+
+        def loss_grad_stats(self, params, X, y):
+            r = self._p(params, X) - y
+            return np.append(X.T @ r, r.sum()), self.stats(params, X, y)
+
+        def predict(self, params, X):
+            return (self._p(params, X) > 0.5).astype(np.int64)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ppt_dask.core.validation import TASKS
+
+__all__ = ["Network", "REQUIRED", "check_network", "describe", "label", "for_rows", "passes", "weight_mask"]
+
+
+@runtime_checkable
+class Network(Protocol):
+    """What ppt_dask needs from a network (implement these; no base class to inherit).
+
+    Attributes
+    ----------
+    dtype : {"float32", "float64"}
+        The dtype of ``params``, of gradients and of the rows the shards hold
+        (``enter_data(..., dtype=net.dtype)``).
+    n_params : int
+        The length of the flat parameter vector.
+    row_shape : tuple of int
+        The shape of one input row: ``(n_features,)`` for a table, ``(1, 28, 28)`` for an
+        MNIST image; the shards hold ``X`` of shape ``(n, *row_shape)``. ``None`` for a
+        network that takes rows of any shape: it then needs ``with_row_shape`` (below).
+    n_outputs : int
+        Outputs per row: classes for "classification", columns of the targets otherwise.
+    task : {"classification", "binary", "multilabel", "regression"}
+        What the targets are: integer labels in ``[0, n_outputs)`` (or one-hot rows),
+        0/1 labels of one output, 0/1 rows, or real values.
+
+    Methods
+    -------
+    init_params(seed) -> ndarray, shape (n_params,)
+        Initial weights; the same seed gives the same bits (a restarted try uses
+        ``seed + try``).
+    loss_grad_stats(params, X, Y) -> (grad_sum, stats)
+        For rows ``X`` of shape ``(n, *row_shape)`` and their targets ``Y``:
+        ``grad_sum``, shape (n_params,), the gradient of the loss summed over the n rows
+        (a new array, or one the caller may overwrite), and ``stats``, float64 of shape
+        (3,): ``[loss_sum, n_wrong, n]``, the summed loss, the rows counted wrong and n.
+        The training hot path; it may run in a worker thread, many at once.
+    stats(params, X, Y) -> ndarray, shape (3,)
+        ``[loss_sum, n_wrong, n]`` without gradients (the training-set and test-set checks).
+    predict(params, X) -> ndarray
+        Class indices 0..n_outputs-1 (classification), 0/1 (binary, multilabel: shape
+        (n,) for one output, else (n, n_outputs)) or values (regression, the same shapes).
+
+    Optional members (the helpers of this module stand in where they are missing):
+    ``predict_proba(params, X)`` (shape (n, n_outputs)), ``weight_mask()`` (1 where L2 applies,
+    0 elsewhere; default: every parameter), ``passes(params, X, Y)`` (a function
+    ``rows -> (grad_sum, stats)`` for many small steps on the same rows; default: slices
+    and :meth:`loss_grad_stats`), ``forward(params, X)`` (the raw outputs, timed by the
+    run-time model), ``describe()`` (a dict of JSON values that identifies the network in
+    a run's settings, its checkpoints and model files), ``with_row_shape(shape)`` (for
+    ``row_shape=None``: the network fixed to rows of ``shape``; the trainer calls it with
+    the shards' row shape).
+
+    A network is sent to the workers by pickling (it travels in every task, so keep it
+    small: weights belong in ``params``), and must compute the same bits wherever it runs
+    for the runs to be bitwise the same on any number of workers.
+    """
+
+    dtype: str
+    n_params: int
+    row_shape: tuple
+    n_outputs: int
+    task: str
+
+    def init_params(self, seed) -> np.ndarray: ...
+
+    def loss_grad_stats(self, params: np.ndarray, X: np.ndarray, Y) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def stats(self, params: np.ndarray, X: np.ndarray, Y) -> np.ndarray: ...
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray: ...
+
+
+REQUIRED = ("dtype", "n_params", "row_shape", "n_outputs", "task",
+            "init_params", "loss_grad_stats", "stats", "predict")
+
+
+def check_network(net, name: str = "net"):
+    """``net`` when it follows :class:`Network`, else a ValueError naming what it lacks."""
+    missing = [m for m in REQUIRED if not hasattr(net, m)]
+    if missing:
+        raise ValueError(f"{name} must be a network (ppt.MLP, ppt.TorchNet or an object with "
+                         f"{', '.join(REQUIRED)}); a {type(net).__name__} has no {', '.join(missing)}")
+    if net.dtype not in ("float32", "float64"):
+        raise ValueError(f"{name}.dtype must be 'float32' or 'float64', got {net.dtype!r}")
+    if net.task not in TASKS:
+        raise ValueError(f"{name}.task must be one of {TASKS}, got {net.task!r}")
+    return net
+
+
+def for_rows(net, row_shape: tuple):
+    """The network for rows of ``row_shape``: ``net`` itself, or, when it takes rows of any
+    shape (``row_shape`` None), ``net.with_row_shape(row_shape)``."""
+    if getattr(net, "row_shape", ()) is None:
+        return net.with_row_shape(tuple(row_shape))
+    return net
+
+
+def describe(net) -> dict:
+    """What identifies ``net`` in a run's settings and checkpoints: ``net.describe()``, or
+    its class, sizes and dtype. JSON values; ``"network"`` is the short name reports show."""
+    own = getattr(net, "describe", None)
+    if own is not None:
+        return dict(own())
+    return {"network": type(net).__name__, "n_params": int(net.n_params),
+            "row_shape": list(net.row_shape), "n_outputs": int(net.n_outputs), "task": net.task,
+            "dtype": str(net.dtype)}
+
+
+def label(net) -> str:
+    """A short name of ``net`` for reports: ``"784-64-64-10"`` for an MLP, a class name else."""
+    shown = describe(net)["network"]
+    return "-".join(map(str, shown)) if isinstance(shown, (list, tuple)) else str(shown)
+
+
+def weight_mask(net) -> np.ndarray:
+    """``net.weight_mask()``: 1 where L2 applies (weights), 0 elsewhere (biases); every
+    parameter when the network does not say."""
+    own = getattr(net, "weight_mask", None)
+    return own() if own is not None else np.ones(net.n_params, dtype=net.dtype)
+
+
+def passes(net, params: np.ndarray, X, Y) -> Callable:
+    """``net.passes(params, X, Y)``, or a function ``rows -> loss_grad_stats(params, X[rows],
+    Y[rows])`` that reads ``params`` at each call (a loop may update it in place)."""
+    own = getattr(net, "passes", None)
+    if own is not None:
+        return own(params, X, Y)
+
+    def one(rows) -> tuple[np.ndarray, np.ndarray]:
+        return net.loss_grad_stats(params, X[rows], Y[rows])
+    return one

@@ -1,0 +1,220 @@
+"""A PyTorch module through the whole engine: every strategy, bitwise on 1, 2 and 4 worker
+processes and against the serial path, a SIGKILLed worker, checkpoint and resume, the
+breakdown and report, a model file and predictions, rows of images from numpy, dask arrays
+and loaders run on the workers.
+
+The data is tiny (96 rows of 1x6x6 images) and the network small, in float64, so the suite
+stays fast; the MLP's own tests of the same features are the template (test_engine.py,
+test_strategies.py, test_localsgd.py, test_faults.py).
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+from system import needs_module
+
+needs_module("torch", "pip install 'ppt_dask[torch]'")
+
+from torch import nn  # noqa: E402
+
+import ppt_dask as ppt  # noqa: E402
+from ppt_dask.algorithms import serial  # noqa: E402
+from ppt_dask.data import datasets, files  # noqa: E402
+
+from conftest import scheduler_keys, sigkill_at  # noqa: E402
+
+
+def conv():
+    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.Flatten(), nn.Linear(3 * 4 * 4, 3)).double()
+
+
+def conv_dropout():
+    return nn.Sequential(nn.Conv2d(1, 3, 3), nn.Tanh(), nn.Flatten(), nn.Dropout(0.3),
+                         nn.Linear(3 * 4 * 4, 3)).double()
+
+
+def _data(n=96, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 1, 6, 6))
+    y = (X[:, 0, 0, 0] + X[:, 0, 1, 1] * X[:, 0, 2, 2] > 0).astype(np.int64) + (X[:, 0, 3, 3] > 1)
+    return X, y
+
+
+NET = ppt.TorchNet(conv)  # takes the shards' row shape
+LOCAL = ppt.LocalSGD(lr=0.2, momentum=0.9, block=6, interval=12, pull=0.5, ema=0.5)
+
+STRATEGIES = [
+    (ppt.Sync(lr=0.5, momentum=0.9, l2=0.01), "auto"),
+    (ppt.Sync(lr=0.3, momentum=0.5, block=24), "auto"),
+    (ppt.Sync(lr=0.3, momentum=0.5, block=24), "tree"),
+    (ppt.PPT(lr=0.5, momentum=0.3, local_epoch=5), "auto"),
+    (ppt.Average(lr=0.2, momentum=0.9, block=4, local_epochs=1.0), "auto"),
+    (ppt.Average(lr=0.2, momentum=0.9, block=5, interval=7, momentum_policy="average"), "auto"),
+    (ppt.Average(lr=0.5, l2=0.7, sample_fraction=0.9, local_epochs=3), "auto"),
+    (LOCAL, "auto"),
+    (LOCAL, "all"),
+]
+IDS = ["epoch", "block", "block-tree", "ppt", "average-reset", "average-momentum", "average-bootstrap",
+       "local-stream", "local-overlap"]
+
+
+@pytest.mark.parametrize("strategy, exchange", STRATEGIES, ids=IDS)
+def test_bitwise_identical_on_1_2_4_worker_processes_and_serial(client4, workers4, strategy, exchange):
+    X, y = _data()
+    rounds = 5
+    expected, history = serial.train_serial(NET, X, y, strategy, rounds=rounds, n_shards=8, seed=5)
+    epochs = rounds / strategy.check([12] * 8, 5).rounds_per_epoch(len(X))
+    for p in (1, 2, 4):
+        shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
+        try:
+            result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5, exchange=exchange)
+        finally:
+            ppt.exit_data(shards)
+        assert result.rounds == rounds
+        assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
+        assert [h["loss"] for h in result.history] == [h["loss"] for h in history]
+    assert result.net.row_shape == (1, 6, 6) and result.settings["workers"] == 4
+    assert scheduler_keys(client4) == []
+
+
+def test_a_random_module_is_bitwise_too(client4, workers4):
+    """Dropout draws are seeded per pass: the same on any worker and in the serial path."""
+    X, y = _data()
+    net = ppt.TorchNet(conv_dropout)
+    strategy = ppt.Sync(lr=0.3, momentum=0.5, block=24)
+    expected, _ = serial.train_serial(net, X, y, strategy, rounds=6, n_shards=8, seed=1)
+    no_dropout, _ = serial.train_serial(NET, X, y, strategy, rounds=6, n_shards=8, seed=1)
+    assert expected.shape == no_dropout.shape and expected.tobytes() != no_dropout.tobytes()
+    for p in (1, 2):
+        shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
+        try:
+            result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=6 * 24 / 96), seed=1)
+        finally:
+            ppt.exit_data(shards)
+        assert result.net.random and result.params.tobytes() == expected.tobytes(), f"p={p}"
+
+
+def test_asynchronous_training_learns(client4, workers4):
+    X, y = _data(192)
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        result = ppt.train(NET, shards, ppt.Async(lr=0.3, momentum=0.5, block=24, staleness=2), ppt.Stop(max_epochs=20))
+    finally:
+        ppt.exit_data(shards)
+    assert result.history[-1]["loss"] < 0.6 * result.history[0]["loss"]
+    assert result.train_error_rate < 0.3
+
+
+def test_images_from_a_dask_array_and_from_a_loader_on_the_workers(client4, workers4):
+    """Rows of any shape are placed from numpy, a dask array or a loader; the same weights."""
+    da = pytest.importorskip("dask.array")
+    data_dir = str(files.find_data_dir())
+    X, y = datasets.mnist_rows(data_dir, "train", 0, 160, row_shape=(1, 28, 28))
+    assert X.shape == (160, 1, 28, 28)
+    net = ppt.TorchNet(lambda: nn.Sequential(nn.Conv2d(1, 2, 5, stride=3), nn.Tanh(), nn.Flatten(),
+                                             nn.Linear(2 * 8 * 8, 10)).double())
+    strategy = ppt.Sync(lr=0.1, momentum=0.9, block=40)
+    expected, _ = serial.train_serial(net, X, y, strategy, rounds=4, n_shards=4, seed=0)
+    loader = functools.partial(datasets.mnist_rows, data_dir, "train", row_shape=(1, 28, 28))
+    for shards in (ppt.enter_data(client4, da.from_array(X, chunks=(40, 1, 28, 28)), da.from_array(y, chunks=40),
+                                  n_shards=4, workers=workers4[:2]),
+                   ppt.enter_source(client4, loader, 160, 4, workers=workers4[:2])):
+        try:
+            assert shards.row_shape == (1, 28, 28) and shards.n_features == 784
+            result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=1), seed=0)
+        finally:
+            ppt.exit_data(shards)
+        assert result.params.tobytes() == expected.tobytes(), shards.source
+
+
+def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
+    X, y = _data(400)
+    strategy = ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)
+    rounds = 40
+    expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
+    client = ppt.connect(n_workers=2, dashboard_address=None)
+    try:
+        client.wait_for_workers(2, timeout=60)
+        progress, killed = sigkill_at(client, at_round=17)
+        shards = ppt.enter_data(client, X, y, n_shards=4)
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds * 40 / 400), seed=1,
+                           checkpoint_every=5, progress=progress)
+        ppt.exit_data(shards)
+    finally:
+        ppt.cluster.close(client)
+    assert killed["killed_at"] and result.settings["recoveries"] >= 1
+    assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
+    assert result.params.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("strategy", [ppt.Sync(lr=0.3, momentum=0.9, block=24), LOCAL], ids=["block", "local"])
+def test_checkpoint_and_resume_end_bitwise_as_one_run(client4, workers4, tmp_path, strategy):
+    X, y = _data()
+    per_epoch = strategy.check([24] * 4).rounds_per_epoch(len(X))
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        whole = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=12 / per_epoch))
+        ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=6 / per_epoch), checkpoint_dir=tmp_path,
+                  checkpoint_every=3)
+        resumed = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=12 / per_epoch), checkpoint_dir=tmp_path,
+                            resume=True)
+        with pytest.raises(ValueError, match="belongs to another run; architecture"):
+            other = ppt.TorchNet(lambda: nn.Sequential(nn.Conv2d(1, 3, 3), nn.ReLU(), nn.Flatten(),
+                                                       nn.Linear(48, 3)).double())
+            ppt.train(other, shards, strategy, ppt.Stop(max_epochs=12 / per_epoch), checkpoint_dir=tmp_path,
+                      resume=True)
+    finally:
+        ppt.exit_data(shards)
+    assert resumed.history[0]["round"] == 0 and resumed.rounds == 12
+    assert resumed.params.tobytes() == whole.params.tobytes()
+
+
+def test_breakdown_report_model_file_and_predictions(client4, workers4, tmp_path):
+    X, y = _data(192)
+    shards = ppt.enter_data(client4, X[:144], y[:144], n_shards=4, workers=workers4[:2])
+    try:
+        result = ppt.train(NET, shards, ppt.Sync(lr=0.3, momentum=0.9, block=48),
+                           ppt.Stop(max_epochs=6, test=(X[144:], y[144:])))
+    finally:
+        ppt.exit_data(shards)
+    rows = result.breakdown()
+    assert len(rows) == result.rounds and all(r["gradient"] > 0 for r in rows)
+    result.report(tmp_path / "run.html")
+    assert "Sequential" in (tmp_path / "run.html").read_text()
+    result.trace(tmp_path / "trace.json")
+    path = result.save(tmp_path / "conv.npz")
+    with pytest.raises(ValueError, match="holds the weights of a TorchNet \\(Sequential\\).*module=..."):
+        ppt.load_model(path)
+    model = ppt.load_model(path, module=conv)
+    assert model.row_shape == (1, 6, 6) and model.task == "classification"
+    np.testing.assert_array_equal(model.predict(X[144:]), result.predict(X[144:]))
+    assert model.score(X[144:], y[144:]) == pytest.approx(result.test_accuracy)
+    np.testing.assert_allclose(model.predict_proba(X[144:]).sum(axis=1), 1.0)
+    with pytest.raises(ValueError,
+                       match="X has rows of shape \\(36,\\), but the model takes rows of shape \\(1, 6, 6\\)"):
+        model.predict(X[144:].reshape(48, 36))
+    with pytest.raises(ValueError, match="not the one trained.*architecture"):
+        ppt.load_model(path, module=lambda: nn.Sequential(nn.Conv2d(1, 3, 3), nn.ReLU(), nn.Flatten(),
+                                                          nn.Linear(48, 3)).double())
+    module = result.net.module_of(result.params)  # back in PyTorch with the trained weights
+    assert isinstance(module, nn.Module)
+
+
+def test_the_data_must_fit_the_module_before_any_work(client4, workers4):
+    X, y = _data(40)
+    flat = ppt.enter_data(client4, X.reshape(40, 36), y, n_shards=2, workers=workers4[:1])
+    images = ppt.enter_data(client4, X, y, n_shards=2, workers=workers4[:1])
+    try:
+        with pytest.raises(ValueError, match="cannot take rows of shape \\(36,\\)"):
+            ppt.train(NET, flat, ppt.Sync(lr=0.1), ppt.Stop(max_epochs=1))
+        fixed = NET.with_row_shape((1, 6, 6))
+        with pytest.raises(ValueError,
+                           match="takes rows of shape \\(1, 6, 6\\) but the data has rows of shape \\(36,\\)"):
+            ppt.train(fixed, flat, ppt.Sync(lr=0.1), ppt.Stop(max_epochs=1))
+        with pytest.raises(ValueError, match="the network is float32 but the shards hold float64"):
+            ppt.train(ppt.TorchNet(lambda: conv().float()), images, ppt.Sync(lr=0.1), ppt.Stop(max_epochs=1))
+    finally:
+        ppt.exit_data(flat)
+        ppt.exit_data(images)
