@@ -76,6 +76,8 @@ class Mailbox:
     has read and ``stop``s the mailbox at the end. Other slots ``put`` small messages the loop
     ``take``s (the links' addresses, when a generation starts)."""
 
+    ahead = AHEAD  # rounds the loop may run past what the head has read (a kind of loop may keep more)
+
     def __init__(self, name: str, first: int = 0):
         self.name = name
         self.worker = _worker_address()  # where the loop it serves runs (its timings' track)
@@ -178,9 +180,9 @@ class Mailbox:
             return [self._inbox.pop(k) for k in waited]
 
     def wait_room(self, r: int, timeout: float) -> None:
-        """Wait while round ``r`` would be ``AHEAD`` rounds past what the head has read."""
+        """Wait while round ``r`` would be ``ahead`` rounds past what the head has read."""
         with self._lock:
-            if not self._lock.wait_for(lambda: self._stopped or r - self._released < AHEAD, timeout):
+            if not self._lock.wait_for(lambda: self._stopped or r - self._released < self.ahead, timeout):
                 raise TimeoutError(f"{self.name}: the head read no round for {timeout} s")
             if self._stopped:
                 raise Stopped(self.name)
@@ -209,7 +211,7 @@ class Mailbox:
 class StreamStep:
     """The fixed arguments of one worker slot's loop."""
 
-    kind: str  # "sync" or "local"
+    kind: str  # "sync" or "local", or another module's kind with its ``loop``
     strategy: Any
     net: Any
     slot: int
@@ -219,6 +221,9 @@ class StreamStep:
     n_shards: int
     box: str  # the name of this slot's mailbox
     wait: float = WAIT_SECONDS
+    # the loop of a kind defined elsewhere (ppt_dask.engine.streamasync), called as the two
+    # here are: loop(step, first, last, start, shards, links, box, seconds)
+    loop: Any = None
 
 
 def stream_task(step: StreamStep, first: int, last: int, start, shards: list, peers: dict) -> dict:
@@ -238,7 +243,7 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
     secede()
     try:
         links = _links(step, box, peers)
-        loop = _sync_loop if step.kind == "sync" else _local_loop
+        loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
         loop(step, first, last, start, shards, links, box, seconds)
     except Stopped:
         pass
