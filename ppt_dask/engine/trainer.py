@@ -177,9 +177,6 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
-    if getattr(strategy, "asynchronous", False):
-        from ppt_dask.engine.asyncloop import train_recorded  # the table above refused what it lacks
-        return train_recorded(net, shards, strategy, stop, seed, params, fan_in, progress, recorder)
     rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
     max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
     if initial_state is not None:
@@ -252,16 +249,17 @@ def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
 def _salvage(run: _Run, attempt: int, engine) -> _Kept | None:
     """After a lost worker: the state after the round before the last one read, if a surviving
     worker still holds it (a streamed synchronous loop holds the whole state, the same bits on
-    every worker), so the run replays one round instead of going back to the last copy. The
-    last round read is replayed: its checks may not have run."""
+    every worker; an asynchronous one its replica, which may be a round older), so the run
+    replays a round or two instead of going back to the last copy. The last round read is
+    replayed: its checks may not have run."""
     mine = [h for h in run.history if h["try"] == attempt and h["gen"] == run.gen]
     if len(mine) < 2:
         return None
-    r = mine[-2]["round"]
-    state = engine.salvage(r)
+    state = engine.salvage(mine[-2]["round"])
     if state is None:
         return None
-    return _Kept(r, state, len(run.history) - 1)
+    # this generation's records end the history, one per round: keep them up to state.round
+    return _Kept(state.round, state, len(run.history) - len(mine) + state.round - mine[0]["round"] + 1)
 
 
 def _engine(run: _Run, kept: _Kept):
@@ -317,6 +315,8 @@ def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End | _Grow:
         n = last - first + 1
         for i, r in enumerate(range(first, last + 1)):
             record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)
+            if hasattr(engine, "record_fields"):  # asynchronous steps: who made the round, staleness
+                record.update(engine.record_fields(r))
             run.history.append(record)
             if run.progress is not None:
                 run.progress(record)
