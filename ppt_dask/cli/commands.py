@@ -140,8 +140,8 @@ def _strategy_flags(t) -> None:
     t.add_argument("--momentum-policy", choices=["reset", "average"], default=None,
                    help="average: the velocity across averages")
     t.add_argument("--staleness", type=_int_at_least(0), default=None,
-                   help="async: the largest staleness a gradient may have (steps the receiving replica "
-                        "took that the sender's had not); staler ones are dropped")
+                   help="async: the largest staleness a gradient may have (steps the other replicas took "
+                        "that its maker's had not); its maker drops a staler one")
 
 
 def _stop_flags(t) -> None:

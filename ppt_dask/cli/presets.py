@@ -31,6 +31,11 @@ STRATEGY_PRESETS = {
     ("parity8", "block"): dict(block=64, lr=0.5),  # learnt in 360 epochs
     ("encoder", "block"): dict(block=32, lr=2.0, momentum=0.5),  # learnt in 1034 epochs (8268 rounds)
     ("digits5000", "block"): dict(block=500, lr=0.5),
+    # asynchronous: less momentum than the sets' synchronous presets (asynchrony brings its own;
+    # ppt_dask.algorithms.asynchronous); p = 2, 2026-11-26, loaded machine
+    ("parity8", "async"): dict(lr=1.0, momentum=0.8),  # a shard an update: learnt in 28-43 epochs
+    ("encoder", "async"): dict(block=32, lr=4.0, momentum=0.0),  # learnt in 966 epochs, 13.9 s
+    ("digits5000", "async"): dict(block=500, lr=1.0, momentum=0.0),  # 8.4% training error in 100 epochs, 2.7 s
     ("parity8", "average"): dict(lr=0.5, block=16),
     ("mnist", "average"): dict(lr=0.1, momentum=0.9, block=100, local_epochs=1.0, interval=None, epochs=15),
     ("mnist", "block"): dict(block=1000, lr=0.5, momentum=0.9, epochs=15),

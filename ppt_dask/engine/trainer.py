@@ -147,7 +147,8 @@ def train(net: MLP, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed: in
         on, see :mod:`ppt_dask.engine.onehop`); "tree" is the explicit graph of map, reduce and
         update tasks (:mod:`ppt_dask.engine.graph`, three hops). For the local strategy
         (:class:`ppt_dask.LocalSGD`), "all" is one task per worker per round whose exchange
-        overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`).
+        overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`). The
+        asynchronous strategy runs on streamed loops only (:mod:`ppt_dask.engine.streamasync`).
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
         ``round_done(record)`` sees every round (on streamed rounds with each loop's timing of
