@@ -354,6 +354,8 @@ def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate,
     if (r + 1) % run.checkpoint_every == 0 and r + 1 < run.max_rounds:
         kept = _keep(run, attempt, r, waits.round_result(engine.state_after(r), shards))
         if shards.can_grow and shards.joined_workers():  # use new workers from here on
+            if shards.lost_workers():  # a lost worker's restarted process, not a new worker:
+                raise waits.WorkerLost("a worker left and another joined")  # the lost slot takes it
             return _Grow(kept)
     screened = (estimate.full or strategy.exact_stats) and estimate.rate <= (stop.target_error or 0)
     due = record["epoch"] >= checks["next_check"] - 1e-9 or (stop.screen and strategy.exact_stats)
