@@ -1,8 +1,10 @@
 """Asynchronous training on MNIST from the command line: against synchronous SGD, and through a
 lost worker.
 
+Usage::
+
     python graphs/async_race.py              # about 10 minutes on 2 cores
-    python graphs/async_race.py --quick      # one repeat of each, under 3 minutes
+    python graphs/async_race.py --quick      # one repeat of each, about 2 minutes
 
 Each contender is ``ppt-dask train mnist --workers 2 ...`` as a user types it, run as a
 subprocess against one LocalCluster this script starts (``--scheduler``), so that a worker

@@ -118,9 +118,9 @@ class Exchange:
         sent = 0
         # plain msgpack values, the gradient as its bytes: Dask's serialization of an array
         # (headers, sub-frames) cost more than the copy on a small network
-        grad = np.ascontiguousarray(message.grad_sum)
+        grad = message.grad_sum
         wire = {"slot": message.slot, "clock": list(message.clock.items()), "count": message.count,
-                "dtype": grad.dtype.str, "grad": memoryview(grad).cast("B")}
+                "dtype": grad.dtype.str, "grad": grad.tobytes()}
         for slot, comm in self.links.outgoing.items():
             if slot in self.lost:
                 continue
@@ -315,6 +315,9 @@ class AsyncRounds:
             if slot not in self.asks:
                 self.asks[slot] = actor.since(self.next_step[slot], self._needed(slot))
         wait(_FirstAnswer(self))
+        if any(f.status != "finished" for f, _actor in self.boxes):  # a worker left: the others go on
+            # without it meanwhile, and its ask may never answer; the trainer puts its shards back
+            raise CancelledError("a loop's worker was lost")
         new = []
         for slot in [s for s, ask in self.asks.items() if ask.done()]:
             reply = self._answer(self.asks.pop(slot))
