@@ -22,6 +22,7 @@ SCRIPTS = {  # script -> (tables, figures) it writes
     "paper002_softmax.py": (("paper002_softmax",), ("paper002_softmax",)),
     "paper004_digits.py": (("paper004_table1", "paper004_table2"), ("paper004_digits",)),
     "estimator_race.py": (("estimator_race",), ()),
+    "async_race.py": (("async_race",), ()),
 }
 TIMEOUT = 240  # seconds; a --quick run takes well under a minute on an idle 2-core machine
 
@@ -60,6 +61,12 @@ def test_quick_run_writes_tables_and_figures(script, tmp_path):
             ("MNIST", "PPTClassifier()"), ("MNIST", "MLPClassifier()"),
             ("digits", "PPTClassifier()"), ("digits", "MLPClassifier()")]
         assert all(float(r["test accuracy %"]) > 85 and int(r["epochs"]) >= 1 for r in rows)
+    if script == "async_race.py":  # from the command line: async, with a worker killed, and synchronous
+        with open(tmp_path / "async_race.csv") as fh:
+            rows = {r["contender"]: r for r in csv.DictReader(fh)}
+        assert len(rows) == 4 and all(r["reached 97%"] == "1/1" for r in rows.values()), rows
+        killed = [r for name, r in rows.items() if "SIGKILLed" in name]
+        assert len(killed) == 1 and int(killed[0]["recoveries"]) == 1  # the run went on
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

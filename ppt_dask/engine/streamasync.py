@@ -311,13 +311,16 @@ class AsyncRounds:
     def _read(self, wait) -> None:
         """Ask every mailbox that has no open ask for its new steps; take the answers of
         those that have answered, once one has (``wait``: the trainer's watched wait)."""
+        self._check_boxes()
         for slot, (_f, actor) in enumerate(self.boxes):
             if slot not in self.asks:
-                self.asks[slot] = actor.since(self.next_step[slot], self._needed(slot))
+                try:
+                    self.asks[slot] = actor.since(self.next_step[slot], self._needed(slot))
+                except RuntimeError:  # its worker was lost since the check
+                    self._check_boxes()
+                    raise
         wait(_FirstAnswer(self))
-        if any(f.status != "finished" for f, _actor in self.boxes):  # a worker left: the others go on
-            # without it meanwhile, and its ask may never answer; the trainer puts its shards back
-            raise CancelledError("a loop's worker was lost")
+        self._check_boxes()
         new = []
         for slot in [s for s, ask in self.asks.items() if ask.done()]:
             reply = self._answer(self.asks.pop(slot))
@@ -325,6 +328,14 @@ class AsyncRounds:
             new += [(log[2], slot, t, log, timing, reply["worker"]) for t, log, timing in reply["steps"]]
             self.next_step[slot] = reply["steps"][-1][0] + 1
         self.buffer.extend(item[1:] for item in sorted(new, key=lambda item: item[:3]))  # the loops' clocks
+
+    def _check_boxes(self) -> None:
+        """A lost worker as a lost task (the trainer puts its shards back and goes on from a
+        survivor's replica): the others' loops go on without it meanwhile, and its open ask
+        may never answer (distributed refuses calls to an actor whose worker was lost)."""
+        lost = [slot for slot, (f, _actor) in enumerate(self.boxes) if f.status != "finished"]
+        if lost:
+            raise CancelledError(f"the worker of slot(s) {lost} was lost")
 
     async def _any_answer(self) -> None:
         for slot, ask in self.asks.items():
