@@ -88,12 +88,18 @@ def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
     X, y = _data()
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
     strategy = ppt.Slowed(ppt.Async(lr=0.2, staleness=3), seconds=0.4, shards=(0, 1))
-    result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=100))
+    seen = []  # worker 0's steps in each round read
+
+    def three_slow_steps(record) -> bool:
+        seen.append(record["updates"][0])
+        return sum(seen) >= 3
+    result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=20_000), on_round=three_slow_steps)
     rows = result.breakdown()
     ppt.exit_data(shards)
     by_worker = [sum(r["updates"][w] for r in result.history) for w in (0, 1)]
     elapsed = result.history[-1]["elapsed_seconds"]
-    assert by_worker[1] > 5 * max(1, by_worker[0]), by_worker
+    assert result.stopped_because == "stopped" and by_worker[0] == 3
+    assert by_worker[1] > 5 * by_worker[0], by_worker
     assert by_worker[1] / elapsed > 5  # updates per second from the fast worker
     assert all(row["idle"] == 0 for row in rows)  # no loop ever waited for another
     slow = [r for r in result.history if r["updates"][0]]  # the rounds with a step of worker 0's

@@ -73,8 +73,9 @@ class Async(_Base):
         shards, split over them. None: each update is one whole shard (a worker takes its
         shards in turn).
     staleness : int
-        The largest staleness (gradients the receiving replica has taken that the sender's
-        had not) with which a gradient is still applied; staler ones are dropped.
+        The largest staleness a gradient may have (gradients the other replicas have taken
+        that its maker's had not, as far as its maker has heard when it is done); its maker
+        drops a staler one, for all replicas.
     """
 
     block: int | None = None
