@@ -33,9 +33,11 @@ class Slowed:
     def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> Slowed:
         return replace(self, inner=self.inner.check(shard_rows, seed, replicated))
 
-    def work(self, net, broadcast, shard, s: int, r: int) -> tuple:
-        if self.shards is None or s in self.shards:
-            time.sleep(self.seconds)
+    def work(self, net, broadcast, shard, s, r: int) -> tuple:
+        """``s``: a shard, or the shards whose rows make one asynchronous step (each slowed
+        one adds ``seconds``)."""
+        slowed = sum(1 for i in (s if isinstance(s, tuple) else (s,)) if self.shards is None or i in self.shards)
+        time.sleep(self.seconds * slowed)
         return self.inner.work(net, broadcast, shard, s, r)
 
     def apply(self, net, state, total):

@@ -90,12 +90,13 @@ def test_exchange_all_applies_to_local_and_auto_to_all():
         applicability.refuse("async", {"exchange": "all"})
 
 
-def test_exchange_stream_applies_to_every_synchronous_strategy():
-    for strategy in ("epoch", "block", "ppt", "average", "local"):
+def test_exchange_stream_applies_to_every_strategy_and_tree_not_to_the_streamed_only():
+    for strategy in STRATEGIES:
         applicability.refuse(strategy, {"exchange": "stream"})
-    with pytest.raises(ValueError, match="exchange 'stream' applies to strategy epoch, block, ppt, average, "
-                                         "local, not to strategy async"):
-        applicability.refuse("async", {"exchange": "stream"})
+    for strategy in ("local", "async"):
+        with pytest.raises(ValueError, match=f"exchange 'tree' applies to strategy epoch, block, ppt, average, "
+                                             f"not to strategy {strategy}"):
+            applicability.refuse(strategy, {"exchange": "tree"})
 
 
 @pytest.mark.parametrize("strategy", ["local", "block"])

@@ -53,6 +53,23 @@ def test_mnist_preset_is_local_sgd_in_float32_on_streamed_rounds(tmp_path, sched
     assert summary["phases"][0]["phase"] == "gradient"  # most of a round computes
 
 
+def test_mnist_async_preset_short_run_with_a_report(tmp_path, scheduler_address):
+    """`ppt-dask train mnist --strategy async` as a user runs it, one epoch: its preset (a
+    replica per worker, 100 patterns an update, no momentum, rounds of ten updates), streamed loops that
+    never wait for each other, a breakdown and a report; one epoch already learns."""
+    out, report = tmp_path / "out.json", tmp_path / "run.html"
+    proc = run("train", "mnist", "--workers", "2", "--strategy", "async", "--epochs", "1", "--json", str(out),
+               "--report", str(report), "--quiet", "--scheduler", scheduler_address)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    assert summary["strategy"] == "async" and summary["exchange"] == "stream"
+    assert (summary["block"], summary["lr"], summary["momentum"], summary["shards"]) == (100, 0.5, 0.0, 8)
+    assert summary["rounds"] == 60 and summary["test_accuracy"] > 0.90
+    phases = {p["phase"]: p for p in summary["phases"]}
+    assert phases["gradient"]["seconds"] > 0 and phases["idle"]["seconds"] == 0  # no loop waits for another
+    assert "ppt-curves" in report.read_text()
+
+
 def test_mnist_preset_on_one_task_per_round_learns_the_same(tmp_path, scheduler_address):
     """`--exchange all` gives the local strategy's one-task-per-round graph, with the same bits."""
     outs = []

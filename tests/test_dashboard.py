@@ -194,12 +194,13 @@ return {summary: get('ppt-summary').text,
 """
 
 
-def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(browser, tmp_path):
-    """``ppt-dask train mnist`` (local SGD on streamed rounds: one task per worker for the run)
-    with /ppt open: the header, the bars, the throughput and the phase table hold the rounds
-    while the run goes, not only when the loops end."""
+@pytest.mark.parametrize("strategy", [[], ["--strategy", "async"]], ids=["preset", "async"])
+def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(browser, tmp_path, strategy):
+    """``ppt-dask train mnist`` (local SGD on streamed rounds: one task per worker for the run;
+    or the asynchronous strategy's loops) with /ppt open: the header, the bars, the throughput
+    and the phase table hold the rounds while the run goes, not only when the loops end."""
     head = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", "2",
-                             "--epochs", "100", "--target-error", "0"], start_new_session=True,
+                             "--epochs", "100", "--target-error", "0", *strategy], start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list = []
     reader = threading.Thread(target=lambda: lines.extend(head.stderr), daemon=True)
@@ -224,7 +225,7 @@ def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(brows
         assert got["bars"] >= min(rounds, 300) - 5 and got["throughput"] >= got["bars"] - 5, got
         assert "scheduler" not in got["phases"] and "gradient" in got["phases"], got
         assert got["percent"] == pytest.approx(100, abs=0.5), got  # the table holds the rounds
-        keep_screenshot(browser, tmp_path, "dashboard-streamed.png")
+        keep_screenshot(browser, tmp_path, f"dashboard-streamed{'-async' if strategy else ''}.png")
         time.sleep(1.5)
         assert browser.execute_script(PAGE_STATE)["bars"] > got["bars"] or rounds >= 300  # live
     finally:

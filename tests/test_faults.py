@@ -85,24 +85,30 @@ def test_no_head_copy_gives_a_clear_error(client2):
                   ppt.Stop(max_epochs=10), progress=progress)
 
 
-def test_a_lost_worker_ends_an_asynchronous_run_at_once_with_a_clear_error(client2):
-    """The asynchronous loop keeps no copy of the state to go back to: a SIGKILLed worker ends
-    the run with an error that says so within seconds, not after the round timeout (600 s)."""
-    from ppt_dask.engine import waits
-
-    X, y = _data()
+def test_a_worker_killed_mid_run_an_asynchronous_run_goes_on_and_learns(client2):
+    """SIGKILL one of two workers in an asynchronous run: the gradient it was computing is lost,
+    the surviving loop's replica is kept (a round or two back at most, not the head's last
+    copy), the lost worker's shards are placed again, and the run goes on to the target,
+    verified on held-out data, as an undisturbed run does."""
+    X, y = _data(1200, seed=4)
+    X_test, y_test, X, y = X[:400], y[:400], X[400:], y[400:]
+    strategy = ppt.Slowed(ppt.Async(lr=0.2, momentum=0.5, block=10), seconds=0.002)
+    stop = ppt.Stop(max_epochs=60, target_error=0.12, test=(X_test, y_test), check_every=1)
     shards = ppt.enter_data(client2, X, y, n_shards=4)
-    progress, killed = _killer(client2, at_round=10)
-    strategy = ppt.Slowed(ppt.Async(lr=0.1, block=10), seconds=0.01)
     try:
-        with pytest.raises(waits.WorkerLost, match="keeps no copy of the state .* does not recover"):
-            ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=50), progress=progress)
-        assert killed["killed_at"] is not None
-        waited = time.perf_counter() - killed["killed_at"]
-        print(f"the error came {waited:.1f} s after the kill")
-        assert waited < 30
+        undisturbed = ppt.train(NET, shards, strategy, stop, seed=1)
+        progress, killed = _killer(client2, at_round=10)
+        result = ppt.train(NET, shards, strategy, stop, seed=1, checkpoint_every=1000, progress=progress)
     finally:
         ppt.exit_data(shards)
+    assert undisturbed.learned and undisturbed.settings["recoveries"] == 0
+    assert killed["killed_at"] is not None and result.settings["recoveries"] >= 1
+    event = result.settings["events"][0]
+    assert event["event"] == "recovered" and event["rolled_back_to"] >= 8  # a survivor's replica, not round -1
+    assert event["moved"][0]["resent"] is True and event["moved"][0]["shards"] == [2, 3]
+    assert [r["round"] for r in result.history] == list(range(result.rounds))  # replayed, no gaps
+    assert {r["gen"] for r in result.history} == {0, 1}
+    assert result.learned and result.test_accuracy >= 0.88
 
 
 def _cli(scheduler, *args):

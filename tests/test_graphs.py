@@ -23,6 +23,7 @@ SCRIPTS = {  # script -> (tables, figures) it writes
     "paper004_digits.py": (("paper004_table1", "paper004_table2"), ("paper004_digits",)),
     "estimator_race.py": (("estimator_race",), ()),
     "table_memory.py": (("table_memory",), ()),
+    "async_race.py": (("async_race",), ()),
 }
 TIMEOUT = 240  # seconds; a --quick run takes well under a minute on an idle 2-core machine
 
@@ -68,6 +69,12 @@ def test_quick_run_writes_tables_and_figures(script, tmp_path):
         assert int(large["rows"]) == 100 * int(small["rows"])
         grown = float(large["head peak RSS MiB"]) - float(small["head peak RSS MiB"])
         assert grown < 0.5 * float(large["file MiB"]), (small, large)
+    if script == "async_race.py":  # from the command line: async, with a worker killed, and synchronous
+        with open(tmp_path / "async_race.csv") as fh:
+            rows = {r["contender"]: r for r in csv.DictReader(fh)}
+        assert len(rows) == 4 and all(r["reached 97%"] == "1/1" for r in rows.values()), rows
+        killed = [r for name, r in rows.items() if "SIGKILLed" in name]
+        assert len(killed) == 1 and int(killed[0]["recoveries"]) == 1  # the run went on
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

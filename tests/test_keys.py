@@ -21,10 +21,5 @@ def test_a_round_key_reads_back(prefix):
     assert keys.parse_key((keys.name(prefix, keys.round_tag(tag, 41)), 0, 2)) == (prefix, "0123abcd", 3, 41)
 
 
-def test_asynchronous_keys_read_back():
-    assert keys.parse_key(keys.version_name(keys.UPDATE, "0123abcd", 7)) == (keys.UPDATE, "0123abcd", 0, 7)
-    assert keys.parse_key((keys.step_name(keys.GRAD, "0123abcd", 1, 4), 1)) == (keys.GRAD, "0123abcd", None, None)
-
-
 def test_keys_of_others_are_not_ours():
     assert keys.parse_key("sum-0123") is None and keys.parse_key(("x", 1)) is None and keys.parse_key(3) is None

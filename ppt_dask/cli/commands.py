@@ -125,9 +125,11 @@ def _strategy_flags(t) -> None:
     t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "local", "async"], default=None,
                    help="epoch: full batch; block: --block patterns per update (001); ppt: random "
                         "local epochs (000); average: weight averaging (001, 004); local: local SGD, "
-                        "the average applied one round late (overlapped); async: bounded staleness")
+                        "the average applied one round late (overlapped); async: a replica per worker, "
+                        "no barrier, bounded staleness")
     t.add_argument("--block", type=_int_at_least(1), default=None,
-                   help="patterns per update (block, async), or the local mini-batch (average, local)")
+                   help="patterns per update (block; async: per worker's update), or the local mini-batch "
+                        "(average, local)")
     t.add_argument("--local-epoch", type=_int_at_least(1), default=None,
                    help="ppt: patterns each shard draws per round (000's local epoch size)")
     t.add_argument("--replicate", action=argparse.BooleanOptionalAction, default=None,
@@ -146,7 +148,8 @@ def _strategy_flags(t) -> None:
     t.add_argument("--momentum-policy", choices=["reset", "average"], default=None,
                    help="average: the velocity across averages")
     t.add_argument("--staleness", type=_int_at_least(0), default=None,
-                   help="async: the largest staleness (updates) a gradient may have")
+                   help="async: the largest staleness a gradient may have (steps the other replicas took "
+                        "that its maker's had not); its maker drops a staler one")
     t.add_argument("--solver", choices=["sgd", "adam"], default=None,
                    help="local: the local steps' optimizer (default sgd; a table of your own: adam when it "
                         "has fewer than 60 batches of rows, each pass in a new order)")

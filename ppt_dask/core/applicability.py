@@ -10,7 +10,7 @@ block, average, local, async``), never dropped. The CLI spells a parameter as it
 from __future__ import annotations
 
 STRATEGIES = ("epoch", "block", "ppt", "average", "local", "async")
-_SYNCHRONOUS = ("epoch", "block", "ppt", "average", "local")  # the trainer's round loop
+_SYNCHRONOUS = ("epoch", "block", "ppt", "average", "local")
 
 # parameter -> the strategies it applies to
 TABLE: dict[str, tuple[str, ...]] = {
@@ -31,15 +31,15 @@ TABLE: dict[str, tuple[str, ...]] = {
     "sample_fraction": ("average",),
     "momentum_policy": ("average",),
     "staleness": ("async",),
-    # the round loop (train); the asynchronous loop has none of these
+    # the round loop (train): every strategy runs in it
     "exchange": ("epoch", "block", "ppt", "average"),  # tree, doubling (all and stream: see below)
-    "pipeline": _SYNCHRONOUS,
-    "checkpoint": _SYNCHRONOUS,
-    "resume": _SYNCHRONOUS,
-    "restarts": _SYNCHRONOUS,
-    "on_round": _SYNCHRONOUS,
-    "snapshot_epochs": _SYNCHRONOUS,
-    "initial_state": _SYNCHRONOUS,
+    "pipeline": _SYNCHRONOUS,  # the per-round graphs' (refuse_pipeline); the asynchronous loops have none
+    "checkpoint": STRATEGIES,
+    "resume": STRATEGIES,
+    "restarts": STRATEGIES,
+    "on_round": STRATEGIES,
+    "snapshot_epochs": STRATEGIES,
+    "initial_state": STRATEGIES,
 }
 
 # the rows that are arguments of a strategy object (choose.make), not of train
@@ -50,8 +50,9 @@ STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs
 NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,), "solver": ("sgd",),
            "shuffle": (False,), "snapshot_epochs": ((),)}
 # values that apply beyond the table's row: the local strategy's graph is all to all, and it
-# streams its rounds as the others do
-ALSO: dict[tuple[str, str], tuple[str, ...]] = {("exchange", "all"): ("local",), ("exchange", "stream"): ("local",)}
+# streams its rounds as the others do; the asynchronous strategy has streamed loops only
+ALSO: dict[tuple[str, str], tuple[str, ...]] = {("exchange", "all"): ("local",),
+                                                ("exchange", "stream"): ("local", "async")}
 # values that apply to their own strategies only
 ONLY: dict[tuple[str, str], tuple[str, ...]] = {}
 

@@ -4,8 +4,7 @@ Every task of a run is named ``<prefix>-<run>-<rest>``: the prefix says what the
 (the dashboard groups keys by it), ``run`` is eight hex digits per :func:`ppt_dask.train`
 call, and the rest says where in the run it sits: ``g<generation>-r<round>`` for rounds
 (a generation starts afresh after a lost or a joined worker, so a replayed round never
-reuses a key), ``v<version>`` for an asynchronous update, ``w<slot>-s<step>`` for an
-asynchronous gradient. The per-worker tasks of a round are tuples ``(name, slot)``.
+reuses a key). The per-worker tasks of a round are tuples ``(name, slot)``.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ STATS = "ppt-stats"  # a pick of the round's stats
 STATE = "ppt-state"  # a pick of the whole state (weights and optimizer state)
 LOG = "ppt-log"  # a pick of the stats of the last rounds
 EVAL = "ppt-eval"  # a verification pass
-LOOP = "ppt-loop"  # one task that runs many rounds (the local strategy's streamed rounds)
+LOOP = "ppt-loop"  # one task that runs many rounds (streamed rounds)
 SHARD = "ppt-shard"  # a placed shard (the worker's own aligned copy)
 SHARD_INFO = "ppt-shardinfo"  # a shard's checks and summary, computed where it lives
 PHASES = "ppt-phases"  # the entry of a finished task's metadata with its own timings {phase: seconds}
@@ -31,7 +30,7 @@ LOOP_PHASES = ("idle", "reduce", "update", "gradient", "transfer", "head")
 
 _KEY = re.compile(r"^(ppt-[a-z]+)-(.+)$")
 _RUN = re.compile(r"^([0-9a-f]{8})-(.+)$")
-_ROUND = re.compile(r"^(?:g(\d+)-r(\d+)|v(\d+))$")
+_ROUND = re.compile(r"^g(\d+)-r(\d+)$")
 
 
 def name(prefix: str, tag: str) -> str:
@@ -54,23 +53,11 @@ def round_name(prefix: str, tag: str, r: int) -> str:
     return name(prefix, round_tag(tag, r))
 
 
-def version_name(prefix: str, run: str, version) -> str:
-    """``"ppt-update-3f2a9c1b-v7"``: an asynchronous update, or its picks."""
-    return name(prefix, f"{run}-v{version}")
-
-
-def step_name(prefix: str, run: str, slot: int, step: int) -> str:
-    """``"ppt-grad-3f2a9c1b-w1-s4"``: worker slot 1's fifth asynchronous gradient."""
-    return name(prefix, f"{run}-w{slot}-s{step}")
-
-
 def parse_key(key) -> tuple | None:
     """``(prefix, run, gen, round)`` of a ``ppt-*`` key, None for any other key.
 
     >>> parse_key(("ppt-grad-3f2a9c1b-g0-r12", 1))
     ('ppt-grad', '3f2a9c1b', 0, 12)
-    >>> parse_key("ppt-update-3f2a9c1b-v7")      # an asynchronous update: round = version
-    ('ppt-update', '3f2a9c1b', 0, 7)
     >>> parse_key("ppt-eval-eval-0a1b2c3d")
     ('ppt-eval', None, None, None)
     >>> parse_key("x-1") is None
@@ -90,8 +77,6 @@ def parse_key(key) -> tuple | None:
     m = _ROUND.match(tag)
     if m is None:
         return (prefix, run, None, None)
-    if m.group(3) is not None:
-        return (prefix, run, 0, int(m.group(3)))
     return (prefix, run, int(m.group(1)), int(m.group(2)))
 
 

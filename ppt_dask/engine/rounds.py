@@ -2,13 +2,13 @@
 
 Every kind has the same interface (``submit``, ``read_stats``, ``loop_phases``,
 ``state_after``, ``state_before``, ``salvage``, ``release``, ``cancel``, ``lag``,
-``max_batch``), so the
-round loop (:mod:`ppt_dask.engine.trainer`) does not know which one it drives.
+``max_batch``; the asynchronous loops also ``record_fields``), so the round loop
+(:mod:`ppt_dask.engine.trainer`) does not know which one it drives.
 """
 
 from __future__ import annotations
 
-from ppt_dask.engine import graph, onehop, overlap, stream
+from ppt_dask.engine import graph, onehop, overlap, stream, streamasync
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
 # "auto" combines by recursive doubling from this many workers on. At 4 (graphs/round_latency.py
@@ -27,6 +27,11 @@ def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     exchange overlaps the next round's steps (:mod:`ppt_dask.engine.overlap`)."""
     if exchange not in EXCHANGES:
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    if getattr(strategy, "asynchronous", False):  # one loop per worker, never waiting for another
+        if exchange not in ("auto", "stream"):
+            raise ValueError(f"exchange={exchange!r} does not apply to the asynchronous strategy: its loops "
+                             "stream their steps ('auto' or 'stream')")
+        return "stream"
     if getattr(strategy, "shard_models", False):
         if exchange not in ("auto", "all", "stream"):
             raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
@@ -49,6 +54,8 @@ def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net,
     """The rounds of one generation (``tag``) from ``state``, the state before round ``first``;
     ``last`` is the run's last round (the streamed rounds run up to it by themselves)."""
     start_state = client.scatter(state, hash=False)
+    if exchange == "stream" and getattr(strategy, "asynchronous", False):
+        return streamasync.AsyncRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last)
     if exchange == "stream":
         kind = "local" if getattr(strategy, "shard_models", False) else "sync"
         return stream.StreamRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state,

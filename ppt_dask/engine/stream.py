@@ -225,7 +225,7 @@ class Mailbox:
 class StreamStep:
     """The fixed arguments of one worker slot's loop."""
 
-    kind: str  # "sync" or "local"
+    kind: str  # "sync" or "local", or another module's kind with its ``loop``
     strategy: Any
     net: Any
     slot: int
@@ -235,6 +235,9 @@ class StreamStep:
     n_shards: int
     box: str  # the name of this slot's mailbox
     wait: float = WAIT_SECONDS
+    # the loop of a kind defined elsewhere (ppt_dask.engine.streamasync), called as the two
+    # here are: loop(step, first, last, start, shards, links, box, seconds)
+    loop: Any = None
 
 
 def stream_task(step: StreamStep, first: int, last: int, start, shards: list, peers: dict) -> dict:
@@ -254,7 +257,7 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
     secede()
     try:
         links = _links(step, box, peers)
-        loop = _sync_loop if step.kind == "sync" else _local_loop
+        loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
         loop(step, first, last, start, shards, links, box, seconds)
     except Stopped:
         pass

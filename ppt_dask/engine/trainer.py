@@ -151,7 +151,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         on, see :mod:`ppt_dask.engine.onehop`); "tree" is the explicit graph of map, reduce and
         update tasks (:mod:`ppt_dask.engine.graph`, three hops). For the local strategy
         (:class:`ppt_dask.LocalSGD`), "all" is one task per worker per round whose exchange
-        overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`).
+        overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`). The
+        asynchronous strategy runs on streamed loops only (:mod:`ppt_dask.engine.streamasync`).
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
         ``round_done(record)`` sees every round (on streamed rounds with each loop's timing of
@@ -188,9 +189,6 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     _send_network(shards, net)
-    if getattr(strategy, "asynchronous", False):
-        from ppt_dask.engine.asyncloop import train_recorded  # the table above refused what it lacks
-        return train_recorded(net, shards, strategy, stop, seed, params, fan_in, progress, recorder)
     rounds_per_epoch = strategy.rounds_per_epoch(shards.n_rows)
     max_rounds = max(1, math.ceil(stop.max_epochs * rounds_per_epoch - 1e-9))
     if initial_state is not None:
@@ -293,16 +291,17 @@ def _one_try(run: _Run, attempt: int, kept: _Kept) -> _End:
 def _salvage(run: _Run, attempt: int, engine) -> _Kept | None:
     """After a lost worker: the state after the round before the last one read, if a surviving
     worker still holds it (a streamed synchronous loop holds the whole state, the same bits on
-    every worker), so the run replays one round instead of going back to the last copy. The
-    last round read is replayed: its checks may not have run."""
+    every worker; an asynchronous one its replica, which may be a round older), so the run
+    replays a round or two instead of going back to the last copy. The last round read is
+    replayed: its checks may not have run."""
     mine = [h for h in run.history if h["try"] == attempt and h["gen"] == run.gen]
     if len(mine) < 2:
         return None
-    r = mine[-2]["round"]
-    state = engine.salvage(r)
+    state = engine.salvage(mine[-2]["round"])
     if state is None:
         return None
-    return _Kept(r, state, len(run.history) - 1)
+    # this generation's records end the history, one per round: keep them up to state.round
+    return _Kept(state.round, state, len(run.history) - len(mine) + state.round - mine[0]["round"] + 1)
 
 
 def _engine(run: _Run, kept: _Kept):
@@ -358,6 +357,8 @@ def _rounds(run: _Run, attempt: int, engine, kept: _Kept) -> _End | _Grow:
         n = last - first + 1
         for i, r in enumerate(range(first, last + 1)):
             record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)
+            if hasattr(engine, "record_fields"):  # asynchronous steps: who made the round, staleness
+                record.update(engine.record_fields(r))
             run.history.append(record)
             if run.progress is not None:
                 run.progress(record)
@@ -394,6 +395,8 @@ def _check(run: _Run, attempt: int, engine, r: int, record: dict, estimate,
     if (r + 1) % run.checkpoint_every == 0 and r + 1 < run.max_rounds:
         kept = _keep(run, attempt, r, waits.round_result(engine.state_after(r), shards))
         if shards.can_grow and shards.joined_workers():  # use new workers from here on
+            if shards.lost_workers():  # a lost worker's restarted process, not a new worker:
+                raise waits.WorkerLost("a worker left and another joined")  # the lost slot takes it
             return _Grow(kept)
     screened = (estimate.full or strategy.exact_stats) and estimate.rate <= (stop.target_error or 0)
     due = record["epoch"] >= checks["next_check"] - 1e-9 or (stop.screen and strategy.exact_stats)

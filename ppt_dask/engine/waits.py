@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import time
 
-from distributed import wait
-
 ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
 POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
 
@@ -35,12 +33,6 @@ def round_result(future, shards, timeout: float = ROUND_TIMEOUT):
     ``no-workers-timeout``.
     """
     return _watching(lambda t: future.result(timeout=t), shards, timeout, "a round did not finish")
-
-
-def first_done(futures, shards, timeout: float = ROUND_TIMEOUT) -> set:
-    """The ``futures`` that have ended, once one has; lost workers watched as in :func:`round_result`."""
-    return _watching(lambda t: wait(futures, timeout=t, return_when="FIRST_COMPLETED").done, shards,
-                     timeout, "no task finished")
 
 
 def _watching(get, shards, timeout: float, what: str):

@@ -41,7 +41,9 @@ from ppt_dask.sklearn.contract import (
 from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
 
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours
-AUTO_BATCH = {"local": 100}  # batch_size="auto" is min(AUTO_BATCH[strategy], n_samples) ...
+# batch_size="auto" is min(AUTO_BATCH[strategy], n_samples) (async: patterns per worker's update,
+# as the command line's MNIST preset) ...
+AUTO_BATCH = {"local": 100, "async": 100}
 AUTO_BATCH_OTHERS = 1000  # ... or this for the strategies not named there
 RESULT_TIMEOUT = 600.0  # seconds to wait for a small dask result (a dask DataFrame's row counts)
 PER_SHARD = {"ppt": "local_epoch", "average": "block", "local": "block"}  # size per shard
@@ -104,23 +106,6 @@ class _Run:
     best: float = math.inf
     no_improvement: int = 0
     state: object = None  # weights and optimizer state of the last chunk, within one fit
-
-
-def _epoch_losses(history: list[dict], epochs: int, complete: bool) -> list[float]:
-    """Mean loss of each epoch (weighted by patterns) from the rounds of one train call.
-
-    The asynchronous strategy counts only the patterns of the gradients it applied in
-    ``epoch``: a ``complete`` run's records are spread over all its ``epochs``.
-    """
-    sums, counts = np.zeros(epochs), np.zeros(epochs)
-    reached = history[-1].get("epoch", epochs) if history else epochs
-    scale = epochs / reached if complete and 0 < reached < epochs else 1.0
-    for i, record in enumerate(history):
-        epoch = scale * record["epoch"] if "epoch" in record else (i + 1) * epochs / len(history)
-        e = min(epochs - 1, max(0, math.ceil(epoch - 1e-9) - 1))
-        sums[e] += record["loss"] * record.get("patterns", 1)
-        counts[e] += record.get("patterns", 1)
-    return [float(s / c) for s, c in zip(sums, counts) if c > 0]  # a diverged run ends early
 
 
 # ---- the shared machinery ----------------------------------------------------------------
@@ -415,8 +400,7 @@ class PPTBase(BaseEstimator):
         an epoch whose mean loss is not below the best loss so far minus ``tol`` counts as no
         improvement, and training stops once more than ``n_iter_no_change`` epochs in a row
         count. The trainer calls back after every round (``on_round``); the round that
-        completes the rule's epoch stops the run there. The asynchronous strategy has no
-        such call-back: its ``epochs`` all run and the rule only decides the warning. Without
+        completes the rule's epoch stops the run there. Without
         ``tol_rule`` (``partial_fit``) the rule's bookkeeping (``best_loss_``) goes on, as
         scikit-learn's, but does not stop the run.
         """
@@ -424,22 +408,16 @@ class PPTBase(BaseEstimator):
         # verbose: scikit-learn's line per epoch, and the progress display (a widget in Jupyter)
         shown = Training(epochs, link=lambda: cluster.page_url(shards.client)) if self.verbose else None
         curve = EpochCurve(rule, on_epoch=self._print_epoch(run.epochs, shown) if self.verbose else None)
-        asynchronous = getattr(strategy, "asynchronous", False)
         result = None
         try:
             result = train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=run.params,
                            fan_in=self.fan_in, progress=shown,
-                           on_round=None if asynchronous else curve.add if tol_rule else
-                           lambda record: curve.add(record) and False)
+                           on_round=curve.add if tol_rule else lambda record: curve.add(record) and False)
         finally:
             if shown is not None:
                 shown.close(result)
         diverged = result.outcome is Outcome.DIVERGED
-        if asynchronous:  # its records carry the epochs of the gradients it applied
-            curve = EpochCurve(rule, on_epoch=curve.on_epoch)
-            for loss in _epoch_losses(result.history, epochs, complete=not diverged):
-                curve.add({"epoch": len(curve.losses) + 1, "loss": loss})
-        elif diverged:
+        if diverged:
             curve.close_partial()
         run.params, run.state = result.params, result.state
         run.history += [{**r, "epoch": r.get("epoch", 0) + run.epochs} for r in result.history]
@@ -452,7 +430,7 @@ class PPTBase(BaseEstimator):
                           "weights; scale the inputs and targets or lower learning_rate_init",
                           ConvergenceWarning, stacklevel=4)
             return
-        if tol_rule and curve.stopped_by_rule and not asynchronous:
+        if tol_rule and curve.stopped_by_rule:
             if self.verbose:
                 print(f"Training loss did not improve more than tol={self.tol} for "
                       f"{self.n_iter_no_change} consecutive epochs. Stopping.", flush=True)

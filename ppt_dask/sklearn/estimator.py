@@ -169,7 +169,7 @@ _DOC = """
     with "local" per ``interval`` patterns of each shard);
     ``partial_fit`` starts the momentum again from zero; ``loss_curve_`` leaves out the L2
     term. ``fit`` is one run of the trainer, stopped from inside at the epoch where the
-    ``tol`` rule fires (the asynchronous strategy runs all ``max_iter`` epochs).
+    ``tol`` rule fires.
 """
 
 
