@@ -30,7 +30,8 @@ def test_quick_races_every_contender_and_writes_ratios(tmp_path):
     data = json.loads((tmp_path / "peers_cnn.json").read_text())
     assert set(data["runs"]) == {"ppt_dask-p2", "ppt_dask-p1", "ppt_dask-p2-sync", "torch-ddp", "torch"}
     for name, runs in data["runs"].items():
-        assert runs[0]["reached"] and runs[0]["seconds"] > 0 and runs[0]["epochs"] == 1, (name, runs[0])
+        # one epoch: exactly one for the peers, whole rounds for ppt_dask (24 local-SGD rounds of 2,560 rows)
+        assert runs[0]["reached"] and runs[0]["seconds"] > 0 and 1 <= runs[0]["epochs"] < 1.05, (name, runs[0])
     assert data["runs"]["ppt_dask-p2"][0]["phases"]  # the per-round breakdown came back
     table = (tmp_path / "peers_cnn.md").read_text()
     assert "| PyTorch DDP gloo, 2 processes x 1 thread |" in table and "median round" in table
