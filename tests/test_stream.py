@@ -172,3 +172,33 @@ def test_a_loop_that_fails_ends_the_run_with_its_error_not_a_hang(threads_client
     finally:
         ppt.exit_data(shards)
     assert time.perf_counter() - t0 < 60
+
+
+@pytest.mark.timeout(180)
+def test_streamed_rounds_over_tls_end_bitwise_as_over_tcp(threads_client):
+    """A cluster that speaks TLS: the loops' links listen with the worker's server-side context
+    and connect with its client-side one (a client context on the listener failed with
+    'IOStream is not idle; cannot convert to SSL' on every ssh and Slurm deployment; the
+    asynchronous loops open the same links). The TLS run's weights equal the TCP run's."""
+    pytest.importorskip("cryptography")  # Security.temporary makes its certificates with it
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+    X, y = _data()
+    net = ppt.MLP((X.shape[1], 8, 3), hidden="tanh", output="softmax")
+
+    def run(client):
+        shards = ppt.enter_data(client, X, y, n_shards=4, workers=list(client.scheduler_info()["workers"])[:2])
+        try:
+            return ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=6), seed=3, exchange="stream")
+        finally:
+            ppt.exit_data(shards)
+
+    security = Security.temporary()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tls://", security=security,
+                      dashboard_address=None) as cluster, Client(cluster, security=security, timeout=60) as client:
+        assert cluster.scheduler_address.startswith("tls://")
+        over_tls = run(client)
+    over_tcp = run(threads_client)
+    assert over_tls.rounds == over_tcp.rounds == 6
+    assert (over_tls.params == over_tcp.params).all()

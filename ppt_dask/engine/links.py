@@ -53,15 +53,17 @@ class Links:
     address : str
         The address of the worker it runs on (``tcp://host:port`` or ``tls://...``): the links
         listen on the same host with the same protocol.
-    connection_args : dict, optional
-        The worker's security settings (``Security.get_connection_args("worker")``); none
-        without TLS.
+    security : distributed.security.Security, optional
+        The worker's security settings: its listen arguments for the listener (a server-side
+        TLS context) and its connection arguments for the comms it opens (a client-side one);
+        none without TLS.
     """
 
-    def __init__(self, slot: int, address: str, connection_args: dict | None = None):
+    def __init__(self, slot: int, address: str, security=None):
         self.slot = slot
         self.loop = asyncio.new_event_loop()
-        self.args = dict(connection_args or {})
+        self.listen_args = security.get_listen_args("worker") if security is not None else {}
+        self.args = security.get_connection_args("worker") if security is not None else {}
         self.incoming: dict = {}  # slot -> the comm that slot writes to us on
         self.outgoing: dict = {}  # slot -> the comm we write to that slot on
         self._order: dict = {}  # slot -> a lock that keeps our writes to it in order
@@ -75,7 +77,7 @@ class Links:
         return self.loop.run_until_complete(coroutine)
 
     async def _listen(self, where: str):
-        listener = listen(where, self._accept, deserialize=True, **self.args)
+        listener = listen(where, self._accept, deserialize=True, **self.listen_args)
         await listener.start()
         return listener
 

@@ -279,7 +279,7 @@ def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
         return None
     worker = get_worker()
     security = getattr(worker, "security", None)
-    links = Links(step.slot, worker.address, security.get_connection_args("worker") if security else None)
+    links = Links(step.slot, worker.address, security)
     try:
         for mailbox in peers.values():
             mailbox.put(ADDRESSES, step.slot, links.address, separate_thread=False)
