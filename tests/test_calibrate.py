@@ -206,13 +206,32 @@ def calibration_file(tmp_path):
 
 def test_cli_predict_prints_table_vii(calibration_file):
     proc = run_cli("model", "predict", "--calibration", str(calibration_file), "--p", "2,4,8",
-                   "--block", "16,32,64,128", "--shards", "none", "--n-weights", "16768", timeout=60)
+                   "--block", "16,32,64,128", "--shards", "none", "--n-weights", "16768", "--cores", "none",
+                   timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Predicted speedup S(p)" in out and "| block | p=2 | p=4 | p=8 |" in out
+    # 001's constants have no streamed terms: said, and the graph's stand in
+    assert "no streamed terms: the one-hop graph's stand in" in out and "a core per worker" in out
     # with th0 + th1*tasks added, b = 128 still beats p = 1 (Table VII: 1.48, 1.67, 1.54)
     row = next(line for line in out.splitlines() if line.startswith("| 128 |"))
     assert all(float(v) > 1 for v in row.strip("|").split("|")[1:])
+
+
+def test_cli_recommends_no_more_workers_than_the_calibrated_cores(calibration_file):
+    """The calibration was taken on 2 cores: by default the model predicts there, where 4
+    and 8 workers time-slice the cores (rounds serialize) and never pay."""
+    args = ("--calibration", str(calibration_file), "--shards", "none", "--n-weights", "16768")
+    proc = run_cli("model", "predict", *args, "--p", "2,4,8", "--block", "128", timeout=60)
+    assert proc.returncode == 0 and "the workers share 2 cores" in proc.stdout, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 128 |"))
+    s2, s4, s8 = (float(v) for v in row.strip("|").split("|")[1:])
+    assert s2 > 1 and s4 < s2 and s8 < s4
+    proc = run_cli("model", "recommend", *args, "--p-max", "8", "--blocks", "64,128", timeout=60)
+    assert proc.returncode == 0 and "recommended: block 128 on 2 workers" in proc.stdout, proc.stdout
+    proc = run_cli("model", "recommend", *args, "--p-max", "8", "--blocks", "64,128", "--cores", "8",
+                   timeout=60)
+    assert proc.returncode == 0 and "recommended: block 128 on 2 workers" not in proc.stdout, proc.stdout
 
 
 def test_cli_recommend_with_constants_by_hand(tmp_path):

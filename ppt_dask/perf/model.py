@@ -222,6 +222,14 @@ def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None, exchange: str 
     return _out(c.th0_seconds + c.th1_seconds * tasks)
 
 
+def round_rows(p, block, n_shards=None):
+    """Rows of one gradient call of the busiest worker in a round (what the curves are
+    timed against): its patterns over the shards it holds. Broadcasts ``p`` and ``block``."""
+    b = check_int_array_at_least("block", block, 1)
+    workers, calls = layout(p, n_shards)
+    return _out(slowest_patterns(workers, b, n_shards) / calls)
+
+
 def compute_seconds(p, block, c: Constants, n_shards=None, *, streamed: bool = False, cores=None):
     """Gradient phase of one round: the busiest worker's calls and patterns.
 
