@@ -323,8 +323,9 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     per size. With ``stream`` the streamed rounds ``ppt.train`` runs by default are timed as
     well (:mod:`ppt_dask.perf.loops`): their gradient phase over the same call sizes (the
     ``stream_*`` curve) and the links floor over p = 1..len(workers) and vectors of 16, w and
-    4w values (``tl0``, ``tl1``, ``tlw``). ``progress``, when given, is called with a line at
-    the start of each of the five steps (``step 2/5: ...``).
+    4w values (``tl0``, ``tl1``, ``tlw``), at least ``loops.STREAM_ROUNDS`` rounds each.
+    ``progress``, when given, is called with a line at the start of each of the five steps
+    (``step 2/5: ...``).
     """
     check_rounds(rounds)
     say = progress or (lambda line: None)
@@ -345,8 +346,8 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     if stream:
         say(f"step 3/5: streamed rounds over {len(workers)} worker(s): the gradient phase, the links floor")
         loop_curve = loops.measure_stream(client, net, X[:n_rows], y[:n_rows], workers,
-                                          rounds=min(CURVE_ROUNDS, rounds))
-        links = loops.measure_links(client, (16, w, 4 * w), workers, rounds=rounds,
+                                          rounds=max(loops.STREAM_ROUNDS, rounds))
+        links = loops.measure_links(client, (16, w, 4 * w), workers, rounds=max(loops.STREAM_ROUNDS, rounds),
                                     dtype=str(np.dtype(net.dtype)))
         stream_fields = dict(stream_rows=loop_curve.rows, stream_first_seconds=loop_curve.first,
                              stream_more_seconds=loop_curve.more, stream_shared_factor=loop_curve.factor,

@@ -32,6 +32,7 @@ from ppt_dask.perf import fit as modelfit
 from ppt_dask.perf.calls import cluster_workers, curve_rows
 
 WARMUP = 3  # rounds of each run left out of the medians (links open, caches warm)
+STREAM_ROUNDS = 40  # rounds timed per size and layout by the calibration (cheap: no scheduler hop a round)
 
 
 @dataclass(frozen=True)
@@ -125,30 +126,37 @@ class StreamCurve:
     rest_shared: tuple = ()
 
 
-def _phases(client, net, X, y, workers, calls: int, rows, rounds: int, warmup: int):
-    """Per row count r, the median gradient phase and exchange of streamed Sync rounds with
-    ``calls`` shards on each of ``workers``, each call of r rows."""
+def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int):
+    """Per layout ``(workers, calls)`` and row count r, the median gradient phase and exchange
+    of streamed Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows.
+    The layouts are placed at once and run in turn at each size, so a burst of load from
+    other processes spreads over all of them rather than bending one curve."""
     import ppt_dask as ppt
 
-    n_shards = calls * len(workers)
-    n = rows[-1] * n_shards
-    shards = ppt.enter_data(client, X[:n], y[:n], n_shards, dtype=net.dtype, workers=list(workers),
-                            keep_copy=False)
-    gradient, rest = [], []
+    placed = []
     try:
+        for workers, calls in layouts:
+            n_shards = calls * len(workers)
+            n = rows[-1] * n_shards
+            placed.append(ppt.enter_data(client, X[:n], y[:n], n_shards, dtype=net.dtype, workers=list(workers),
+                                         keep_copy=False))
+        gradient: list = [[] for _ in layouts]
+        rest: list = [[] for _ in layouts]
         for r in rows:
-            block = r * n_shards
-            result = ppt.train(net, shards, strategies.Sync(lr=1e-3, block=block),
-                               ppt.Stop(max_epochs=(rounds + warmup) * block / shards.n_rows), exchange="stream")
-            kept = result.breakdown()[warmup:]
-            gradient.append(float(np.median([row["gradient"] for row in kept])))
-            rest.append(float(np.median([exchange_phases(row) for row in kept])))
+            for i, shards in enumerate(placed):
+                block = r * shards.n_shards
+                result = ppt.train(net, shards, strategies.Sync(lr=1e-3, block=block),
+                                   ppt.Stop(max_epochs=(rounds + warmup) * block / shards.n_rows), exchange="stream")
+                kept = result.breakdown()[warmup:]
+                gradient[i].append(float(np.median([row["gradient"] for row in kept])))
+                rest[i].append(float(np.median([exchange_phases(row) for row in kept])))
     finally:
-        ppt.exit_data(shards)
+        for shards in placed:
+            ppt.exit_data(shards)
     return gradient, rest
 
 
-def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = 4, rounds: int = 16,
+def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = 4, rounds: int = 40,
                    warmup: int = WARMUP) -> StreamCurve:
     """The streamed rounds' gradient phase of ``net``, timed by the loops in real rounds.
 
@@ -156,7 +164,10 @@ def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = 4
     :func:`ppt_dask.perf.calls.curve_rows` up to what ``X`` holds for ``calls`` shards on each
     worker). Three layouts: one shard on the first worker, ``calls`` shards on it, and
     ``calls`` shards on each of ``workers`` (the others busy as in a run), the same thread
-    and process arrangement as the user's run (``ppt.train`` on this cluster).
+    and process arrangement as the user's run (``ppt.train`` on this cluster). Each layout
+    runs ``rounds`` rounds at each size (after ``warmup``): streamed rounds cost no scheduler
+    hop, so 40 rounds of a small network take a fraction of a second, and their median holds
+    against the load of a shared machine where a dozen did not (a curve that fell with size).
     """
     workers = cluster_workers(client, workers)
     calls = check_int_at_least("calls", calls, 2)
@@ -168,12 +179,13 @@ def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = 4
     if not rows or rows[0] < 1 or rows[-1] > largest:
         raise ValueError(f"rows must be in 1..{largest} (the rows of X per shard, {calls} shards on "
                          f"each of {len(workers)} workers), got {rows!r}")
-    first, rest_alone = _phases(client, net, X, y, workers[:1], 1, rows, rounds, warmup)
-    several, _ = _phases(client, net, X, y, workers[:1], calls, rows, rounds, warmup)
+    layouts = [(workers[:1], 1), (workers[:1], calls)] + ([(workers, calls)] if len(workers) > 1 else [])
+    gradient, rest = _phases(client, net, X, y, layouts, rows, rounds, warmup)
+    (first, several), rest_alone = gradient[:2], rest[0]
     more = np.maximum((np.asarray(several) - np.asarray(first)) / (calls - 1), 0.0)
-    factor, shared, rest_shared = np.ones(len(rows)), (), ()
+    factor, shared, rest_shared = np.ones(len(rows)), [], []
     if len(workers) > 1:
-        shared, rest_shared = _phases(client, net, X, y, workers, calls, rows, rounds, warmup)
+        shared, rest_shared = gradient[2], rest[2]
         ratio = np.maximum(np.divide(shared, several), 1.0)
         half = len(rows) // 2
         factor = ratio.copy()
