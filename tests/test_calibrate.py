@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -297,14 +298,62 @@ def test_validation_script_quick(tmp_path):
     assert {r["program"] for r in rows} == {"serial", "dask"}
     assert {int(r["p"]) for r in rows if r["program"] == "dask"} == {1, 2}
     assert all(float(r["measured"]) > 0 and float(r["predicted"]) > 0 for r in rows)
-    # a loose bound on a fresh calibration on this machine: the quick run is short and the
-    # machine is shared (others used 70-85 % of the CPU in the runs that set it, and the quick
-    # error was 30 %), so a slip of timing passes, while a broken model (a term lost, a
-    # constant in the wrong unit, predictions off by 3x) fails; the 3 % goal is the full script's
+    assert all(len(r["runs"].split(";")) == 3 for r in rows) and "median of 3 run(s)" in report
+    assert {r["streamed"] for r in rows if r["program"] == "dask"} == {"True"}  # ppt.train's default
+    # each run's error against a bound widened by the spread the runs show themselves: on a
+    # quiet machine (runs within a few percent) 15% plus that; on a shared one the spread
+    # loosens it, while a broken model (a term lost, a unit wrong, predictions off by 2x) fails
     dask = [r for r in rows if r["program"] == "dask"]
-    ratios = [float(r["predicted"]) / float(r["measured"]) for r in dask]
-    error = float(np.mean([abs(x - 1) for x in ratios]))
-    print(f"quick validation: mean absolute prediction error {error:.1%} over {len(dask)} settings")
-    assert error < 0.6 and all(1 / 3 < x < 3 for x in ratios), ratios
+    spreads = [_spread([float(v) for v in r["runs"].split(";")]) for r in dask]
+    for i in range(3):
+        ratios = [float(r["predicted"]) / float(r["runs"].split(";")[i]) for r in dask]
+        error = float(np.mean([abs(x - 1) for x in ratios]))
+        print(f"quick validation, run {i + 1}: mean absolute prediction error {error:.1%} over {len(dask)} "
+              f"settings (median spread of the runs {np.median(spreads):.1%})")
+        assert error < 0.15 + 2 * float(np.median(spreads)), ratios
+        assert all(1 / (2 * (1 + s)) < x < 2 * (1 + s) for x, s in zip(ratios, spreads)), ratios
     assert (tmp_path / "speedup_model.html").stat().st_size > 1000
     assert calibrate.Calibration.load(tmp_path / "calibration.json").n_weights == 55050
+
+
+def _spread(runs) -> float:
+    """How far a cell's runs stray from their median: (largest - smallest) / median."""
+    return float((max(runs) - min(runs)) / np.median(runs))
+
+
+def test_a_fresh_calibration_predicts_the_streamed_rounds_users_run(client4, workers4):
+    """Calibrate on two workers, then time ppt.train's default (streamed) Sync rounds at two
+    block sizes on 1 and 2 workers, three runs each, interleaved, and compare with the model.
+
+    The bound: a cell's prediction must be within a factor of 1.6 of the median of its runs,
+    widened by the spread those runs show themselves (a machine shared with other runs makes a
+    round vary by tens of percent; a prediction cannot be held closer than the measurement
+    repeats). A lost term (the exchange at p = 2 is half of a small round here), a constant
+    in the wrong unit, or a compute curve read at the wrong size falls outside it. The 5%
+    goal is graphs/validate_model.py's on a quiet machine (its three-run error and spread)."""
+    rng = np.random.default_rng(1)
+    X, y = rng.random((4096, 64)), rng.integers(0, 10, 4096)
+    net = ppt.MLP((64, 64, 10), hidden="tanh", output="softmax")
+    workers = workers4[:2]
+    cal = calibrate.calibrate(client4, net, X, y, block=512, workers=workers, n_shards=8, rounds=8,
+                              p_values=(1, 2), curve=False)
+    c = cal.constants
+    assert pm.has_stream_terms(c)
+    placed = {p: ppt.enter_data(client4, X, y, 8, workers=workers[:p]) for p in (1, 2)}
+    cells = {(p, b): [] for p in (1, 2) for b in (128, 1024)}
+    try:
+        for _ in range(3):
+            for (p, b), runs in cells.items():
+                result = ppt.train(net, placed[p], ppt.Sync(lr=0.05, block=b),
+                                   ppt.Stop(max_epochs=30 * b / 4096))
+                runs.append(float(np.median([r["wall"] for r in result.breakdown()[5:]])))
+    finally:
+        for shards in placed.values():
+            ppt.exit_data(shards)
+    for (p, b), runs in cells.items():
+        parts = pm.round_parts(p, b, net.n_params, c, n_shards=8, cores=os.cpu_count())
+        assert parts["streamed"] and not parts["graph_for_stream"]
+        predicted = pm.iteration_seconds(p, b, net.n_params, c, n_shards=8, cores=os.cpu_count())
+        ratio, allowed = predicted / np.median(runs), 1.6 * (1 + _spread(runs))
+        print(f"p={p} block={b}: predicted {predicted * 1e3:.2f} ms, runs {np.round(np.array(runs) * 1e3, 2)} ms")
+        assert 1 / allowed < ratio < allowed, (p, b, predicted, runs)
