@@ -271,7 +271,8 @@ def test_cli_calibrate_with_too_few_rounds_names_the_minimum():
     assert "nan" not in proc.stderr.lower()
 
 
-def test_cli_calibrate_writes_a_usable_file(tmp_path):
+def test_cli_calibrate_writes_a_usable_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("PPT_DASK_CACHE", str(tmp_path / "cache"))  # not the user's cache
     out = tmp_path / "calib.json"
     proc = run_cli("model", "calibrate", "encoder", "--workers", "2", "--block", "64",
                    "--rounds", "8", "--p-values", "1,2", "--out", str(out))

@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from ppt_dask.cli import flags as cliflags
-from ppt_dask.cli import paths, textout, usermodel
+from ppt_dask.cli import paths, runmodel, textout, usermodel
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf import planning
@@ -173,6 +173,7 @@ def _calibrate(args) -> int:
     finally:
         ppt.cluster.close(client)
     result.save(args.out)
+    kept = runmodel.keep(result)  # ppt-dask train of this network prints the model beside its rounds
     print(constants_table(result.constants))
     print("\nhead/scheduler cost per round against tasks per round (probe rounds; p above the "
           "real workers are virtual)")
@@ -182,7 +183,9 @@ def _calibrate(args) -> int:
         print(f"| {p} | {tasks} | {spin * 1e3:.0f} | {seconds * 1e3:.2f} | {fitted * 1e3:.2f} |")
     shown = result.network if isinstance(result.network, str) else "-".join(map(str, result.network))
     print(f"\nnetwork {shown} (w = {result.n_weights}), n = "
-          f"{result.n_patterns}, m = {result.n_test}, {result.workers} workers; written to {args.out}")
+          f"{result.n_patterns}, m = {result.n_test}, {result.workers} workers; written to {args.out}"
+          + ("" if kept is None else f" and kept in {kept} (ppt-dask train of this network prints its "
+             "predicted round beside the measured one)"))
     return 0
 
 
