@@ -359,13 +359,15 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
     kw = dict(n_test=MNIST_M)
     lines += [f"## Predicted speedup for MNIST (n = {MNIST_N}, m = {MNIST_M}), like 001 Table VII", "",
               grid_table(blocks, ps, pm.speedup(ps[None, :], blocks[:, None], MNIST_N, w, c, **kw), "{:.2f}"), ""]
-    lines += ["## Recommendation for MNIST 784-64-64-10 on this machine", ""]
-    for p_max in (2, 64):
-        best = planning.recommend(MNIST_N, w, c, p_max, **kw)
-        p_best, _, s_best = planning.best_workers(blocks, MNIST_N, w, c, p_max, **kw)
-        smallest = {p: planning.min_block_for_speedup(p, MNIST_N, w, c, **kw)
+    lines += ["## Recommendation for MNIST 784-64-64-10", ""]
+    for p_max, cores in ((8, os.cpu_count()), (64, None)):
+        where = (f"on this machine ({cores} cores: more workers serialize)" if cores
+                 else "on a cluster of single-core workers")
+        best = planning.recommend(MNIST_N, w, c, p_max, cores=cores, **kw)
+        p_best, _, s_best = planning.best_workers(blocks, MNIST_N, w, c, p_max, cores=cores, **kw)
+        smallest = {p: planning.min_block_for_speedup(p, MNIST_N, w, c, cores=cores, **kw)
                     for p in (2, 4, 8, 16, 32, 64) if p <= p_max}
-        lines.append(f"- p <= {p_max}: least time per epoch with block {best.block} on {best.p} workers "
+        lines.append(f"- {where}, p <= {p_max}: least time per epoch with block {best.block} on {best.p} workers "
                      f"({best.epoch_seconds:.3g} s per epoch, speedup {best.speedup:.2f}); best workers per block "
                      + ", ".join(f"b={b}: p={p} (S={s:.2f})" for b, p, s in zip(blocks, p_best, s_best))
                      + "; smallest block with any speedup: "

@@ -531,3 +531,20 @@ def test_hand_computed_streamed_round_beside_the_graph_and_oversubscribed():
         pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, cores=0)
     with pytest.raises(ValueError, match="exchange must be one of"):
         pm.iteration_seconds(2, 1600, 1000, c, exchange="mpi")
+
+
+def test_recommend_never_proposes_more_workers_than_the_cores_pay_for():
+    """A machine of 2 cores: 3 to 6 workers time-slice them (the rounds and the test pass
+    serialize), so no block makes them pay; with a core per worker more do. (Streamed rounds,
+    p < 8: the constants here have no round-graph terms for the doubling graph from 8 on.)"""
+    from ppt_dask.perf import planning
+
+    c = pm.Constants(1e-5, 2e-5, 0.2e-3, 0.0, 1e-6, 5e-3, tl0_seconds=0.02e-3, tl1_seconds=0.5e-3,
+                     tlw_seconds_per_weight=1e-9, stream_rows=[8, 512], stream_first_seconds=[0.3e-3, 16e-3],
+                     stream_more_seconds=[0.25e-3, 15.5e-3], stream_shared_factor=[1.2, 1.2])
+    for blocks in ([1000], [8000], [60000], None):
+        on_two = planning.recommend(60000, 55050, c, 6, blocks, n_test=10000, n_shards=8, cores=2)
+        assert on_two.p <= 2, (blocks, on_two)
+        p, _, _ = planning.best_workers([1000, 8000, 60000], 60000, 55050, c, 6, n_test=10000, n_shards=8, cores=2)
+        assert (p <= 2).all(), p
+    assert planning.recommend(60000, 55050, c, 6, [60000], n_test=10000, n_shards=8).p > 2

@@ -332,12 +332,14 @@ def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int 
 
     With p | b, p | m and the Dask terms 0 this is eq. (5) term by term: ``(n+m)Tf/p +
     nTb/p + (n/b)(Tu + Tr(p)) + mTs/p + To``. No Tm (the reduction's buffer replaces the
-    copy) and To is not divided by p, as in eq. (5). Broadcasts ``p`` and ``block``.
+    copy) and To is not divided by p, as in eq. (5). The rounds (:func:`iteration_seconds`)
+    and the test patterns take :func:`oversubscription` times longer when the p workers
+    share fewer ``cores``. Broadcasts ``p`` and ``block``.
     """
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     workers, _ = layout(p, n_shards)
-    test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
+    test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds) * oversubscription(workers, cores)
     per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in, n_shards=n_shards,
                                              exchange=exchange, cores=cores))
     return _out(n / b * per_round + test + c.to_seconds)
