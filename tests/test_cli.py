@@ -160,7 +160,7 @@ def test_train_with_a_calibration_prints_the_model_beside_the_run(tmp_path, sche
     proc = run("model", "calibrate", "encoder", "--workers", "2", "--block", "64", "--rounds", "8",
                "--p-values", "1,2", "--out", str(cal_file), "--scheduler", scheduler_address, env=env)
     assert proc.returncode == 0, proc.stderr
-    kept = tmp_path / "cache" / "calibration-256-8-256.json"
+    kept = tmp_path / "cache" / "calibration-256-8-256-w4360.json"
     assert kept.is_file() and f"kept in {kept}" in proc.stdout
     train = ("train", "encoder", "--workers", "2", "--strategy", "block", "--block", "64", "--epochs", "25",
              "--quiet", "--scheduler", scheduler_address)

@@ -37,16 +37,17 @@ def cache_dir() -> Path:
     return Path(base) / "ppt_dask"
 
 
-def cache_file(network) -> Path:
-    """The kept calibration of a network (an MLP's widths, or a module's name)."""
+def cache_file(network, n_weights) -> Path:
+    """The kept calibration of a network (an MLP's widths, or a module's name, with its
+    number of parameters: two modules of one class name are told apart)."""
     name = "-".join(map(str, network)) if not isinstance(network, str) else network
-    return cache_dir() / f"calibration-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.json"
+    return cache_dir() / f"calibration-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}-w{n_weights}.json"
 
 
 def keep(cal) -> Path | None:
     """Save ``cal`` in the user's cache (the newest calibration of its network); the path, or
     None where the cache cannot be written (said by the caller, never fatal)."""
-    path = cache_file(cal.network)
+    path = cache_file(cal.network, cal.n_weights)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         cal.save(path)
@@ -87,12 +88,14 @@ def for_network(beside, net, strategy: str):
 
     if beside is None:
         shown = describe(net)["network"]
-        path = cache_file(tuple(shown) if isinstance(shown, list) else str(shown))
+        path = cache_file(tuple(shown) if isinstance(shown, list) else str(shown), net.n_params)
         if strategy not in STRATEGIES or not path.is_file():
             return None
         try:
             beside = Beside(Calibration.load(path), str(path))
         except (OSError, ValueError):  # an unreadable cache file is not the run's business
+            return None
+        if beside.cal.n_weights != net.n_params:  # not this network's after all: no word on it
             return None
     w = beside.cal.n_weights
     if w is not None and w != net.n_params:
