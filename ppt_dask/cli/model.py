@@ -295,8 +295,19 @@ def constants_table(c: perfmodel.Constants) -> str:
              "ti_seconds": "Ti (per reduction)", "ta_seconds": "Ta (weight averaging)",
              "th0_seconds": "th0 (head, per round)", "th1_seconds": "th1 (head, per task)",
              "tc_seconds": "tc (per gradient call)", "tq_seconds": "tq (shortest gradient phase)"}
+    names.update({"tl0_seconds": "tl0 (streamed round, the loop's own)",
+                  "tl1_seconds": "tl1 (streamed, per other worker)",
+                  "tlw_seconds_per_weight": "tlw (streamed, per weight per other worker)"})
     rows = [f"| {label} | {getattr(c, f) * 1e3:.6g} |" for f, label in names.items()]
     table = "\n".join(["| constant | ms |", "|---|---:|", *rows])
+    if c.stream_rows:
+        more = c.stream_more_seconds or c.stream_first_seconds
+        factor = c.stream_shared_factor or (1.0,) * len(c.stream_rows)
+        table += "\n".join(["", "", "Streamed rounds' gradient phase (ms; interpolated between these call sizes)", "",
+                            "| rows | first call of a round | each further call | x with all workers at once |",
+                            "|---:|---:|---:|---:|",
+                            *(f"| {int(r)} | {a * 1e3:.4g} | {m * 1e3:.4g} | {f:.2f} |"
+                              for r, a, m, f in zip(c.stream_rows, c.stream_first_seconds, more, factor))])
     if not c.call_rows:
         return table
     n = len(c.call_rows)

@@ -108,6 +108,7 @@ def predict(beside, *, workers: int, block: int, n_shards: int, fan_in: int, exc
     """Fill ``beside`` with the predicted round of the run: ``workers`` holding shards, a block
     of ``block`` patterns over ``n_shards``, the run's ``exchange``; on the cores of this
     machine where the cluster is the local one (``local``), else a core per worker."""
+    from ppt_dask.perf import curves
     from ppt_dask.perf import model as perfmodel
 
     c, w = beside.cal.constants, beside.cal.n_weights or 1
@@ -119,6 +120,11 @@ def predict(beside, *, workers: int, block: int, n_shards: int, fan_in: int, exc
             if parts["graph_for_stream"] else "streamed rounds" if parts["streamed"] else f"{exchange} rounds")
     where = f"{cores} cores" if cores else "a core per worker"
     beside.rounds = f"{kind}, {workers} worker{'s' if workers != 1 else ''}, block {block}, {where}"
+    timed = curves.measured_rows(c, streamed=bool(parts["streamed"]) and not parts["graph_for_stream"])
+    rows = float(perfmodel.round_rows(workers, block, n_shards))
+    if timed and not timed[0] <= rows <= timed[1]:
+        beside.rounds += (f"; calls of {rows:.0f} rows, outside the {timed[0]}..{timed[1]} timed: 001's "
+                          "per-pattern line there")
     return beside
 
 

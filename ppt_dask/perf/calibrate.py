@@ -252,6 +252,17 @@ def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
     return modelfit.fit_reduce(ps, ws, extra, fan_in)
 
 
+def worker_cores(client, workers) -> int:
+    """The cores the ``workers`` share in all: each host's (``os.cpu_count`` there) once,
+    however many of the workers run on it. What the model charges oversubscribed workers
+    against (:func:`ppt_dask.perf.model.oversubscription`)."""
+    from urllib.parse import urlsplit
+
+    counts = client.run(os.cpu_count, workers=list(workers))
+    hosts = {urlsplit(address).hostname: n for address, n in counts.items()}
+    return int(sum(n or 1 for n in hosts.values()))
+
+
 # ---- the bundle ------------------------------------------------------------------------
 
 
@@ -268,7 +279,7 @@ class Calibration:
     n_shards: int | None = None  # shards of the layout to model (None: one per worker)
     fan_in: int = 2
     workers: int = 1  # real workers of the calibrated cluster
-    cores: int | None = None
+    cores: int | None = None  # the cores those workers share, over their hosts
     measurements: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -385,7 +396,7 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     shown = netmodel.describe(net)["network"]  # an MLP's widths, or a name
     return Calibration(constants, tuple(shown) if isinstance(shown, list) else str(shown), w, len(X),
                        int(n_test), int(block), n_shards,
-                       fan_in, len(workers), os.cpu_count(),
+                       fan_in, len(workers), worker_cores(client, workers),
                        {"head": [list(s) for s in head.samples],
                         "reduce": [list(s) for s in reduce_samples],
                         "rounds": dataclasses.asdict(calls) if calls is not None else {},
