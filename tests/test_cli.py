@@ -160,7 +160,7 @@ def test_train_with_a_calibration_prints_the_model_beside_the_run(tmp_path, sche
     proc = run("model", "calibrate", "encoder", "--workers", "2", "--block", "64", "--rounds", "8",
                "--p-values", "1,2", "--out", str(cal_file), "--scheduler", scheduler_address, env=env)
     assert proc.returncode == 0, proc.stderr
-    kept = tmp_path / "cache" / "calibration-256-8-256-w4360.json"
+    kept = tmp_path / "cache" / "calibration-256-8-256-w4360-float64.json"
     assert kept.is_file() and f"kept in {kept}" in proc.stdout
     train = ("train", "encoder", "--workers", "2", "--strategy", "block", "--block", "64", "--epochs", "25",
              "--quiet", "--scheduler", scheduler_address)
@@ -190,4 +190,8 @@ def test_train_with_a_calibration_prints_the_model_beside_the_run(tmp_path, sche
         "synchronous rounds), not to --strategy ppt"]
     proc = run("train", "parity8", "--strategy", "block", "--calibration", str(cal_file), "--epochs", "1", env=env)
     assert proc.returncode == 2 and "was calibrated for a network of 4360 parameters, this run's has" in proc.stderr
-    assert np.isfinite(entry["measured_round_seconds"])
+    proc = run(*train[:8], "--dtype", "float32", "--calibration", str(cal_file), "--epochs", "1", env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"ppt-dask: error: --calibration {cal_file} was calibrated in float64, this run computes in float32: "
+        "calibrate with --dtype float32 (or train with --dtype float64)"], proc.stderr
+    assert cal.dtype == "float64" and np.isfinite(entry["measured_round_seconds"])

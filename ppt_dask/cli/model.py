@@ -75,6 +75,9 @@ def add_model_parser(subparsers) -> None:
                    help="calibrate your own PyTorch module (as ppt-dask train --model)")
     c.add_argument("--row-shape", type=usermodel.row_shape, default=None, metavar="D,D,...",
                    help="with --model: the shape of one input row (default: mnist 1,28,28, else flat)")
+    c.add_argument("--dtype", choices=["float64", "float32"], default=None,
+                   help="the network's floats, as ppt-dask train --dtype (default: the data set's preset, "
+                        "mnist float32)")
     c.add_argument("--fan-in", type=_positive, default=2)
     c.add_argument("--rounds", type=_positive, default=25,
                    help="probe rounds per point (at least 8: 5 warm up; the call curve runs at most 16)")
@@ -147,7 +150,10 @@ def _calibrate(args) -> int:
     paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     args.activation = None  # calibrate has no --activation: the preset's
     usermodel.refuse_flags(args)
-    data = datasets.load(args.dataset, data_dir=args.data_dir)
+    if args.model and args.dtype:
+        raise ValueError("--dtype applies to the MLP, not with --model (the module's own floats)")
+    dtype = args.dtype or preset.get("dtype", "float64")  # as ppt-dask train runs the set
+    data = datasets.load(args.dataset, data_dir=args.data_dir, dtype=dtype)
     if args.model:  # the module's own dtype: the data follows it
         data = usermodel.shaped(data, args.dataset, args.row_shape)
         net = usermodel.network(args.model, data, None)
@@ -156,7 +162,7 @@ def _calibrate(args) -> int:
         n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                      else 1 if data.y.ndim == 1 else data.y.shape[1])
         net = ppt.MLP((data.X.shape[1], *(args.hidden or preset["hidden"]), n_outputs),
-                      hidden=preset["activation"], output=preset["output"])
+                      hidden=preset["activation"], output=preset["output"], dtype=dtype)
     # the model is of synchronous block rounds: the data set's block preset
     sync_block = STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
     block = min(args.block or sync_block or 1000, len(data.X))

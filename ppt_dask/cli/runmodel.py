@@ -37,17 +37,17 @@ def cache_dir() -> Path:
     return Path(base) / "ppt_dask"
 
 
-def cache_file(network, n_weights) -> Path:
+def cache_file(network, n_weights, dtype) -> Path:
     """The kept calibration of a network (an MLP's widths, or a module's name, with its
-    number of parameters: two modules of one class name are told apart)."""
+    number of parameters, so two modules of one class name are told apart, and its floats)."""
     name = "-".join(map(str, network)) if not isinstance(network, str) else network
-    return cache_dir() / f"calibration-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}-w{n_weights}.json"
+    return cache_dir() / f"calibration-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}-w{n_weights}-{dtype}.json"
 
 
 def keep(cal) -> Path | None:
     """Save ``cal`` in the user's cache (the newest calibration of its network); the path, or
     None where the cache cannot be written (said by the caller, never fatal)."""
-    path = cache_file(cal.network, cal.n_weights)
+    path = cache_file(cal.network, cal.n_weights, cal.dtype)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         cal.save(path)
@@ -88,19 +88,23 @@ def for_network(beside, net, strategy: str):
 
     if beside is None:
         shown = describe(net)["network"]
-        path = cache_file(tuple(shown) if isinstance(shown, list) else str(shown), net.n_params)
+        path = cache_file(tuple(shown) if isinstance(shown, list) else str(shown), net.n_params,
+                          str(np.dtype(net.dtype)))
         if strategy not in STRATEGIES or not path.is_file():
             return None
         try:
             beside = Beside(Calibration.load(path), str(path))
         except (OSError, ValueError):  # an unreadable cache file is not the run's business
             return None
-        if beside.cal.n_weights != net.n_params:  # not this network's after all: no word on it
-            return None
-    w = beside.cal.n_weights
+        if beside.cal.n_weights != net.n_params or beside.cal.dtype != str(np.dtype(net.dtype)):
+            return None  # not this network's after all: no word on it
+    w, dtype = beside.cal.n_weights, str(np.dtype(net.dtype))
     if w is not None and w != net.n_params:
         raise ValueError(f"--calibration {beside.path} was calibrated for a network of {w} parameters, "
                          f"this run's has {net.n_params}: calibrate it (`ppt-dask model calibrate`)")
+    if beside.cal.dtype is not None and beside.cal.dtype != dtype:
+        raise ValueError(f"--calibration {beside.path} was calibrated in {beside.cal.dtype}, this run computes in "
+                         f"{dtype}: calibrate with --dtype {dtype} (or train with --dtype {beside.cal.dtype})")
     return beside
 
 

@@ -281,6 +281,7 @@ class Calibration:
     workers: int = 1  # real workers of the calibrated cluster
     cores: int | None = None  # the cores those workers share, over their hosts
     measurements: dict = field(default_factory=dict)
+    dtype: str | None = None  # the network's floats (float32 computes about twice as fast); None: not recorded
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)  # the constants become a dict of their fields
@@ -401,4 +402,5 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
                         "reduce": [list(s) for s in reduce_samples],
                         "rounds": dataclasses.asdict(calls) if calls is not None else {},
                         "probe_th0_seconds": head.th0_seconds, "probe_tq_seconds": head.tq_seconds,
-                        **stream_seen, "load_average": list(os.getloadavg())})
+                        **stream_seen, "load_average": list(os.getloadavg())},
+                       str(np.dtype(net.dtype)))
