@@ -273,7 +273,9 @@ def test_live_page_draws_the_predicted_round_over_the_bars(browser, tmp_path):
             time.sleep(0.1)
         url = next(line for line in lines if line.startswith("time breakdown, live: ")).split(": ", 1)[1].strip()
         browser.get(url)
-        got = wait_for(browser, PREDICTION, lambda v: v["bars"] >= 5 and v["ms"], timeout=90)
+        # the bars and the line are two sources, sent one after the other: read them together
+        got = wait_for(browser, PREDICTION, lambda v: v["bars"] >= 5 and v["ms"] and v["x"][1] >= v["bars"] - 1,
+                       timeout=90)
         assert head.poll() is None, "the run is still going"
         assert got["ms"] == [pytest.approx(expected, rel=1e-9)] * 2, (got, expected)
         assert got["x"][0] < 0 and got["x"][1] >= got["bars"] - 1, got  # across the bars shown
