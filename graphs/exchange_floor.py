@@ -37,14 +37,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 import ppt_dask as ppt
-from ppt_dask.algorithms.strategies import ModelState
 from ppt_dask.engine import stream
+from ppt_dask.perf import loops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import round_latency  # noqa: E402
@@ -57,32 +56,10 @@ WARMUP = 20
 NET = (784, 64, 64, 10)  # 55,050 parameters
 
 
-@dataclass(frozen=True)
-class Exchange(ppt.Sync):
-    """A synchronous strategy that computes nothing: zero partial sums of ``size`` floats."""
-
-    size: int = 16
-
-    def work(self, net, params, shard, s, r):
-        return np.zeros(self.size, dtype=np.float32), np.array([0.0, 0.0, 1.0])
-
-    def apply(self, net, state, total):
-        return ModelState(state.params, state.opt_state, total[-1], state.round + 1)
-
-
 def links_floor(client, addresses, p: int, size: int, rounds: int) -> float:
-    """Median seconds of a streamed round's exchange (the loops' own timing) with no compute."""
-    X = np.zeros((8 * p, 1), dtype=np.float32)
-    shards = ppt.enter_data(client, X, np.zeros(8 * p, dtype=np.int64), n_shards=p, workers=addresses[:p],
-                            dtype="float32")
-    net = ppt.MLP((1, 2), output="softmax", dtype="float32")
-    try:
-        result = ppt.train(net, shards, Exchange(block=p, size=size), ppt.Stop(max_epochs=rounds * p / (8 * p)),
-                           exchange="stream")
-    finally:
-        ppt.exit_data(shards)
-    rows = result.breakdown()[WARMUP:]
-    return statistics.median(r["transfer"] + r["idle"] + r["reduce"] + r["head"] for r in rows)
+    """Median seconds of a streamed round's exchange (the loops' own timing) with no compute:
+    what the run-time model's calibration fits its streamed exchange to (ppt_dask.perf.loops)."""
+    return loops.links_floor(client, addresses, p, size, rounds, warmup=WARMUP, dtype="float32")
 
 
 def _mailbox_loop(slot: int, size: int, rounds: int, box: str, peers: dict) -> float:

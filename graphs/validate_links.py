@@ -209,7 +209,8 @@ def one_link(rate: str, args, netem: bool, data, workdir: Path) -> list[dict]:
             rows.append({"link": rate, "delay": args.delay if (netem and rate != "none") else "-",
                          "block": b, "measured_ms": 1e3 * measured, "predicted_ms": 1e3 * predicted,
                          "error": f"{predicted / measured - 1:+.1%}",
-                         "Tr(2)_ms": 1e3 * pm.reduce_seconds(N_WORKERS, net.n_params, c),
+                         "exchange_ms": 1e3 * float(pm.round_parts(N_WORKERS, b, net.n_params, c,
+                                                                   n_shards=N_SHARDS)["exchange"]),
                          "Tw_us_per_weight": 1e6 * c.tw_seconds_per_weight, "Ti_ms": 1e3 * c.ti_seconds,
                          "elapsed_s": time.perf_counter() - t0})
             print(f"{rate}: block {b}: measured {1e3 * measured:.1f} ms, predicted {1e3 * predicted:.1f} ms",

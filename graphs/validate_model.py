@@ -4,16 +4,19 @@ Seed 001, section V-B: the constants are measured "by running it on a single pro
 the clusters for a few iterations and by running a small test program" for the
 communication; then real runs over block and cluster sizes are compared with the model
 (Table VI: mean errors of about 5%). Here: calibrate (ppt_dask.perf.calibrate), run
-``ppt.train`` with ``Sync(block=b)`` for a few dozen rounds at each block size and
-p in {1, 2} workers (and, marked oversubscribed, 4 workers on the 2 cores), take the
-median seconds per round after a warm-up, and compare with
-``perfmodel.iteration_seconds``. The serial program (``serial.train_serial``, eq. (3)) is
-checked the same way.
+``ppt.train`` with ``Sync(block=b)`` and its default exchange (streamed rounds below 8
+workers) for a few dozen rounds at each block size and p in {1, 2} workers (and, marked
+oversubscribed, 4 workers on the 2 cores), take the median seconds per round after a
+warm-up (the loops' own timing, ``result.breakdown()``), and compare with
+``perfmodel.round_parts`` for the same exchange and the machine's cores. The serial program
+(``serial.train_serial``, eq. (3)) is checked the same way. Every cell runs three times
+(interleaved): the error is reported per run, with the median over the runs and its spread
+(smallest..largest), and each cell's measured round with its spread.
 
 Usage::
 
     python graphs/validate_model.py                    # MNIST 784-64-64-10, a few minutes
-    python graphs/validate_model.py --quick            # under a minute (p in {1, 2} only)
+    python graphs/validate_model.py --quick            # about two minutes (p in {1, 2} only)
     python graphs/validate_model.py --no-oversubscribed   # skip p = 4 (4 workers, 2 cores)
 
 Writes, under graphs/out/: validate_model.md and .csv (predicted against measured, mean
@@ -42,7 +45,7 @@ N_SHARDS = 8  # as `ppt-dask train` uses on 1 or 2 workers
 BLOCKS = (64, 256, 1000, 2000, 4000, 8000, 12000)
 P_VALUES = (1, 2)  # the cores of this machine
 OVERSUBSCRIBED = (4,)  # more workers than cores: shown, not counted in the headline error
-ROUNDS, WARMUP, REPEATS = 40, 8, 2  # rounds per run, rounds skipped, runs per cell
+ROUNDS, WARMUP, REPEATS = 40, 8, 3  # rounds per run, rounds skipped, runs per cell
 CALIBRATION_BLOCK = 1000
 HEAD_P = (1, 2, 4, 8, 16, 32, 64)  # virtual cluster sizes for Th(p)
 WAIT_QUIET = 900  # seconds to wait for quiet in all (full mode): before and between runs
@@ -50,7 +53,7 @@ QUIET_OTHERS, RETRIES = 0.10, 3  # retry a run during which others used > 10% of
 PLOT_P = np.arange(1, 65)
 PLOT_BLOCKS = (100, 300, 1000, 3000, 10000, 60000)
 MNIST_N, MNIST_M = 60000, 10000  # the recommendation is for the whole of MNIST
-QUICK = dict(N_TRAIN=4000, BLOCKS=(200, 2000), ROUNDS=14, WARMUP=4, REPEATS=1,
+QUICK = dict(N_TRAIN=4000, BLOCKS=(200, 2000), ROUNDS=14, WARMUP=4, REPEATS=3,
              HEAD_P=(1, 2, 4, 8), CALIBRATION_BLOCK=500)
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -151,19 +154,14 @@ class Quiet:
 
 
 def median_round(net, shards, block: int, rounds: int, warmup: int) -> tuple[float, float]:
-    """Median seconds per round, and the median of each round's longest gradient task
-    (the workers' own timing, from the run's task records)."""
+    """Median seconds per round, and the median gradient phase, of ``ppt.train`` with its
+    default exchange: the breakdown's rows (the loops' own timing on streamed rounds)."""
     import ppt_dask as ppt
-    from ppt_dask.observe import diagnostics
 
     strategy = ppt.Sync(lr=0.05, momentum=0.9, block=block)
-    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=rounds * block / shards.n_rows))
-    longest: dict = {}
-    for t in diagnostics.records_of(result).tasks:
-        if t.prefix == "ppt-grad" and t.round is not None and t.round >= warmup:
-            longest[t.round] = max(longest.get(t.round, 0.0), t.compute)
-    return (float(np.median([r["wall_seconds"] for r in result.history[warmup:]])),
-            float(np.median(list(longest.values()))) if longest else float("nan"))
+    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=(rounds + warmup) * block / shards.n_rows))
+    rows = result.breakdown()[warmup:]
+    return (float(np.median([r["wall"] for r in rows])), float(np.median([r["gradient"] for r in rows])))
 
 
 def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
@@ -207,12 +205,27 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
     finally:
         ppt.cluster.close(client)
     for (p, b), ts in times.items():
-        parts = dict(compute=pm.compute_seconds(p, b, c, N_SHARDS), update=c.tu_seconds,
-                     reduce=pm.reduce_seconds(p, net.n_params, c), head=pm.head_seconds(p, c, n_shards=N_SHARDS))
+        parts = pm.round_parts(p, b, net.n_params, c, n_shards=N_SHARDS, cores=os.cpu_count())
+        terms = {k: float(parts[k]) for k in ("compute", "update", "exchange", "head")}
         rows.append(dict(program="dask", p=p, block=b, oversubscribed=oversubscribed,
-                         measured=float(np.median(ts)), predicted=sum(parts.values()),
+                         streamed=bool(parts["streamed"]), runs=[float(t) for t in ts],
+                         measured=float(np.median(ts)), predicted=sum(terms.values()),
                          measured_compute=float(np.median(grads[p, b])),
-                         others=float(np.mean(others[p, b])), **parts))
+                         others=float(np.mean(others[p, b])), **terms))
+
+
+def run_errors(rows: list[dict]) -> list[float]:
+    """The mean absolute prediction error of each run (run i: every row's i-th measurement)."""
+    from ppt_dask.perf import fit as modelfit
+
+    n = min(len(r["runs"]) for r in rows)
+    return [modelfit.prediction_error([r["predicted"] for r in rows], [r["runs"][i] for r in rows])
+            for i in range(n)]
+
+
+def spread(values) -> str:
+    """The median of ``values`` (fractions) with their spread, as the report prints them."""
+    return f"{np.median(values):.1%} (runs: {', '.join(f'{v:.1%}' for v in values)})"
 
 
 def main(argv=None) -> int:
@@ -234,7 +247,6 @@ def main(argv=None) -> int:
 
     import ppt_dask as ppt
     from ppt_dask.perf import calibrate
-    from ppt_dask.perf import fit as modelfit
     from ppt_dask.perf import model as pm
 
     X, y, source = load_data(cfg["N_TRAIN"])
@@ -257,14 +269,19 @@ def main(argv=None) -> int:
     c = cal.constants
 
     rows: list[dict] = []
-    for b in cfg["BLOCKS"]:
-        rounds = min(cfg["ROUNDS"], max(len(X) // b - cfg["WARMUP"], 4))
+    serial: dict = {b: [] for b in cfg["BLOCKS"]}
+    for _ in range(cfg["REPEATS"]):  # interleaved, as the Dask cells
+        for b in cfg["BLOCKS"]:
+            rounds = min(cfg["ROUNDS"], max(len(X) // b - cfg["WARMUP"], 4))
+            serial[b].append(quiet(lambda b=b, rounds=rounds: serial_round(net, X, y, b, rounds,
+                                                                          min(cfg["WARMUP"], 2))))
+    for b, seen in serial.items():
         seq = pm.sequential_epoch_seconds(b, b, dataclass_replace(c, to_seconds=0.0))
-        measured, others = quiet(lambda b=b, rounds=rounds: serial_round(net, X, y, b, rounds, min(cfg["WARMUP"], 2)))
-        rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, measured=measured,
-                         predicted=seq, measured_compute=float("nan"), others=others,
-                         compute=pm.call_seconds(b, c), update=c.tu_seconds + c.tm_seconds,
-                         reduce=0.0, head=0.0))
+        runs = [float(m) for m, _ in seen]
+        rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, streamed=False, runs=runs,
+                         measured=float(np.median(runs)), predicted=seq, measured_compute=float("nan"),
+                         others=float(np.mean([o for _, o in seen])), compute=pm.call_seconds(b, c),
+                         update=c.tu_seconds + c.tm_seconds, exchange=0.0, head=0.0))
     measure(net, X, y, cfg, P_VALUES, cal, rows, quiet)
     if not (args.quick or args.no_oversubscribed):
         measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, quiet, oversubscribed=True)
@@ -272,18 +289,15 @@ def main(argv=None) -> int:
     cfg["RETRIED"], cfg["CAL_OTHERS"] = quiet.retried, cal_others
 
     headline = [r for r in rows if r["program"] == "dask" and not r["oversubscribed"]]
-    error = modelfit.prediction_error([r["predicted"] for r in headline], [r["measured"] for r in headline])
-    serial_error = modelfit.prediction_error([r["predicted"] for r in rows if r["program"] == "serial"],
-                                       [r["measured"] for r in rows if r["program"] == "serial"])
     over = [r for r in rows if r["oversubscribed"]]
-    over_error = (modelfit.prediction_error([r["predicted"] for r in over], [r["measured"] for r in over])
-                  if over else None)
-    report = render(rows, cal, net, source, (error, serial_error, over_error), busy, elapsed, cfg)
+    errors = (run_errors(headline), run_errors([r for r in rows if r["program"] == "serial"]),
+              run_errors(over) if over else None)
+    report = render(rows, cal, net, source, errors, busy, elapsed, cfg)
     (args.out / "validate_model.md").write_text(report)
     with open(args.out / "validate_model.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows([{**r, "runs": ";".join(f"{v:.6g}" for v in r["runs"])} for r in rows])
     plot(c, net.n_params, args.out / "speedup_model.html")
     print(report)
     return 0
@@ -309,28 +323,35 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
              f"{elapsed:.0f} s in all; {cfg['RETRIED']} noisy run(s) retried; other processes used "
              f"{cfg['CAL_OTHERS']:.0%} of the CPU during the calibration.",
              "",
-             f"**Mean absolute prediction error, Dask rounds with p <= {max(P_VALUES)} workers: "
-             f"{errors[0]:.1%}** (serial program, eq. (3): {errors[1]:.1%}"
-             + ("" if errors[2] is None else f"; oversubscribed p = {OVERSUBSCRIBED}, not in the "
-                f"headline: {errors[2]:.1%}") + ").",
+             f"**Mean absolute prediction error, Dask rounds with p <= {max(P_VALUES)} workers, median of "
+             f"{len(errors[0])} run(s): {spread(errors[0])}** (serial program, eq. (3): {spread(errors[1])}"
+             + ("" if errors[2] is None else f"; oversubscribed p = {OVERSUBSCRIBED} on {os.cpu_count()} "
+                f"cores, not in the headline: {spread(errors[2])}") + "). Rounds: "
+             + ("streamed (ppt.train's default)" if all(r["streamed"] for r in rows if r["program"] == "dask")
+                else "as ppt.train's default exchange runs them") + ".",
              "",
-             "| program | p | block | measured ms | predicted ms | error | compute | measured compute "
-             "| rest | measured rest | update | reduce | head | others |",
+             "| program | p | block | measured ms (spread of runs) | predicted ms | error | compute "
+             "| measured compute | rest | measured rest | update | exchange | head | others |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         tag = " (oversubscribed)" if r["oversubscribed"] else ""
         rest, seen = r["predicted"] - r["compute"], r["measured_compute"]
         shown = "-" if seen != seen else f"{seen * 1e3:.2f}"
         shown_rest = "-" if seen != seen else f"{(r['measured'] - seen) * 1e3:.2f}"
-        lines.append(f"| {r['program']}{tag} | {r['p']} | {r['block']} | {r['measured'] * 1e3:.2f} | "
+        runs = f" ({min(r['runs']) * 1e3:.2f}..{max(r['runs']) * 1e3:.2f})" if len(r["runs"]) > 1 else ""
+        lines.append(f"| {r['program']}{tag} | {r['p']} | {r['block']} | {r['measured'] * 1e3:.2f}{runs} | "
                      f"{r['predicted'] * 1e3:.2f} | {(r['predicted'] / r['measured'] - 1):+.1%} | "
                      f"{r['compute'] * 1e3:.2f} | {shown} | {rest * 1e3:.2f} | {shown_rest} | "
-                     f"{r['update'] * 1e3:.2f} | {r['reduce'] * 1e3:.2f} | "
+                     f"{r['update'] * 1e3:.2f} | {r['exchange'] * 1e3:.2f} | "
                      f"{r['head'] * 1e3:.2f} | {r['others']:.0%} |")
-    lines += ["", "Predicted parts in ms: compute = max(task(rows, calls), tq) of the busiest worker "
-              "(the calibrated call curve; times its shared factor at p >= 2), rest = predicted minus "
-              "compute, update = Tu, reduce = Tr(p) (eq. (4)), head = Th(p). Measured compute = the "
-              "median of each round's longest gradient task (the workers' own timing); measured rest = "
+    lines += ["", "Predicted parts in ms (perfmodel.round_parts): compute = the busiest worker's gradient "
+              "phase, interpolated between the call sizes the calibration timed in the same kind of "
+              "rounds (streamed loops, or round-graph tasks and at least tq), times its shared factor at "
+              "p >= 2 and p / cores beyond the cores; rest = predicted minus compute; update = Tu; "
+              "exchange = on streamed rounds the links floor Tl(p) = tl0 + (p-1)(tl1 + tlw w), on a graph "
+              "Tr(p) (eq. (4)); head = Th(p) (0 on streamed rounds). Measured: the median over the runs "
+              "of each run's median round (the breakdown's rows: the loops' own timing), the spread the "
+              "smallest and largest run; measured compute = the median gradient phase; measured rest = "
               "measured minus that. Others = share of the machine's CPU used by processes other than "
               "this script and its cluster during the row.", "",
               "## Calibrated constants", "", constants_table(c), ""]
@@ -338,13 +359,15 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
     kw = dict(n_test=MNIST_M)
     lines += [f"## Predicted speedup for MNIST (n = {MNIST_N}, m = {MNIST_M}), like 001 Table VII", "",
               grid_table(blocks, ps, pm.speedup(ps[None, :], blocks[:, None], MNIST_N, w, c, **kw), "{:.2f}"), ""]
-    lines += ["## Recommendation for MNIST 784-64-64-10 on this machine", ""]
-    for p_max in (2, 64):
-        best = planning.recommend(MNIST_N, w, c, p_max, **kw)
-        p_best, _, s_best = planning.best_workers(blocks, MNIST_N, w, c, p_max, **kw)
-        smallest = {p: planning.min_block_for_speedup(p, MNIST_N, w, c, **kw)
+    lines += ["## Recommendation for MNIST 784-64-64-10", ""]
+    for p_max, cores in ((8, os.cpu_count()), (64, None)):
+        where = (f"on this machine ({cores} cores: more workers serialize)" if cores
+                 else "on a cluster of single-core workers")
+        best = planning.recommend(MNIST_N, w, c, p_max, cores=cores, **kw)
+        p_best, _, s_best = planning.best_workers(blocks, MNIST_N, w, c, p_max, cores=cores, **kw)
+        smallest = {p: planning.min_block_for_speedup(p, MNIST_N, w, c, cores=cores, **kw)
                     for p in (2, 4, 8, 16, 32, 64) if p <= p_max}
-        lines.append(f"- p <= {p_max}: least time per epoch with block {best.block} on {best.p} workers "
+        lines.append(f"- {where}, p <= {p_max}: least time per epoch with block {best.block} on {best.p} workers "
                      f"({best.epoch_seconds:.3g} s per epoch, speedup {best.speedup:.2f}); best workers per block "
                      + ", ".join(f"b={b}: p={p} (S={s:.2f})" for b, p, s in zip(blocks, p_best, s_best))
                      + "; smallest block with any speedup: "

@@ -22,6 +22,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def calibration_cache(tmp_path_factory):
+    """`ppt-dask model calibrate` keeps a copy of each calibration in the user's cache, which
+    `ppt-dask train` then reads: the tests' own folder, never the user's (the commands the
+    tests run inherit it)."""
+    import os
+
+    from ppt_dask.cli.runmodel import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("calibration-cache"))
+    yield
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_blas_thread():
     """The serial oracle runs with one BLAS thread, as every worker does: a BLAS with
     two threads splits the products differently and the last bits change."""

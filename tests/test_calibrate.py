@@ -4,15 +4,17 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.perf import calibrate, calls, paper001
+from ppt_dask.perf import calibrate, calls, loops, paper001
 from ppt_dask.perf import model as pm
 
 from conftest import scheduler_keys
@@ -119,15 +121,47 @@ def test_curve_rows():
 
 
 def test_measure_reduce_recovers_a_positive_bandwidth_term(client4, workers4):
+    """Two workers on the two cores (four on two timed the oversubscription, and a fixed
+    ceiling of 80 ns a weight failed on a loaded machine): the bandwidth term is bounded
+    below by physics measured here, one copy of the vector in this process (a round moves it
+    between processes at least once; the fastest of several copies, so load cannot lower
+    it), and above by a ceiling no working loopback misses (16 MB a round in under 2 s)."""
     rows: list = []
-    # 16 MB vectors: tens of milliseconds a round, well above the noise of a busy machine
-    tw, ti = calibrate.measure_reduce(client4, [1_000, 2_000_000], workers4, fan_in=2, rounds=8,
+    big = 2_000_000  # 16 MB vectors: tens of milliseconds a round, well above the noise
+    tw, ti = calibrate.measure_reduce(client4, [1_000, big], workers4[:2], fan_in=2, rounds=14,
                                       warmup=2, spin_seconds=0.01, samples=rows)
+    vector = np.ones(big)
+    copies = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        vector.copy()
+        copies.append(time.perf_counter() - t0)
     assert tw > 0 and ti >= 0
-    # over loopback, a level or two of the tree plus the weights' fan-out: between
-    # 0.1 GB/s and 100 GB/s per level is plausible on any machine
-    assert 8 / 100e9 < tw < 8 / 0.1e9
-    assert sorted({r[0] for r in rows}) == [2, 3, 4] and len(rows) == 6
+    assert min(copies) < tw * big * pm.tree_levels(2) < 2.0, (min(copies), tw * big)
+    assert [(r[0], r[1]) for r in rows] == [(2, 1_000), (2, big)]
+    assert rows[1][3] > rows[0][3]  # the large vector's round costs more than the small one's
+
+
+def test_streamed_rounds_timed_for_the_model(client4, workers4, tiny):
+    """The loops' own timing of real streamed rounds: the gradient phase grows with the
+    rows of a call and with the calls of a round, and the model reads it back through the
+    interpolated curve; the links floor grows with the vector sent."""
+    net, X, y = tiny
+    curve = loops.measure_stream(client4, net, X, y, workers4[:2], rows=(8, 64), rounds=8, warmup=2)
+    assert curve.rows == (8, 64) and curve.calls == 4 and curve.workers == 2
+    assert all(t > 0 for t in curve.first + curve.several + curve.shared)
+    assert curve.several[-1] > curve.first[-1]  # four calls of 64 rows against one
+    assert all(f >= 1 for f in curve.factor) and len(curve.rest_shared) == 2
+    c = pm.Constants(1e-6, 1e-6, 0, 0, 0, 0, tl0_seconds=1e-6, stream_rows=curve.rows,
+                     stream_first_seconds=curve.first, stream_more_seconds=curve.more,
+                     stream_shared_factor=curve.factor)
+    # p = 1 over 4 shards, calls of 64 rows: what the loop measured (first + 3 more)
+    assert pm.compute_seconds(1, 256, c, 4, streamed=True) == pytest.approx(
+        curve.first[-1] + 3 * curve.more[-1])
+    links = loops.measure_links(client4, (16, 200_000), workers4[:2], rounds=10)
+    assert [s[:2] for s in links.samples] == [(1, 16), (1, 200_000), (2, 16), (2, 200_000)]
+    assert links.tl0_seconds > 0 and links.tl1_seconds + links.tlw_seconds_per_weight > 0
+    assert links.samples[3][2] > links.samples[2][2]  # 1.6 MB a round costs more than 16 values
 
 
 def test_measure_head_fits_tasks_per_round(client4, workers4):
@@ -175,13 +209,32 @@ def calibration_file(tmp_path):
 
 def test_cli_predict_prints_table_vii(calibration_file):
     proc = run_cli("model", "predict", "--calibration", str(calibration_file), "--p", "2,4,8",
-                   "--block", "16,32,64,128", "--shards", "none", "--n-weights", "16768", timeout=60)
+                   "--block", "16,32,64,128", "--shards", "none", "--n-weights", "16768", "--cores", "none",
+                   timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Predicted speedup S(p)" in out and "| block | p=2 | p=4 | p=8 |" in out
+    # 001's constants have no streamed terms: said, and the graph's stand in
+    assert "no streamed terms: the one-hop graph's stand in" in out and "a core per worker" in out
     # with th0 + th1*tasks added, b = 128 still beats p = 1 (Table VII: 1.48, 1.67, 1.54)
     row = next(line for line in out.splitlines() if line.startswith("| 128 |"))
     assert all(float(v) > 1 for v in row.strip("|").split("|")[1:])
+
+
+def test_cli_recommends_no_more_workers_than_the_calibrated_cores(calibration_file):
+    """The calibration was taken on 2 cores: by default the model predicts there, where 4
+    and 8 workers time-slice the cores (rounds serialize) and never pay."""
+    args = ("--calibration", str(calibration_file), "--shards", "none", "--n-weights", "16768")
+    proc = run_cli("model", "predict", *args, "--p", "2,4,8", "--block", "128", timeout=60)
+    assert proc.returncode == 0 and "the workers share 2 cores" in proc.stdout, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 128 |"))
+    s2, s4, s8 = (float(v) for v in row.strip("|").split("|")[1:])
+    assert s2 > 1 and s4 < s2 and s8 < s4
+    proc = run_cli("model", "recommend", *args, "--p-max", "8", "--blocks", "64,128", timeout=60)
+    assert proc.returncode == 0 and "recommended: block 128 on 2 workers" in proc.stdout, proc.stdout
+    proc = run_cli("model", "recommend", *args, "--p-max", "8", "--blocks", "64,128", "--cores", "8",
+                   timeout=60)
+    assert proc.returncode == 0 and "recommended: block 128 on 2 workers" not in proc.stdout, proc.stdout
 
 
 def test_cli_recommend_with_constants_by_hand(tmp_path):
@@ -220,16 +273,20 @@ def test_cli_calibrate_with_too_few_rounds_names_the_minimum():
     assert "nan" not in proc.stderr.lower()
 
 
-def test_cli_calibrate_writes_a_usable_file(tmp_path):
+def test_cli_calibrate_writes_a_usable_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("PPT_DASK_CACHE", str(tmp_path / "cache"))  # not the user's cache
     out = tmp_path / "calib.json"
     proc = run_cli("model", "calibrate", "encoder", "--workers", "2", "--block", "64",
                    "--rounds", "8", "--p-values", "1,2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     steps = [line for line in proc.stderr.splitlines() if "] step " in line]
-    assert [line.split("] ")[1][:9] for line in steps] == ["step 1/4:", "step 2/4:", "step 3/4:", "step 4/4:"]
+    assert [line.split("] ")[1][:9] for line in steps] == [f"step {i}/5:" for i in range(1, 6)]
     cal = calibrate.Calibration.load(out)
     assert cal.network == (256, 8, 256) and cal.n_patterns == 256 and cal.workers == 2
     assert cal.constants.tf_seconds > 0 and cal.constants.th0_seconds + cal.constants.th1_seconds > 0
+    assert pm.has_stream_terms(cal.constants) and len(cal.constants.stream_rows) >= 2
+    assert cal.cores == os.cpu_count()  # two workers on this one host share its cores
+    assert "Streamed rounds' gradient phase" in proc.stdout and "tl1 (streamed" in proc.stdout
     proc = run_cli("model", "predict", "--calibration", str(out), "--p", "1,2", "--block", "64,256")
     assert proc.returncode == 0 and "| 256 |" in proc.stdout, proc.stderr
 
@@ -246,14 +303,66 @@ def test_validation_script_quick(tmp_path):
     assert {r["program"] for r in rows} == {"serial", "dask"}
     assert {int(r["p"]) for r in rows if r["program"] == "dask"} == {1, 2}
     assert all(float(r["measured"]) > 0 and float(r["predicted"]) > 0 for r in rows)
-    # a loose bound on a fresh calibration on this machine: the quick run is short and the
-    # machine is shared (others used 70-85 % of the CPU in the runs that set it, and the quick
-    # error was 30 %), so a slip of timing passes, while a broken model (a term lost, a
-    # constant in the wrong unit, predictions off by 3x) fails; the 3 % goal is the full script's
+    assert all(len(r["runs"].split(";")) == 3 for r in rows) and "median of 3 run(s)" in report
+    assert {r["streamed"] for r in rows if r["program"] == "dask"} == {"True"}  # ppt.train's default
+    # each run's error against a bound widened by the spread the runs show themselves: on a
+    # quiet machine (runs within a few percent) 15% plus that; on a shared one the spread
+    # loosens it, while a broken model (a term lost, a unit wrong, predictions off by 2x) fails
     dask = [r for r in rows if r["program"] == "dask"]
-    ratios = [float(r["predicted"]) / float(r["measured"]) for r in dask]
-    error = float(np.mean([abs(x - 1) for x in ratios]))
-    print(f"quick validation: mean absolute prediction error {error:.1%} over {len(dask)} settings")
-    assert error < 0.6 and all(1 / 3 < x < 3 for x in ratios), ratios
+    spreads = [_spread([float(v) for v in r["runs"].split(";")]) for r in dask]
+    for i in range(3):
+        ratios = [float(r["predicted"]) / float(r["runs"].split(";")[i]) for r in dask]
+        error = float(np.mean([abs(x - 1) for x in ratios]))
+        print(f"quick validation, run {i + 1}: mean absolute prediction error {error:.1%} over {len(dask)} "
+              f"settings (median spread of the runs {np.median(spreads):.1%})")
+        assert error < 0.15 + 2 * float(np.median(spreads)), ratios
+        assert all(1 / (2 * (1 + s)) < x < 2 * (1 + s) for x, s in zip(ratios, spreads)), ratios
     assert (tmp_path / "speedup_model.html").stat().st_size > 1000
     assert calibrate.Calibration.load(tmp_path / "calibration.json").n_weights == 55050
+
+
+def _spread(runs) -> float:
+    """How far a cell's runs stray from their median: (largest - smallest) / median."""
+    return float((max(runs) - min(runs)) / np.median(runs))
+
+
+def test_a_fresh_calibration_predicts_the_streamed_rounds_users_run(client4, workers4):
+    """Calibrate on two workers, then time ppt.train's default (streamed) Sync rounds at two
+    block sizes on 1 and 2 workers, three runs each, interleaved, and compare with the model.
+
+    The bound (the default suite's, loose on purpose): a cell's prediction within a factor of
+    3 of the median of its runs, widened by the spread those runs show themselves. On this
+    2-core machine shared with other runs (load average 5), a calibration that caught a burst
+    of others' work was off by up to 2.2x in a cell (1.6x held in most runs, not in all), while
+    the runs of one cell strayed 20-70%: a tighter bound here would fail by the load, not by the
+    model. It still fails a model that lost a term (the gradient is most of a p = 1 round, the
+    exchange most of a small p = 2 round: a third or less of the measured) or a constant in
+    the wrong unit. The tight bound is -m slow's (test_validation_script_quick: each run's mean
+    error under 15% plus twice the runs' spread), and the 5% goal graphs/validate_model.py's
+    on a quiet machine."""
+    rng = np.random.default_rng(1)
+    X, y = rng.random((4096, 64)), rng.integers(0, 10, 4096)
+    net = ppt.MLP((64, 64, 10), hidden="tanh", output="softmax")
+    workers = workers4[:2]
+    cal = calibrate.calibrate(client4, net, X, y, block=512, workers=workers, n_shards=8, rounds=8,
+                              p_values=(1, 2), curve=False)
+    c = cal.constants
+    assert pm.has_stream_terms(c)
+    placed = {p: ppt.enter_data(client4, X, y, 8, workers=workers[:p]) for p in (1, 2)}
+    cells = {(p, b): [] for p in (1, 2) for b in (128, 1024)}
+    try:
+        for _ in range(3):
+            for (p, b), runs in cells.items():
+                result = ppt.train(net, placed[p], ppt.Sync(lr=0.05, block=b),
+                                   ppt.Stop(max_epochs=30 * b / 4096))
+                runs.append(float(np.median([r["wall"] for r in result.breakdown()[5:]])))
+    finally:
+        for shards in placed.values():
+            ppt.exit_data(shards)
+    for (p, b), runs in cells.items():
+        parts = pm.round_parts(p, b, net.n_params, c, n_shards=8, cores=os.cpu_count())
+        assert parts["streamed"] and not parts["graph_for_stream"]
+        predicted = pm.iteration_seconds(p, b, net.n_params, c, n_shards=8, cores=os.cpu_count())
+        ratio, allowed = predicted / np.median(runs), 3 * (1 + _spread(runs))
+        print(f"p={p} block={b}: predicted {predicted * 1e3:.2f} ms, runs {np.round(np.array(runs) * 1e3, 2)} ms")
+        assert 1 / allowed < ratio < allowed, (p, b, predicted, runs)

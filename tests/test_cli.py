@@ -142,3 +142,56 @@ def test_every_strategy_runs_on_every_built_in_set(dataset, client4, tmp_path, c
         assert status == 0, (strategy, err)
         summary = json.loads(out.read_text())
         assert summary["strategy"] == strategy and summary["workers"] == 2 and summary["rounds"] >= 1, summary
+
+
+def test_train_with_a_calibration_prints_the_model_beside_the_run(tmp_path, scheduler_address):
+    """`ppt-dask model calibrate` writes a calibration (and keeps it in the user's cache);
+    `ppt-dask train --calibration FILE` prints the predicted and measured median round and
+    their ratio, the --json keeps them and the report both; without the flag the cached one
+    of the same network is used; a strategy the model does not cover and a calibration of
+    another network are refused in one line before any training."""
+    import numpy as np
+
+    from ppt_dask.perf import calibrate
+    from ppt_dask.perf import model as pm
+
+    env = {**os.environ, "PPT_DASK_CACHE": str(tmp_path / "cache")}
+    cal_file = tmp_path / "enc.json"
+    proc = run("model", "calibrate", "encoder", "--workers", "2", "--block", "64", "--rounds", "8",
+               "--p-values", "1,2", "--out", str(cal_file), "--scheduler", scheduler_address, env=env)
+    assert proc.returncode == 0, proc.stderr
+    kept = tmp_path / "cache" / "calibration-256-8-256-w4360-float64.json"
+    assert kept.is_file() and f"kept in {kept}" in proc.stdout
+    train = ("train", "encoder", "--workers", "2", "--strategy", "block", "--block", "64", "--epochs", "25",
+             "--quiet", "--scheduler", scheduler_address)
+    out, report = tmp_path / "s.json", tmp_path / "r.html"
+    proc = run(*train, "--calibration", str(cal_file), "--json", str(out), "--report", str(report), env=env)
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(out.read_text())["run_time_model"]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith(f"run-time model ({cal_file}): predicted ") and "predicted/measured" in line, line
+    # the prediction is the model's for the run's layout: 2 workers, block 64 over 8 shards,
+    # streamed rounds (--exchange auto), a core per worker (a scheduler not started here)
+    cal = calibrate.Calibration.load(cal_file)
+    assert entry["predicted_round_seconds"] == pm.iteration_seconds(2, 64, 4360, cal.constants, n_shards=8)
+    assert entry["rounds"] == "streamed rounds, 2 workers, block 64, a core per worker"
+    ratio = entry["predicted_round_seconds"] / entry["measured_round_seconds"]
+    assert entry["predicted_over_measured"] == ratio and f"predicted/measured {ratio:.2f}" in line
+    assert 1 / 3 < ratio < 3, entry  # a fresh calibration of this machine, loaded as it may be
+    page = report.read_text()
+    assert "predicted_round_ms" in page and "measured_round_ms" in page
+    # the cached calibration of the same network, without the flag
+    proc = run(*train, env=env)
+    assert proc.returncode == 0 and f"run-time model ({kept}): predicted" in proc.stdout, proc.stderr
+    # refused in one line: a strategy the model does not predict, a calibration of another network
+    proc = run("train", "encoder", "--strategy", "ppt", "--calibration", str(cal_file), "--epochs", "1", env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "ppt-dask: error: --calibration applies to --strategy block, epoch (the run-time model predicts "
+        "synchronous rounds), not to --strategy ppt"]
+    proc = run("train", "parity8", "--strategy", "block", "--calibration", str(cal_file), "--epochs", "1", env=env)
+    assert proc.returncode == 2 and "was calibrated for a network of 4360 parameters, this run's has" in proc.stderr
+    proc = run(*train[:8], "--dtype", "float32", "--calibration", str(cal_file), "--epochs", "1", env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"ppt-dask: error: --calibration {cal_file} was calibrated in float64, this run computes in float32: "
+        "calibrate with --dtype float32 (or train with --dtype float64)"], proc.stderr
+    assert cal.dtype == "float64" and np.isfinite(entry["measured_round_seconds"])

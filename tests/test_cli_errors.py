@@ -143,6 +143,8 @@ BAD_PATHS = [
     (["model", "calibrate", "parity8", "--out", "nodir/c.json"], "--out", "the folder of 'nodir/c.json'"),
     (["model", "calibrate", "parity8", "--out", "."], "--out", "'.' is a folder; --out takes the path of"),
     (["model", "predict", "--calibration", "."], "--calibration", "'.' is a folder; --calibration takes"),
+    (["train", "encoder", "--strategy", "block", "--calibration", "none.json"], "--calibration",
+     "no such file 'none.json'"),
     (["model", "recommend", "--constants", "none.json"], "--constants", "no such file 'none.json'"),
     (["model", "predict", "--calibration", "afile", "--json", "."], "--json", "'.' is a folder"),
     (["predict", "m.npz", "--input", "none.npy", "--output", "y.npy"], "--input", "no such file 'none.npy'"),

@@ -237,6 +237,61 @@ def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(brows
     assert "Traceback" not in "".join(lines)
 
 
+PREDICTION = """
+const doc = (window.Bokeh && Bokeh.documents.length) ? Bokeh.documents[0] : null;
+if (!doc || !doc.get_model_by_name('ppt-predicted') || !doc.get_model_by_name('ppt-rounds')) return null;
+const line = doc.get_model_by_name('ppt-predicted').data;
+const bars = Array.from(doc.get_model_by_name('ppt-rounds').data.wall_ms).filter((x) => x > 0);
+const legend = doc.get_model_by_name('ppt-legend');
+return {x: Array.from(line.x), ms: Array.from(line.predicted_ms), bars: bars.length,
+        median_bar: bars.length ? bars.sort((a, b) => a - b)[Math.floor(bars.length / 2)] : null,
+        legend: legend.items.map((item) => item.label.value)};
+"""
+
+
+def test_live_page_draws_the_predicted_round_over_the_bars(browser, tmp_path):
+    """``ppt-dask train mnist --workers 2 --strategy block --block 1000 --calibration FILE`` with
+    /ppt open: a dashed line at the round the run-time model predicts for this run (2 workers on
+    this machine's cores, 8 shards, streamed rounds), across the bars, named in the legend."""
+    from ppt_dask.perf import calibrate
+    from ppt_dask.perf import model as pm
+
+    calibration = pathlib.Path(__file__).resolve().parent.parent / "graphs" / "out" / "calibration.json"
+    cal = calibrate.Calibration.load(calibration)
+    expected = 1e3 * pm.iteration_seconds(2, 1000, cal.n_weights, cal.constants, n_shards=8, cores=os.cpu_count())
+    head = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", "2", "--strategy",
+                             "block", "--block", "1000", "--epochs", "100", "--target-error", "0",
+                             "--calibration", str(calibration)], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list = []
+    reader = threading.Thread(target=lambda: lines.extend(head.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any(line.startswith("time breakdown, live: ") for line in lines):
+            assert head.poll() is None and time.monotonic() < deadline, lines[-20:]
+            time.sleep(0.1)
+        url = next(line for line in lines if line.startswith("time breakdown, live: ")).split(": ", 1)[1].strip()
+        browser.get(url)
+        # the bars and the line are two sources, sent one after the other: read them together
+        got = wait_for(browser, PREDICTION, lambda v: v["bars"] >= 5 and v["ms"] and v["x"][1] >= v["bars"] - 1,
+                       timeout=90)
+        assert head.poll() is None, "the run is still going"
+        assert got["ms"] == [pytest.approx(expected, rel=1e-9)] * 2, (got, expected)
+        assert got["x"][0] < 0 and got["x"][1] >= got["bars"] - 1, got  # across the bars shown
+        assert "predicted round" in got["legend"], got
+        # the line sits among the bars it predicts (a broken unit would put it off the plot)
+        assert got["median_bar"] / 5 < expected < 5 * got["median_bar"], got
+        keep_screenshot(browser, tmp_path, "dashboard-predicted.png")
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGINT)  # Ctrl-C: ends in one line, status 130
+        head.wait(timeout=60)
+        reader.join(timeout=10)
+    assert head.returncode == 130, lines[-20:]
+    assert "Traceback" not in "".join(lines)
+
+
 def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path, scheduler_address):
     report, trace, out = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "s.json"
     proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2",

@@ -135,7 +135,8 @@ def test_hand_computed_round_with_a_call_curve():
                      call_seconds=[1e-3, 3e-3], call_task_seconds=[1.4e-3, 3.4e-3], call_shared_factor=[1.5, 1.5])
     assert pm.call_seconds(250, c) == pytest.approx(2e-3)           # interpolated
     assert pm.call_seconds(800, c) == pytest.approx(6e-3)           # last cost per row: 7.5 us
-    assert pm.call_seconds(10, c) == pytest.approx(1e-3)            # the smallest call timed
+    # below the smallest call timed: 001's line tc + r (Tf + Tb) through it (tc = 0 here)
+    assert pm.call_seconds(10, c) == pytest.approx(1e-3 * 10 / 100)
     assert pm.call_seconds(0, c) == 0.0
     assert pm.task_seconds(250, 1, c) == pytest.approx(2.4e-3)
     assert pm.task_seconds(250, 3, c) == pytest.approx(2.4e-3 + 2 * 2e-3)
@@ -494,3 +495,56 @@ def test_speedup_at_most_p_with_a_concave_call_curve(tc, k, e, extra, slow, p, b
                      call_task_seconds=call + extra, call_shared_factor=np.full(rows.size, slow))
     n = block * rounds
     assert pm.speedup(p, block, n, 100, c, n_shards=n_shards) <= p * (1 + 1e-9)
+
+
+def test_hand_computed_streamed_round_beside_the_graph_and_oversubscribed():
+    # streamed loops: a call's first 1 ms at 100 rows, 3 ms at 400, each further 0.8 / 2.8 ms,
+    # 1.2x with all workers computing; links: 0.05 ms a round, 1 ms and 10 ns a weight per peer
+    c = pm.Constants(1e-5, 1e-5, 0.1e-3, 0.0, 0.0, 0.0, tw_seconds_per_weight=1e-8, ti_seconds=1e-4,
+                     th0_seconds=2e-3, th1_seconds=1e-4, tl0_seconds=0.05e-3, tl1_seconds=1e-3,
+                     tlw_seconds_per_weight=1e-8, stream_rows=[100, 400], stream_first_seconds=[1e-3, 3e-3],
+                     stream_more_seconds=[0.8e-3, 2.8e-3], stream_shared_factor=[1.2, 1.2])
+    # p = 2 over 8 shards, block 1600: 4 calls of 200 rows on each loop
+    compute = 1.2 * ((1e-3 + 2e-3 / 3) + 3 * (0.8e-3 + 2e-3 / 3))
+    links = 0.05e-3 + 1 * (1e-3 + 1e-8 * 1000)
+    parts = pm.round_parts(2, 1600, 1000, c, n_shards=8)
+    assert parts["streamed"] and not parts["graph_for_stream"] and parts["head"] == 0.0
+    assert parts["compute"] == pytest.approx(compute) and parts["exchange"] == pytest.approx(links)
+    assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8) == pytest.approx(compute + 0.1e-3 + links)
+    assert pm.links_seconds(1, 1000, c) == pytest.approx(0.05e-3)  # one loop sends nothing
+    # exchange="all", the one-hop graph: 001's line (no graph curve), eq. (4), Th over 2 tasks
+    graph = 4 * 200 * 2e-5 + 0.1e-3 + (1e-8 * 1000 + 1e-4) + (2e-3 + 2 * 1e-4)
+    assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, exchange="all") == pytest.approx(graph)
+    # 8 aligned workers combine by recursive doubling: "auto" runs the graph there
+    assert not pm.round_parts(8, 1600, 1000, c, n_shards=8)["streamed"]
+    # 4 workers on 2 cores: the loops time-slice, compute and exchange take twice as long
+    one_each = pm.round_parts(4, 1600, 1000, c, n_shards=8)
+    shared = pm.round_parts(4, 1600, 1000, c, n_shards=8, cores=2)
+    assert shared["compute"] == pytest.approx(2 * one_each["compute"])
+    assert shared["exchange"] == pytest.approx(2 * one_each["exchange"])
+    assert pm.round_parts(2, 1600, 1000, c, n_shards=8, cores=2)["compute"] == pytest.approx(compute)
+    # a calibration without streamed terms charges streamed rounds the graph's, and says so
+    old = dataclasses.replace(c, tl0_seconds=0.0, tl1_seconds=0.0, tlw_seconds_per_weight=0.0)
+    assert pm.round_parts(2, 1600, 1000, old, n_shards=8)["graph_for_stream"]
+    assert pm.iteration_seconds(2, 1600, 1000, old, n_shards=8) == pytest.approx(graph)
+    with pytest.raises(ValueError, match="cores must be an integer >= 1, got 0"):
+        pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, cores=0)
+    with pytest.raises(ValueError, match="exchange must be one of"):
+        pm.iteration_seconds(2, 1600, 1000, c, exchange="mpi")
+
+
+def test_recommend_never_proposes_more_workers_than_the_cores_pay_for():
+    """A machine of 2 cores: 3 to 6 workers time-slice them (the rounds and the test pass
+    serialize), so no block makes them pay; with a core per worker more do. (Streamed rounds,
+    p < 8: the constants here have no round-graph terms for the doubling graph from 8 on.)"""
+    from ppt_dask.perf import planning
+
+    c = pm.Constants(1e-5, 2e-5, 0.2e-3, 0.0, 1e-6, 5e-3, tl0_seconds=0.02e-3, tl1_seconds=0.5e-3,
+                     tlw_seconds_per_weight=1e-9, stream_rows=[8, 512], stream_first_seconds=[0.3e-3, 16e-3],
+                     stream_more_seconds=[0.25e-3, 15.5e-3], stream_shared_factor=[1.2, 1.2])
+    for blocks in ([1000], [8000], [60000], None):
+        on_two = planning.recommend(60000, 55050, c, 6, blocks, n_test=10000, n_shards=8, cores=2)
+        assert on_two.p <= 2, (blocks, on_two)
+        p, _, _ = planning.best_workers([1000, 8000, 60000], 60000, 55050, c, 6, n_test=10000, n_shards=8, cores=2)
+        assert (p <= 2).all(), p
+    assert planning.recommend(60000, 55050, c, 6, [60000], n_test=10000, n_shards=8).p > 2

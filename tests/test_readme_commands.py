@@ -194,7 +194,7 @@ def test_printed_command_runs(doc, line, workdir, scheduler_address):
         _inputs_of_own_data(argv, workdir, cmd[0], env)
     elif argv[1] == "predict":
         _inputs_of_predict(argv, workdir, cmd[0], env, scheduler_address)
-    if argv[1] == "model" and "--calibration" in argv:
+    if "--calibration" in argv:  # model predict|recommend, train --calibration
         _calibration_of(argv, workdir)
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr

@@ -21,7 +21,7 @@ import numpy as np
 from ppt_dask import __version__
 from ppt_dask.cli import errors as clierrors
 from ppt_dask.cli import flags as cliflags
-from ppt_dask.cli import owndata, paths, textout, usermodel
+from ppt_dask.cli import owndata, paths, runmodel, textout, usermodel
 from ppt_dask.cli.presets import MODULE_PRESETS, PRESETS, STRATEGY_PRESETS
 from ppt_dask.core import applicability
 from ppt_dask.data import datasets
@@ -224,6 +224,9 @@ def _output_flags(t) -> None:
                    help="write the run as a Chrome trace (one track per worker plus the head)")
     t.add_argument("--save", default=None, metavar="PATH",
                    help="write the trained model here (.npz; read by `ppt-dask predict` and ppt.load_model)")
+    t.add_argument("--calibration", default=None, metavar="JSON",
+                   help="print the run-time model's predicted round beside the measured one (a file of "
+                        "`ppt-dask model calibrate`; default: the one it kept for this network, if any)")
 
 
 def _settings(args, kind: str = "preset") -> dict:
@@ -261,11 +264,13 @@ def train_command(args) -> int:
     usermodel.refuse_flags(args, kind)
     security = _checked_cluster_and_outputs(args, ppt)
     strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # its values checked
+    beside = runmodel.given(args, s["strategy"])  # --calibration: checked before any cluster work
     dtype = s.get("dtype", "float64")
     if kind == "preset":
         data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
         data, net, stop = _network_and_stop(args, s, data, dtype)
         n_shards = _n_shards(args, s, len(data.X))
+        beside = None if args.splits else runmodel.for_network(beside, net, s["strategy"])
     else:  # the metadata checked here; the rows are read on the workers
         reading = owndata.open_data(args, dtype)
     checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
@@ -273,14 +278,25 @@ def train_command(args) -> int:
                          security=security, timeout=args.connect_timeout or 10.0)
     if kind != "preset":
         data, net, stop, n_shards, strategy = _own_data_on(client, args, s, reading, dtype)
+        try:
+            beside = None if args.splits else runmodel.for_network(beside, net, s["strategy"])
+        except ValueError:
+            ppt.cluster.close(client)
+            raise
     url = None if args.quiet else ppt.cluster.page_url(client)
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
-    result = _run_on(client, args, s, net, data, strategy, stop, n_shards, checkpoints)
+    result = _run_on(client, args, s, net, data, strategy, stop, n_shards, checkpoints, beside)
     if isinstance(result, int):  # --splits printed its own table
         return result
     summary = _summary(args, s, net, result)
     print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
+    if beside is not None:  # the model beside the run: predicted and measured median round
+        summary["run_time_model"] = entry = runmodel.summary(beside, runmodel.measured_round(result.breakdown()))
+        result.settings.update(runmodel.settings(beside))
+        if entry["measured_round_seconds"] is not None:
+            result.settings["measured_round_ms"] = 1e3 * entry["measured_round_seconds"]
+        print(runmodel.line(entry))
     _write_outputs(args, result, summary, data)
     if result.outcome is Outcome.DIVERGED:
         print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
@@ -367,9 +383,11 @@ def _n_shards(args, s: dict, n_rows: int) -> int:
     return n_shards
 
 
-def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, checkpoints):
+def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, checkpoints, beside=None):
     """Place the data, train (or run --splits), close the cluster: the Result (or the
-    splits' exit status). A Ctrl-C ends in one line that says where the run was."""
+    splits' exit status). A Ctrl-C ends in one line that says where the run was. With a
+    calibration (``beside``) the run's round is predicted once its workers are known, and the
+    prediction rides in the run's settings (the live page draws it over the bars)."""
     import ppt_dask as ppt
     from ppt_dask.engine import interrupt
     from ppt_dask.progress import Training
@@ -385,9 +403,17 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
             return _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkpoints)
         shards = ppt.enter_data(client, data.X, data.y, n_shards, dtype=s.get("dtype", "float64"),
                                 workers=addresses, replicate=bool(s.get("replicate")))
+        from ppt_dask.api import RECORDER
+
+        recorder = RECORDER
+        if beside is not None:
+            runmodel.predict(beside, workers=len(shards.worker_blocks()),
+                             block=getattr(strategy, "block", None) or shards.n_rows, n_shards=shards.n_shards,
+                             fan_in=args.fan_in, exchange=args.exchange, local=not args.scheduler)
+            recorder = _recorder_with(runmodel.settings(beside))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
-                           resume=args.resume, exchange=args.exchange,
+                           resume=args.resume, exchange=args.exchange, recorder=recorder,
                            pipeline=args.pipeline, progress=watch, on_round=s.get("on_round"))
         if isinstance(stop.test, ppt.ShardSet):  # a table's test rows, placed on the workers
             s["test_r2"] = owndata.test_r2(net, stop.test, result.params, data)
@@ -407,6 +433,15 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         if client is not None:
             ppt.cluster.close(client)
     return result
+
+
+def _recorder_with(more: dict):
+    """ppt.train's recorder with ``more`` in the run's settings (what the page and report show)."""
+    from ppt_dask.api import RECORDER
+
+    def recorder(client, run_id, settings):
+        return RECORDER(client, run_id, {**settings, **more})
+    return recorder
 
 
 def _summary(args, s: dict, net, result) -> dict:

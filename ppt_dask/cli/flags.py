@@ -21,7 +21,7 @@ STRATEGY_FLAGS = ("block", "local_epoch", "replicate", "interval", "pull", "ema"
 GENERATED = ("parity8", "encoder", "function")  # made by a seeded generator, no files
 
 # flags that the repeated-splits mode (--splits) does not use
-NOT_WITH_SPLITS = ("checkpoint", "resume", "checkpoint_every", "report", "trace")
+NOT_WITH_SPLITS = ("checkpoint", "resume", "checkpoint_every", "report", "trace", "calibration")
 
 
 def refuse_flags(args, strategy: str, target_error) -> None:

@@ -23,10 +23,11 @@ import sys
 import numpy as np
 
 from ppt_dask.cli import flags as cliflags
-from ppt_dask.cli import paths, textout, usermodel
+from ppt_dask.cli import paths, runmodel, textout, usermodel
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf import planning
+from ppt_dask.perf.tasks import ROUND_EXCHANGES
 
 DEFAULT_P = (1, 2, 4, 8, 16, 32, 64)
 _CALIBRATED = -1  # --shards not given: the calibration's layout
@@ -53,6 +54,10 @@ def _shards(text: str):
     return None if text.lower() in ("none", "p") else _positive(text)
 
 
+def _cores(text: str):
+    return None if text.lower() == "none" else _positive(text)
+
+
 def add_model_parser(subparsers) -> None:
     """Add ``model calibrate | predict | recommend`` to the ``ppt-dask`` subcommands."""
     m = subparsers.add_parser("model", help="run-time model of 001: calibrate, predict, recommend")
@@ -70,6 +75,9 @@ def add_model_parser(subparsers) -> None:
                    help="calibrate your own PyTorch module (as ppt-dask train --model)")
     c.add_argument("--row-shape", type=usermodel.row_shape, default=None, metavar="D,D,...",
                    help="with --model: the shape of one input row (default: mnist 1,28,28, else flat)")
+    c.add_argument("--dtype", choices=["float64", "float32"], default=None,
+                   help="the network's floats, as ppt-dask train --dtype (default: the data set's preset, "
+                        "mnist float32)")
     c.add_argument("--fan-in", type=_positive, default=2)
     c.add_argument("--rounds", type=_positive, default=25,
                    help="probe rounds per point (at least 8: 5 warm up; the call curve runs at most 16)")
@@ -92,6 +100,12 @@ def add_model_parser(subparsers) -> None:
         q.add_argument("--shards", type=_shards, default=_CALIBRATED,
                        help="shards of the layout (default: the calibration's; 'none': one per worker)")
         q.add_argument("--fan-in", type=_positive, default=None)
+        q.add_argument("--exchange", choices=ROUND_EXCHANGES, default="auto",
+                       help="the rounds to predict, as ppt-dask train --exchange (default auto: streamed "
+                            "below 8 workers, as train runs them)")
+        q.add_argument("--cores", type=_cores, default=_CALIBRATED,
+                       help="cores the workers share in all (hosts x cores each; default: the calibrated "
+                            "machine's; 'none': a core per worker, a cluster to book)")
         q.add_argument("--json", default=None, metavar="PATH", help="also write the numbers here")
         if name == "predict":
             q.add_argument("--p", type=_int_list, default=DEFAULT_P, help="cluster sizes, e.g. 1,2,4,8")
@@ -136,7 +150,10 @@ def _calibrate(args) -> int:
     paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     args.activation = None  # calibrate has no --activation: the preset's
     usermodel.refuse_flags(args)
-    data = datasets.load(args.dataset, data_dir=args.data_dir)
+    if args.model and args.dtype:
+        raise ValueError("--dtype applies to the MLP, not with --model (the module's own floats)")
+    dtype = args.dtype or preset.get("dtype", "float64")  # as ppt-dask train runs the set
+    data = datasets.load(args.dataset, data_dir=args.data_dir, dtype=dtype)
     if args.model:  # the module's own dtype: the data follows it
         data = usermodel.shaped(data, args.dataset, args.row_shape)
         net = usermodel.network(args.model, data, None)
@@ -145,7 +162,7 @@ def _calibrate(args) -> int:
         n_outputs = (int(data.y.max()) + 1 if data.task == "classification"
                      else 1 if data.y.ndim == 1 else data.y.shape[1])
         net = ppt.MLP((data.X.shape[1], *(args.hidden or preset["hidden"]), n_outputs),
-                      hidden=preset["activation"], output=preset["output"])
+                      hidden=preset["activation"], output=preset["output"], dtype=dtype)
     # the model is of synchronous block rounds: the data set's block preset
     sync_block = STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
     block = min(args.block or sync_block or 1000, len(data.X))
@@ -162,6 +179,7 @@ def _calibrate(args) -> int:
     finally:
         ppt.cluster.close(client)
     result.save(args.out)
+    kept = runmodel.keep(result)  # ppt-dask train of this network prints the model beside its rounds
     print(constants_table(result.constants))
     print("\nhead/scheduler cost per round against tasks per round (probe rounds; p above the "
           "real workers are virtual)")
@@ -171,7 +189,9 @@ def _calibrate(args) -> int:
         print(f"| {p} | {tasks} | {spin * 1e3:.0f} | {seconds * 1e3:.2f} | {fitted * 1e3:.2f} |")
     shown = result.network if isinstance(result.network, str) else "-".join(map(str, result.network))
     print(f"\nnetwork {shown} (w = {result.n_weights}), n = "
-          f"{result.n_patterns}, m = {result.n_test}, {result.workers} workers; written to {args.out}")
+          f"{result.n_patterns}, m = {result.n_test}, {result.workers} workers; written to {args.out}"
+          + ("" if kept is None else f" and kept in {kept} (ppt-dask train of this network prints its "
+             "predicted round beside the measured one)"))
     return 0
 
 
@@ -195,8 +215,10 @@ def _setting(args) -> dict:
     if m < 0:
         raise ValueError(f"--n-test must be >= 0, got {m}")
     shards = cal.n_shards if args.shards == _CALIBRATED else args.shards
+    cores = cal.cores if args.cores == _CALIBRATED else args.cores
     return dict(c=cal.constants, n=int(n), w=int(w), m=int(m), n_shards=shards,
-                fan_in=args.fan_in or cal.fan_in)
+                fan_in=args.fan_in or cal.fan_in, exchange=args.exchange, cores=cores,
+                cores_given=args.cores != _CALIBRATED)
 
 
 def _predict(args, s: dict) -> int:
@@ -205,12 +227,14 @@ def _predict(args, s: dict) -> int:
     if blocks.max() > n:
         raise ValueError(f"--block must be <= n_patterns = {n}, got {int(blocks.max())}")
     ps = np.array(args.p)
-    kw = dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"])
+    kw = _model_kw(s)
     speed = np.asarray(perfmodel.speedup(ps[None, :], blocks[:, None], n, s["w"], s["c"], **kw))
     rnd = np.asarray(perfmodel.iteration_seconds(ps[None, :], blocks[:, None], s["w"], s["c"],
-                                                 s["fan_in"], n_shards=s["n_shards"]))
+                                                 s["fan_in"], n_shards=s["n_shards"], exchange=s["exchange"],
+                                                 cores=s["cores"]))
     epoch = np.asarray(perfmodel.epoch_seconds(ps[None, :], blocks[:, None], n, s["w"], s["c"], **kw))
     print(_problem_line(s))
+    print(rounds_line(s, ps, blocks))
     print("\nPredicted speedup S(p), 001 eq. (7) (like 001 Table VII)")
     print(grid_table(blocks, ps, speed, "{:.2f}"))
     print("\nPredicted efficiency E(p) = S(p)/p, 001 eq. (8)")
@@ -227,7 +251,7 @@ def _predict(args, s: dict) -> int:
 
 def _recommend(args, s: dict) -> int:
     n, w, c = s["n"], s["w"], s["c"]
-    kw = dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"])
+    kw = _model_kw(s)
     blocks = np.array(args.blocks) if args.blocks else planning.default_blocks(n)
     if blocks.max() > n:
         raise ValueError(f"--blocks must be <= n_patterns = {n}, got {int(blocks.max())}")
@@ -236,6 +260,7 @@ def _recommend(args, s: dict) -> int:
     ps = [p for p in (2, 4, 8, 16, 32, 64, 128, 256) if p <= args.p_max] or [1]
     smallest = {p: planning.min_block_for_speedup(p, n, w, c, **kw) for p in ps}
     print(_problem_line(s))
+    print(rounds_line(s, np.arange(1, args.p_max + 1), blocks))
     print(f"\nrecommended: block {best.block} on {best.p} workers: {best.epoch_seconds:.4g} s per epoch, "
           f"speedup {best.speedup:.2f}, efficiency {best.efficiency:.2f}")
     print("(larger blocks always cost less per epoch but converge slower, 001 sec. VI: "
@@ -276,8 +301,19 @@ def constants_table(c: perfmodel.Constants) -> str:
              "ti_seconds": "Ti (per reduction)", "ta_seconds": "Ta (weight averaging)",
              "th0_seconds": "th0 (head, per round)", "th1_seconds": "th1 (head, per task)",
              "tc_seconds": "tc (per gradient call)", "tq_seconds": "tq (shortest gradient phase)"}
+    names.update({"tl0_seconds": "tl0 (streamed round, the loop's own)",
+                  "tl1_seconds": "tl1 (streamed, per other worker)",
+                  "tlw_seconds_per_weight": "tlw (streamed, per weight per other worker)"})
     rows = [f"| {label} | {getattr(c, f) * 1e3:.6g} |" for f, label in names.items()]
     table = "\n".join(["| constant | ms |", "|---|---:|", *rows])
+    if c.stream_rows:
+        more = c.stream_more_seconds or c.stream_first_seconds
+        factor = c.stream_shared_factor or (1.0,) * len(c.stream_rows)
+        table += "\n".join(["", "", "Streamed rounds' gradient phase (ms; interpolated between these call sizes)", "",
+                            "| rows | first call of a round | each further call | x with all workers at once |",
+                            "|---:|---:|---:|---:|",
+                            *(f"| {int(r)} | {a * 1e3:.4g} | {m * 1e3:.4g} | {f:.2f} |"
+                              for r, a, m, f in zip(c.stream_rows, c.stream_first_seconds, more, factor))])
     if not c.call_rows:
         return table
     n = len(c.call_rows)
@@ -288,6 +324,54 @@ def constants_table(c: perfmodel.Constants) -> str:
     return "\n".join([table, "", "Call curve (ms)", "", "| rows | one call (serial) | first call of a task "
                       "(in rounds) | each further call of a task | x with all workers at once |",
                       "|---:|---:|---:|---:|---:|", *curve])
+
+
+def _model_kw(s: dict) -> dict:
+    return dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"], exchange=s["exchange"],
+                cores=s["cores"])
+
+
+def rounds_line(s: dict, ps, blocks) -> str:
+    """Which rounds the numbers predict (streamed or a round graph, and with what terms), on
+    how many cores, and where the gradient's cost leaves the sizes the calibration timed."""
+    from ppt_dask.perf import curves
+
+    c, ps = s["c"], np.asarray(ps)
+    parts = perfmodel.round_parts(ps, 1, s["w"], c, s["fan_in"], n_shards=s["n_shards"], exchange=s["exchange"])
+    on = np.atleast_1d(parts["streamed"])
+    said = []
+    if on.any():
+        at = _ps(ps[on]) if not on.all() else "every p"
+        if np.atleast_1d(parts["graph_for_stream"]).any():
+            said.append(f"streamed rounds at {at} (--exchange {s['exchange']}), but these constants have no "
+                        "streamed terms: the one-hop graph's stand in (calibrate again to time the links)")
+        else:
+            said.append(f"streamed rounds at {at} (--exchange {s['exchange']}: one loop per worker, the "
+                        "exchange from the links floor tl0 + (p-1)(tl1 + tlw w))")
+    if not on.all():
+        at = _ps(ps[~on]) if on.any() else "every p"
+        graph = "the one-hop graph" if s["exchange"] in ("auto", "all", "doubling") else "the tree graph"
+        said.append(f"{graph} at {at} (eq. (4) Tr(p) and the head Th(p))")
+    cores = s["cores"]
+    where = ("a core per worker" if cores is None else
+             f"the workers share {cores} cores (rounds of more workers serialize)"
+             + ("" if s.get("cores_given") else "; --cores for a larger cluster"))
+    line = "predicts " + "; ".join(said) + f"; {where}"
+    timed = curves.measured_rows(c, streamed=bool(on.any()) and perfmodel.has_stream_terms(c))
+    if timed:
+        rows = np.asarray(perfmodel.round_rows(ps[:, None], np.asarray(blocks)[None, :], s["n_shards"]))
+        rows = rows[rows >= 1]
+        if rows.min() < timed[0] or rows.max() > timed[1]:
+            line += (f"; the gradient was timed for calls of {timed[0]}..{timed[1]} rows, calls of "
+                     f"{int(rows.min())}..{int(rows.max())} asked: outside, 001's per-pattern line Tf + Tb")
+    return line + "."
+
+
+def _ps(ps) -> str:
+    ps = [int(p) for p in ps]
+    if len(ps) > 2 and ps == list(range(ps[0], ps[-1] + 1)):
+        return f"p = {ps[0]}..{ps[-1]}"
+    return "p = " + ", ".join(map(str, ps))
 
 
 def _problem(s: dict) -> dict:

@@ -100,6 +100,9 @@ class _Component:
             self.draw(view)
 
 
+PREDICTED_LABEL = "predicted round"
+
+
 class RoundBars(_Component):
     """Stacked bars per round: where each round's wall time went (ms)."""
 
@@ -115,11 +118,19 @@ class RoundBars(_Component):
         self.root.legend.orientation = "horizontal"
         self.root.legend.label_text_font_size = "8pt"
         self.root.add_layout(self.root.legend[0], "above")  # over the plot, not over the bars
-        self.hover = HoverTool(tooltips=self._tooltips(LABELS))
+        self.hover = HoverTool(tooltips=self._tooltips(LABELS), renderers=list(renderers))
         self.root.add_tools(self.hover)
         self.items = dict(zip(names, self.root.legend[0].items))
         self.renderers = dict(zip(names, renderers))
         self.streamed = False
+        # the run-time model's predicted round (ppt-dask train --calibration): a line over the bars
+        self.predicted = ColumnDataSource({"x": [], "predicted_ms": []}, name="ppt-predicted")
+        self.root.line("x", "predicted_ms", source=self.predicted, color="black", line_dash="dashed",
+                       line_width=2, legend_label=PREDICTED_LABEL)
+        self.predicted_item = self.root.legend[0].items[-1]
+        self.root.legend[0].name = "ppt-legend"
+        self.root.legend[0].items = list(self.items.values())  # shown once there is a prediction
+        self.predicting = False
 
     @staticmethod
     def _tooltips(labels: dict) -> list:
@@ -128,15 +139,20 @@ class RoundBars(_Component):
 
     def draw(self, view: View):
         self.source.data = bd.bar_columns(view.rows)
+        predicted = view.settings.get("predicted_round_ms")
+        n = len(view.rows)
+        self.predicted.data = ({"x": [-0.5, n - 0.5], "predicted_ms": [float(predicted)] * 2}
+                               if predicted and n else {"x": [], "predicted_ms": []})
         streamed = bool(view.summary.get("streamed"))
-        if streamed != self.streamed:  # name the stacks for the rounds shown
-            self.streamed = streamed
+        if streamed != self.streamed or bool(predicted) != self.predicting:  # name the stacks for the rounds shown
+            self.streamed, self.predicting = streamed, bool(predicted)
             labels = STREAM_LABELS if streamed else LABELS
             for name, item in self.items.items():
                 self.renderers[name].visible = labels[name] is not None
                 if labels[name] is not None:
                     item.label = {"value": labels[name]}
-            self.root.legend[0].items = [item for name, item in self.items.items() if labels[name] is not None]
+            self.root.legend[0].items = ([item for name, item in self.items.items() if labels[name] is not None]
+                                         + ([self.predicted_item] if predicted else []))
             self.hover.tooltips = self._tooltips(labels)
 
 

@@ -11,6 +11,9 @@ timing single arithmetic operations out of context gave errors over 20%. So:
   counts inside real training rounds on the live cluster, on one worker alone and on all
   workers at once: the model's *call curve* (the cost per pattern is not constant, and
   workers sharing a machine slow each other);
+* :func:`ppt_dask.perf.loops.measure_stream` and :func:`ppt_dask.perf.loops.measure_links`
+  time the streamed rounds ``ppt.train`` runs by default: their gradient phase over the same
+  call sizes, and their exchange alone (the links floor) over p and vector sizes;
 * :func:`measure_head` runs the engine's round graph with gradient tasks that wait a known
   time and return a tiny vector, over 1..64 *virtual* workers (slots pinned in
   blocks onto the real ones: the tasks and tree of a cluster of that size), and fits
@@ -41,6 +44,7 @@ from ppt_dask.algorithms import strategies
 from ppt_dask.core import model as netmodel
 from ppt_dask.engine import waits
 from ppt_dask.perf import fit as modelfit
+from ppt_dask.perf import loops
 from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf.calls import cluster_workers, measure_calls
 from ppt_dask.perf.measure import measure_constants
@@ -248,6 +252,17 @@ def measure_reduce(client, sizes, workers=None, fan_in: int = 2, *, head=None,
     return modelfit.fit_reduce(ps, ws, extra, fan_in)
 
 
+def worker_cores(client, workers) -> int:
+    """The cores the ``workers`` share in all: each host's (``os.cpu_count`` there) once,
+    however many of the workers run on it. What the model charges oversubscribed workers
+    against (:func:`ppt_dask.perf.model.oversubscription`)."""
+    from urllib.parse import urlsplit
+
+    counts = client.run(os.cpu_count, workers=list(workers))
+    hosts = {urlsplit(address).hostname: n for address, n in counts.items()}
+    return int(sum(n or 1 for n in hosts.values()))
+
+
 # ---- the bundle ------------------------------------------------------------------------
 
 
@@ -264,8 +279,9 @@ class Calibration:
     n_shards: int | None = None  # shards of the layout to model (None: one per worker)
     fan_in: int = 2
     workers: int = 1  # real workers of the calibrated cluster
-    cores: int | None = None
+    cores: int | None = None  # the cores those workers share, over their hosts
     measurements: dict = field(default_factory=dict)
+    dtype: str | None = None  # the network's floats (float32 computes about twice as fast); None: not recorded
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)  # the constants become a dict of their fields
@@ -304,7 +320,7 @@ class Calibration:
 def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | None = None,
               fan_in: int = 2, n_test: int = 0, repeats: int = 7, rounds: int = 25,
               p_values=(1, 2, 4, 8, 16, 32, 64), sizes=None, spin_seconds: float = 0.01,
-              curve: bool = True, progress=None) -> Calibration:
+              curve: bool = True, stream: bool = True, progress=None) -> Calibration:
     """All of 001's constants for ``net`` on this cluster, in one :class:`Calibration`.
 
     The per-pattern constants are timed on the first worker (single-threaded, with the
@@ -316,13 +332,20 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     those rounds cost beyond their gradient phase at p = 1 and p = all (the probes keep
     the growth ``th1``), and ``tq`` is what their shortest calls' rounds cost beyond it.
     ``n_patterns`` is ``len(X)``; the call curve runs ``min(CURVE_ROUNDS, rounds)`` rounds
-    per size. ``progress``, when given, is called with a line at the
-    start of each of the four steps (``step 2/4: ...``).
+    per size. With ``stream`` the streamed rounds ``ppt.train`` runs by default are timed as
+    well (:mod:`ppt_dask.perf.loops`): their gradient phase over the same call sizes (the
+    ``stream_*`` curve) and the links floor over p = 1..len(workers) and vectors of 16, w and
+    4w values (``tl0``, ``tl1``, ``tlw``), at least ``loops.STREAM_ROUNDS`` rounds each; ``tl1``
+    is then levelled so that ``Tl(p)`` at p = all workers is what the real streamed rounds of the
+    curve spent beyond their gradient and update (their median over the sizes: the floor has no
+    slower loop to wait for), the floor's own kept in the measurements.
+    ``progress``, when given, is called with a line at the start of each of the five steps
+    (``step 2/5: ...``).
     """
     check_rounds(rounds)
     say = progress or (lambda line: None)
     workers = cluster_workers(client, workers)
-    say(f"step 1/4: per-pattern constants on one worker ({repeats} repeats)")
+    say(f"step 1/5: per-pattern constants on one worker ({repeats} repeats)")
     n_rows = min(len(X), max(8 * int(block), 16384))
     data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1], hash=False)
     on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,
@@ -330,18 +353,40 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     local = waits.result(on_worker, 600, "the per-pattern constants timed on one worker")
     del on_worker, data
     if curve:
-        say(f"step 2/4: the call curve over {len(workers)} worker(s)")
+        say(f"step 2/5: the call curve of round graphs over {len(workers)} worker(s)")
     calls = (measure_calls(client, net, X[:n_rows], y[:n_rows], workers, rounds=min(CURVE_ROUNDS, rounds))
              if curve else None)
-    say(f"step 3/4: head and scheduler cost, {rounds} probe rounds at p = {', '.join(map(str, p_values))}")
+    w = net.n_params
+    stream_fields, stream_seen = {}, {}
+    if stream:
+        say(f"step 3/5: streamed rounds over {len(workers)} worker(s): the gradient phase, the links floor")
+        loop_curve = loops.measure_stream(client, net, X[:n_rows], y[:n_rows], workers,
+                                          rounds=max(loops.STREAM_ROUNDS, rounds))
+        links = loops.measure_links(client, (16, w, 4 * w), workers, rounds=max(loops.STREAM_ROUNDS, rounds),
+                                    dtype=str(np.dtype(net.dtype)))
+        tl1 = links.tl1_seconds
+        if loop_curve.rest_shared and len(workers) >= 2:
+            # the level from the real rounds, the growth in w from the floor (as th0 and Ti are
+            # levelled on real rounds): a real round's exchange also waits for the slower loop's
+            # gradient (idle), which a floor without compute does not have (1.5 ms floor against
+            # 3.6 ms in real MNIST rounds at p = 2, flat over the block sizes)
+            others = len(workers) - 1
+            real = float(np.median(loop_curve.rest_shared))
+            tl1 = max((real - links.tl0_seconds) / others - links.tlw_seconds_per_weight * w, 0.0)
+        stream_fields = dict(stream_rows=loop_curve.rows, stream_first_seconds=loop_curve.first,
+                             stream_more_seconds=loop_curve.more, stream_shared_factor=loop_curve.factor,
+                             tl0_seconds=links.tl0_seconds, tl1_seconds=tl1,
+                             tlw_seconds_per_weight=links.tlw_seconds_per_weight)
+        stream_seen = {"stream": dataclasses.asdict(loop_curve), "links": [list(s) for s in links.samples],
+                       "links_floor_tl1_seconds": links.tl1_seconds}
+    say(f"step 4/5: head and scheduler cost, {rounds} probe rounds at p = {', '.join(map(str, p_values))}")
     head = measure_head(client, workers, p_values=p_values, spin_seconds=spin_seconds,
                         rounds=rounds, fan_in=fan_in)
-    w = net.n_params
     sizes = sizes or sorted({max(w // 10, 1), w, 4 * w})
     reduce_samples: list = []
     tw, ti = (0.0, 0.0)
     if len(workers) >= 2:
-        say(f"step 4/4: the reduce over 2..{len(workers)} workers, vectors of {', '.join(map(str, sizes))} weights")
+        say(f"step 5/5: the reduce over 2..{len(workers)} workers, vectors of {', '.join(map(str, sizes))} weights")
         tw, ti = measure_reduce(client, sizes, workers, fan_in, rounds=rounds,
                                 spin_seconds=spin_seconds, samples=reduce_samples)
     th0, tq = head.th0_seconds, head.tq_seconds
@@ -361,13 +406,14 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
                 ti = max(calls.rest(True) - local.tu_seconds - th0 - head.th1_seconds * tasks
                          - tw * w * perfmodel.tree_levels(p, fan_in), 0.0)
     constants = dataclasses.replace(local, tw_seconds_per_weight=tw, ti_seconds=ti, th0_seconds=th0,
-                                    th1_seconds=head.th1_seconds, tq_seconds=tq, **curve_fields)
+                                    th1_seconds=head.th1_seconds, tq_seconds=tq, **curve_fields, **stream_fields)
     shown = netmodel.describe(net)["network"]  # an MLP's widths, or a name
     return Calibration(constants, tuple(shown) if isinstance(shown, list) else str(shown), w, len(X),
                        int(n_test), int(block), n_shards,
-                       fan_in, len(workers), os.cpu_count(),
+                       fan_in, len(workers), worker_cores(client, workers),
                        {"head": [list(s) for s in head.samples],
                         "reduce": [list(s) for s in reduce_samples],
                         "rounds": dataclasses.asdict(calls) if calls is not None else {},
                         "probe_th0_seconds": head.th0_seconds, "probe_tq_seconds": head.tq_seconds,
-                        "load_average": list(os.getloadavg())})
+                        **stream_seen, "load_average": list(os.getloadavg())},
+                       str(np.dtype(net.dtype)))

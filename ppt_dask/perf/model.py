@@ -37,7 +37,15 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   given it replaces ``tc + rows (Tf + Tb)``: the cost per pattern is not constant on a
   real machine. A task of k calls costs ``first(rows) + (k - 1) more(rows)``, times
   ``call_shared_factor(rows)`` when more than one worker computes.
-* ``tq``: the shortest gradient phase the scheduler allows: a round costs
+* streamed rounds (:mod:`ppt_dask.engine.stream`, what ``ppt.train`` runs by default below
+  8 workers): no task per round, so no ``Th``; each loop computes, sends its partial sums to
+  the other p - 1 loops over direct links and adds theirs: ``Tl(p) = tl0 + (p - 1)(tl1 +
+  tlw w)`` (:func:`links_seconds`, calibrated from the links floor of
+  ``graphs/exchange_floor.py``), and the gradient phase has its own curve timed inside real
+  streamed rounds (``stream_*``). Which rounds ``exchange`` runs: :func:`round_parts`.
+* ``cores``: p workers on fewer cores time-slice them, so a round's compute and exchange
+  take ``p / cores`` times longer (:func:`oversubscription`): what 4 workers on 2 cores cost.
+* ``tq``: the shortest gradient phase the scheduler allows: a round graph costs
   ``max(compute, tq)``. With distributed's message batching (``BatchedSend(interval=
   "5ms")`` in ``distributed.scheduler``) the update task is sent no sooner than ~5 ms
   after the gradient task went to the same worker, however short the gradient; with the
@@ -58,15 +66,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppt_dask.core.validation import check_int_array_at_least
-from ppt_dask.perf.tasks import ceil_div, layout, slowest_patterns, tasks_per_round, tree_levels
+from ppt_dask.perf import curves
+from ppt_dask.perf.curves import CALL_CURVE, STREAM_CURVE, check_curves
+from ppt_dask.perf.tasks import EXCHANGES, ceil_div, layout, slowest_patterns, streamed, tasks_per_round, tree_levels
 
 
 @dataclass(frozen=True)
 class Constants:
-    """Time constants of 001 (Tables II, III, V) plus the Dask head term; all in seconds.
+    """Time constants of 001 (Tables II, III, V) plus the Dask terms; all in seconds.
 
-    ``th1_seconds`` is seconds *per task* and ``tw_seconds_per_weight`` seconds per weight
-    per tree level. Every field must be finite and >= 0 (``ValueError`` otherwise).
+    ``th1_seconds`` is seconds *per task*, ``tw_seconds_per_weight`` seconds per weight
+    per tree level, ``tlw_seconds_per_weight`` seconds per weight per other worker. Every
+    scalar field must be finite and >= 0 (``ValueError`` otherwise); the curves are
+    checked by :func:`ppt_dask.perf.curves.check_curves`.
     :func:`constants_to_dict` / :func:`constants_from_dict` give the JSON form.
     """
 
@@ -88,34 +100,30 @@ class Constants:
     call_task_seconds: tuple = ()  # a ppt-grad task of that one call in real rounds (or ())
     call_more_seconds: tuple = ()  # each further call of such a task (or ())
     call_shared_factor: tuple = ()  # tasks' time factor when all workers compute at once (or ())
+    tl0_seconds: float = 0.0  # streamed: a loop's own cost of a round beyond compute and update (p = 1)
+    tl1_seconds: float = 0.0  # streamed: latency of one link message, per other worker
+    tlw_seconds_per_weight: float = 0.0  # streamed: per weight sent to one other worker
+    stream_rows: tuple = ()  # rows of one call at which streamed rounds' gradient phase was timed
+    stream_first_seconds: tuple = ()  # a loop's first call of a round, in real streamed rounds
+    stream_more_seconds: tuple = ()  # each further call of that round (or ())
+    stream_shared_factor: tuple = ()  # gradient phase's factor with all workers computing (or ())
 
     def __post_init__(self):
-        _check_curve(self)
-        for f in (f for f in dataclasses.fields(self) if f.name not in _CURVE):
+        check_curves(self)
+        for f in (f for f in dataclasses.fields(self) if f.name not in CALL_CURVE + STREAM_CURVE):
             value = getattr(self, f.name)
             number = isinstance(value, (int, float, np.integer, np.floating))
             if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
                 raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
-        if any(f < 1 for f in self.call_shared_factor):
-            raise ValueError(f"call_shared_factor must be >= 1, got {self.call_shared_factor!r}")
 
 
-_CURVE = ("call_rows", "call_seconds", "call_task_seconds", "call_more_seconds", "call_shared_factor")
+STREAM_TERMS = ("tl0_seconds", "tl1_seconds", "tlw_seconds_per_weight")
 
 
-def _check_curve(c) -> None:
-    """The call curve: increasing positive rows, finite seconds >= 0 of the same length."""
-    rows, bare, task, more, factor = (tuple(np.asarray(getattr(c, n), dtype=float).ravel()) for n in _CURVE)
-    for name, values in zip(_CURVE, (rows, bare, task, more, factor)):
-        object.__setattr__(c, name, values)  # lists from JSON become tuples (hashable, frozen)
-        if not all(np.isfinite(values)) or any(v < 0 for v in values):
-            raise ValueError(f"{name} must hold finite numbers >= 0, got {values!r}")
-    if any(r < 1 or r != int(r) for r in rows) or any(b <= a for a, b in zip(rows, rows[1:])):
-        raise ValueError(f"call_rows must be increasing integers >= 1, got {rows!r}")
-    if len(bare) != len(rows) or any(len(v) not in (0, len(rows)) for v in (task, more, factor)):
-        raise ValueError(f"call_seconds ({len(bare)}), call_task_seconds ({len(task)}), "
-                         f"call_more_seconds ({len(more)}) and call_shared_factor ({len(factor)}) "
-                         f"need one value per entry of call_rows ({len(rows)})")
+def has_stream_terms(c) -> bool:
+    """Whether the streamed exchange was calibrated (any of ``STREAM_TERMS`` > 0): without,
+    streamed rounds are charged the one-hop graph's terms (:func:`round_parts` says so)."""
+    return any(getattr(c, n) > 0 for n in STREAM_TERMS)
 
 
 def count_weights(layers, biases: bool = True) -> int:
@@ -146,45 +154,32 @@ def call_seconds(rows, c: Constants):
     """Seconds of one gradient call over ``rows`` patterns, as the serial program makes it.
 
     Without a call curve, ``tc + rows (Tf + Tb)``; with one, linear interpolation between
-    the timed row counts (the smallest timed call below them, the last cost per pattern
-    above them). Broadcasts ``rows`` (>= 0; 0 rows cost nothing).
+    the timed row counts, 001's line through the nearest timed call outside them
+    (:func:`ppt_dask.perf.curves.along`). Broadcasts ``rows`` (>= 0; 0 rows cost nothing).
     """
-    c = _constants(c)
-    r = np.asarray(rows, dtype=float)
-    if c.call_rows:
-        t = _curve(r, np.asarray(c.call_rows), np.asarray(c.call_seconds))
-    else:
-        t = c.tc_seconds + r * (c.tf_seconds + c.tb_seconds)
-    return _out(np.where(r > 0, t, 0.0))
+    return _out(curves.call_seconds(rows, _constants(c)))
 
 
-def task_seconds(rows, calls, c: Constants, workers=1):
-    """Seconds of one ``ppt-grad`` task making ``calls`` calls of ``rows`` patterns each.
+def task_seconds(rows, calls, c: Constants, workers=1, *, streamed: bool = False):
+    """Seconds of one worker's gradient work in a round: ``calls`` calls of ``rows`` each.
 
-    ``first(rows) + (calls - 1) more(rows)`` (``call_task_seconds`` and
-    ``call_more_seconds``; each falls back to :func:`call_seconds`), times
-    ``call_shared_factor(rows)`` when ``workers > 1``. Without a call curve,
-    ``calls (tc + rows (Tf + Tb))``. Broadcasts all three.
+    ``first(rows) + (calls - 1) more(rows)``, times the shared factor when ``workers > 1``:
+    a ``ppt-grad`` task of the round graph, or with ``streamed`` a loop's gradient phase
+    (:func:`ppt_dask.perf.curves.task_seconds`). Without a call curve, ``calls (tc + rows
+    (Tf + Tb))``. Broadcasts all three.
     """
-    c = _constants(c)
-    r, k, w = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(calls), np.asarray(workers))
-    call = np.asarray(call_seconds(r, c))
-    xs = np.asarray(c.call_rows)
-    first = _curve(r, xs, np.asarray(c.call_task_seconds)) if c.call_task_seconds else call
-    more = _curve(r, xs, np.asarray(c.call_more_seconds)) if c.call_more_seconds else call
-    t = np.where(k > 0, first + (k - 1) * more, 0.0)
-    return _out(np.where(w > 1, _shared_factor(r, c), 1.0) * np.where(r > 0, t, 0.0))
+    return _out(curves.task_seconds(rows, calls, _constants(c), workers, streamed))
 
 
-def _shared_factor(rows, c: Constants):
-    """``call_shared_factor`` at ``rows`` (interpolated, the ends held), or 1."""
-    if not c.call_shared_factor:
-        return np.ones_like(np.asarray(rows, dtype=float))
-    return np.interp(rows, np.asarray(c.call_rows), np.asarray(c.call_shared_factor))
-
-
-def _curve(r, xs, ys):
-    return np.where(r > xs[-1], ys[-1] * r / xs[-1], np.interp(r, xs, ys))
+def oversubscription(workers, cores=None):
+    """How much longer a phase that every worker computes at once takes when ``workers``
+    share ``cores`` cores: ``max(1, workers / cores)`` (the cores time-slice the workers,
+    so a round's compute serializes), 1 where ``cores`` is None (a core per worker)."""
+    w = np.asarray(workers, dtype=float)
+    if cores is None:
+        return np.ones_like(w)
+    n = check_int_array_at_least("cores", cores, 1)
+    return np.maximum(1.0, w / n)
 
 
 def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
@@ -200,51 +195,111 @@ def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
     return _out(np.where(levels > 0, tr, 0.0))
 
 
-def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None):
+def links_seconds(p, n_weights, c: Constants):
+    """A streamed round's exchange, ``Tl(p) = tl0 + (p - 1)(tl1 + tlw w)``.
+
+    Each loop sends its partial sums (w values) to each of the p - 1 other loops and takes
+    theirs over direct links (:mod:`ppt_dask.engine.links`), then adds them and leaves the
+    round for the head: what ``graphs/exchange_floor.py``'s ``links`` way measures, fitted by
+    :func:`ppt_dask.perf.loops.measure_links`. The all-to-all of 001's eq. (4) with no tree:
+    linear in p - 1 where eq. (4) is logarithmic. Broadcasts ``p`` against ``n_weights``.
+    """
+    c = _constants(c)
+    others = check_int_array_at_least("p", p, 1) - 1
+    w = check_int_array_at_least("n_weights", n_weights, 1)
+    return _out(c.tl0_seconds + others * (c.tl1_seconds + c.tlw_seconds_per_weight * w))
+
+
+def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
     """Dask head/scheduler cost of one round, ``Th(p) = th0 + th1 * tasks_per_round(p)``.
 
     Not in 001 (MPI has no head); calibrate with :func:`ppt_dask.perf.fit.fit_head`.
+    ``exchange`` is the round graph whose tasks are counted ("stream" counts the one-hop graph's).
     """
     c = _constants(c)
-    tasks = np.asarray(tasks_per_round(p, fan_in, n_shards))
+    graph = exchange if exchange in EXCHANGES else "auto"
+    tasks = np.asarray(tasks_per_round(p, fan_in, n_shards, graph))
     return _out(c.th0_seconds + c.th1_seconds * tasks)
 
 
-def compute_seconds(p, block, c: Constants, n_shards=None):
+def round_rows(p, block, n_shards=None):
+    """Rows of one gradient call of the busiest worker in a round (what the curves are
+    timed against): its patterns over the shards it holds. Broadcasts ``p`` and ``block``."""
+    b = check_int_array_at_least("block", block, 1)
+    workers, calls = layout(p, n_shards)
+    return _out(slowest_patterns(workers, b, n_shards) / calls)
+
+
+def compute_seconds(p, block, c: Constants, n_shards=None, *, streamed: bool = False, cores=None):
     """Gradient phase of one round: the busiest worker's calls and patterns.
 
-    ``max(task(patterns / calls, calls), tq)`` with ``patterns = ceil(b/p)`` (001's
-    ``b/p``) when ``n_shards`` is None, else the exact split of Sync over the shards,
-    and ``calls`` the shards that worker holds; ``task`` is :func:`task_seconds`
-    (``calls * tc + patterns (Tf + Tb)`` without a call curve). Broadcasts ``p`` and
-    ``block``.
+    ``task(patterns / calls, calls)`` with ``patterns = ceil(b/p)`` (001's ``b/p``) when
+    ``n_shards`` is None, else the exact split of Sync over the shards, and ``calls`` the
+    shards that worker holds; ``task`` is :func:`task_seconds` (``calls * tc + patterns
+    (Tf + Tb)`` without a call curve), times :func:`oversubscription`. A round graph's phase
+    is at least ``tq`` (the scheduler's message batching); a streamed loop's is not.
+    Broadcasts ``p`` and ``block``.
     """
     c = _constants(c)
     b = check_int_array_at_least("block", block, 1)
     workers, calls = layout(p, n_shards)
     patterns = slowest_patterns(workers, b, n_shards)
-    busy = np.asarray(task_seconds(patterns / calls, calls, c, workers))
-    return _out(np.maximum(busy, c.tq_seconds))
+    busy = np.asarray(task_seconds(patterns / calls, calls, c, workers, streamed=streamed))
+    busy = busy * oversubscription(workers, cores)
+    return _out(busy if streamed else np.maximum(busy, c.tq_seconds))
 
 
-def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=None):
+def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=None,
+                exchange: str = "auto", cores=None) -> dict:
+    """The terms of one round (seconds, each of the broadcast shape of ``p`` and ``block``).
+
+    ``compute`` (:func:`compute_seconds`), ``update`` (``Tu``), ``exchange`` and ``head``.
+    Where ``ppt.train(..., exchange=exchange)`` streams the rounds
+    (:func:`ppt_dask.perf.tasks.streamed`) and the links were calibrated, ``exchange`` is
+    :func:`links_seconds` (times :func:`oversubscription`: the loops share the cores) and
+    ``head`` 0 (the head reads rounds while the loops go on); on a round graph, eq. (4)'s
+    ``Tr(p)`` and the head ``Th(p)``. ``streamed`` (bools) says which rounds were charged as
+    streamed, ``graph_for_stream`` (bools) where streamed rounds had to take the graph's terms
+    (its compute curve and ``tq`` too) because the constants have no streamed exchange (001's
+    own, or an older calibration).
+    """
+    c = _constants(c)
+    workers, _ = layout(p, n_shards)
+    s = np.asarray(streamed(p, fan_in, n_shards, exchange))
+    links = has_stream_terms(c)
+    shape = np.broadcast(np.asarray(p), np.asarray(block)).shape
+    parts = {}
+    for flag in (False, True):
+        graph = not (flag and links)
+        parts[flag] = dict(
+            compute=np.asarray(compute_seconds(p, block, c, n_shards, streamed=not graph, cores=cores)),
+            update=np.full(shape, c.tu_seconds),
+            exchange=np.asarray(reduce_seconds(workers, n_weights, c, fan_in) if graph
+                                else links_seconds(workers, n_weights, c)) * oversubscription(workers, cores),
+            head=np.asarray(head_seconds(p, c, fan_in, n_shards, exchange)) if graph else np.zeros(np.shape(p)))
+    out = {k: _out(np.broadcast_to(np.where(s, parts[True][k], parts[False][k]), shape)) for k in parts[True]}
+    out["streamed"] = s if s.ndim else bool(s)
+    out["graph_for_stream"] = (s & (not links)) if s.ndim else bool(s and not links)
+    return out
+
+
+def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=None,
+                      exchange: str = "auto", cores=None):
     """One weight update (one Dask round) with block b split over p workers.
 
     The per-block share of 001 eq. (5): the slowest worker's ``ceil(b/p) (Tf + Tb)``
     (see :func:`compute_seconds` for the Dask terms tc and tq), then ``Tu + Tr(p)``,
-    plus the Dask head ``Th(p)``. 001 assumes p | b, where ``ceil(b/p) = b/p``; for
-    b < p, p - b workers idle. With ``n_shards`` S < p only S workers get work.
-    Broadcasts ``p`` and ``block``.
+    plus the Dask head ``Th(p)``; on streamed rounds ``Tu + Tl(p)`` instead
+    (:func:`round_parts`). 001 assumes p | b, where ``ceil(b/p) = b/p``; for b < p, p - b
+    workers idle. With ``n_shards`` S < p only S workers get work. ``cores``: the cores the
+    workers share (None: one each). Broadcasts ``p`` and ``block``.
 
     >>> c = Constants(1e-3, 2e-3, 1e-4, 0.0, 0.0, 0.0, 1e-6, 1e-3)
     >>> round(iteration_seconds(4, 64, 1000, c), 6)  # 16*3ms + 0.1ms + (2*1ms + 1ms)
     0.0511
     """
-    c = _constants(c)
-    workers, _ = layout(p, n_shards)
-    return _out(np.asarray(compute_seconds(p, block, c, n_shards)) + c.tu_seconds
-                + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))
-                + np.asarray(head_seconds(p, c, fan_in, n_shards)))
+    parts = round_parts(p, block, n_weights, c, fan_in, n_shards=n_shards, exchange=exchange, cores=cores)
+    return _out(sum(np.asarray(parts[k]) for k in ("compute", "update", "exchange", "head")))
 
 
 def _epoch_inputs(block, n_patterns, n_test):
@@ -270,39 +325,43 @@ def sequential_epoch_seconds(block, n_patterns, c: Constants, *, n_test: int = 0
 
 
 def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-                  fan_in: int = 2, n_shards=None):
+                  fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None):
     """One iteration of the parallel program (001's Tpi), eq. (5) plus the Dask head:
 
     ``(n/b) [ceil(b/p)(Tf + Tb) + Tu + Tr(p) + Th(p)] + ceil(m/p)(Tf + Ts) + To``.
 
     With p | b, p | m and the Dask terms 0 this is eq. (5) term by term: ``(n+m)Tf/p +
     nTb/p + (n/b)(Tu + Tr(p)) + mTs/p + To``. No Tm (the reduction's buffer replaces the
-    copy) and To is not divided by p, as in eq. (5). Broadcasts ``p`` and ``block``.
+    copy) and To is not divided by p, as in eq. (5). The rounds (:func:`iteration_seconds`)
+    and the test patterns take :func:`oversubscription` times longer when the p workers
+    share fewer ``cores``. Broadcasts ``p`` and ``block``.
     """
     c = _constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     workers, _ = layout(p, n_shards)
-    test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
-    per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in, n_shards=n_shards))
+    test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds) * oversubscription(workers, cores)
+    per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in, n_shards=n_shards,
+                                             exchange=exchange, cores=cores))
     return _out(n / b * per_round + test + c.to_seconds)
 
 
 def speedup(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-            fan_in: int = 2, n_shards=None):
+            fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None):
     """Predicted speedup of one iteration, 001 eq. (7) = eq. (3) / eq. (5).
 
     At p = 1 this is not exactly 1: the parallel program saves ``(n/b) Tm`` and pays Th.
     """
     seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
     return _out(np.asarray(seq) / np.asarray(epoch_seconds(
-        p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards)))
+        p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards,
+        exchange=exchange, cores=cores)))
 
 
 def efficiency(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-               fan_in: int = 2, n_shards=None):
+               fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None):
     """Predicted efficiency ``S(p) / p``, 001 eq. (8) (and eq. (2))."""
     s = speedup(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
-                n_shards=n_shards)
+                n_shards=n_shards, exchange=exchange, cores=cores)
     return _out(np.asarray(s) / check_int_array_at_least("p", p, 1))
 
 
@@ -324,7 +383,7 @@ def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Consta
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     a = check_int_array_at_least("interval", interval, 1)
     workers, _ = layout(p, n_shards)
-    slowdown = np.where(workers > 1, _shared_factor(b, c), 1.0)
+    slowdown = np.where(workers > 1, curves.shared_factor(b, c), 1.0)
     local = (ceil_div(n, workers) / b * np.asarray(call_seconds(b, c)) * slowdown
              + n / b * (c.tu_seconds + c.tm_seconds))
     average = n / a * (c.ta_seconds + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))

@@ -88,6 +88,14 @@ def _power_of_two(n: int) -> bool:
 DOUBLING_FROM = 8  # as ppt_dask.engine.rounds.DOUBLING_FROM (a test checks they agree)
 
 
+def _doubles(workers: int, k: int, s: int) -> bool:
+    """Whether ``choose_graph`` combines by recursive doubling: from ``DOUBLING_FROM``
+    workers, a power of two of them, fan-in 2, and blocks that are aligned subtrees of one
+    size (the same number of shards each, a power of two)."""
+    aligned = k == 2 and _power_of_two(workers) and s % workers == 0 and _power_of_two(s // workers)
+    return workers >= DOUBLING_FROM and aligned
+
+
 def _one_hop_tasks(p: int, k: int, s: int, exchange: str) -> int:
     """Tasks of a round of :class:`ppt_dask.engine.onehop.OneHopRounds`: a step per worker
     holding shards, and with recursive doubling ``log2 p - 1`` hop tasks per worker. "auto"
@@ -95,13 +103,35 @@ def _one_hop_tasks(p: int, k: int, s: int, exchange: str) -> int:
     workers, a power of two of them, fan-in 2, and blocks that are aligned subtrees of one
     size (the same number of shards each, a power of two)."""
     workers = min(p, s)
-    aligned = k == 2 and _power_of_two(workers) and s % workers == 0 and _power_of_two(s // workers)
-    doubling = exchange == "doubling" or (exchange == "auto" and workers >= DOUBLING_FROM and aligned)
+    doubling = exchange == "doubling" or (exchange == "auto" and _doubles(workers, k, s))
     hops = (workers.bit_length() - 2) * workers if doubling and workers > 2 else 0
     return workers + hops
 
 
-EXCHANGES = ("auto", "all", "doubling", "tree")
+EXCHANGES = ("auto", "all", "doubling", "tree")  # the per-round graphs ("auto": choose_graph's pick)
+ROUND_EXCHANGES = ("auto", "stream", "all", "doubling", "tree")  # what ppt.train takes
+
+
+def streamed(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
+    """Whether ``ppt.train(..., exchange=exchange)`` runs p workers' rounds streamed (one loop
+    per worker, :mod:`ppt_dask.engine.stream`) rather than as a per-round graph, as
+    :func:`ppt_dask.engine.rounds.choose_exchange` decides for the synchronous strategies:
+    "stream" always, "auto" unless the workers combine by recursive doubling (from
+    ``DOUBLING_FROM`` aligned workers on), the graphs never. Shape of ``p`` (bools).
+
+    >>> [bool(streamed(p, n_shards=max(p, 8))) for p in (1, 2, 4, 8, 16, 12)]
+    [True, True, True, False, False, True]
+    """
+    p, k = check_int_array_at_least("p", p, 1), check_fan_in(fan_in)
+    if exchange not in ROUND_EXCHANGES:
+        raise ValueError(f"exchange must be one of {ROUND_EXCHANGES}, got {exchange!r}")
+    if exchange != "auto":
+        out = np.full(p.shape, exchange == "stream")
+    else:
+        out = np.array([not _doubles(min(int(q), s), k, s)
+                        for q in p.ravel() for s in [int(q) if n_shards is None else int(n_shards)]],
+                       dtype=bool).reshape(p.shape)
+    return out if out.ndim else bool(out)
 
 
 def tasks_per_round(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):

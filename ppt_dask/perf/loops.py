@@ -1,0 +1,200 @@
+"""Streamed rounds timed for the run-time model: the links floor and the loops' gradient phase.
+
+What ``ppt.train`` runs by default below 8 workers is streamed rounds
+(:mod:`ppt_dask.engine.stream`): one loop per worker computes its shards' partial sums, sends
+them to the other loops over direct links, takes theirs, adds them and applies the update, and
+times each phase of each round itself (``result.breakdown()``). So the model's streamed terms
+are timed on those loops, through ``ppt.train``, the way a user's run goes:
+
+* :func:`links_floor`: the exchange alone, a strategy whose gradient and update do nothing
+  (zeros of the real size): what remains of a round is ``transfer + idle + reduce + head``,
+  the ``links`` way of ``graphs/exchange_floor.py``; :func:`measure_links` fits
+  ``Tl(p) = tl0 + (p - 1)(tl1 + tlw w)`` (:func:`ppt_dask.perf.model.links_seconds`) to it
+  over p and vector sizes, as 001 fits eq. (4) to its Fig. 1 test program;
+* :func:`measure_stream`: the real network's gradient phase inside real streamed Sync rounds
+  at several call sizes, one worker alone and all workers at once (a :class:`StreamCurve`:
+  the model interpolates between the sizes, :mod:`ppt_dask.perf.curves`).
+
+Needs a cluster (imports the trainer when called).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from ppt_dask.algorithms import strategies
+from ppt_dask.algorithms.strategies import ModelState
+from ppt_dask.core.validation import check_int_at_least
+from ppt_dask.perf import fit as modelfit
+from ppt_dask.perf.calls import cluster_workers, curve_rows
+
+WARMUP = 3  # rounds of each run left out of the medians (links open, caches warm)
+STREAM_ROUNDS = 40  # rounds timed per size and layout by the calibration (cheap: no scheduler hop a round)
+PASSES = 2  # times each size is run over (the least median kept)
+
+
+@dataclass(frozen=True)
+class Exchange(strategies.Sync):
+    """A synchronous strategy that computes nothing: zero partial sums of ``size`` values of
+    ``dtype``, an update that keeps the weights; the rounds are their exchange alone."""
+
+    size: int = 16
+    dtype: str = "float64"
+
+    def work(self, net, params, shard, s, r):
+        return np.zeros(self.size, dtype=self.dtype), np.array([0.0, 0.0, 1.0])
+
+    def apply(self, net, state, total):
+        return ModelState(state.params, state.opt_state, total[-1], state.round + 1)
+
+
+def exchange_phases(row: dict) -> float:
+    """What a streamed round's row of the breakdown spends beyond its compute and update."""
+    return row["transfer"] + row["idle"] + row["reduce"] + row["head"]
+
+
+def links_floor(client, workers, p: int, size: int, rounds: int, *, warmup: int = WARMUP,
+                dtype: str = "float64") -> float:
+    """Median seconds of a streamed round's exchange of ``size`` values on the first ``p`` of
+    ``workers`` with no compute (the loops' own timing, rounds after ``warmup``)."""
+    import ppt_dask as ppt
+
+    X = np.zeros((8 * p, 1), dtype=np.float32)
+    shards = ppt.enter_data(client, X, np.zeros(8 * p, dtype=np.int64), n_shards=p, workers=list(workers[:p]),
+                            dtype="float32")
+    net = ppt.MLP((1, 2), output="softmax", dtype="float32")
+    try:
+        result = ppt.train(net, shards, Exchange(block=p, size=int(size), dtype=dtype),
+                           ppt.Stop(max_epochs=(rounds + warmup) * p / (8 * p)), exchange="stream")
+    finally:
+        ppt.exit_data(shards)
+    return statistics.median(exchange_phases(r) for r in result.breakdown()[warmup:])
+
+
+@dataclass(frozen=True)
+class LinksFit:
+    """``Tl(p) = tl0 + (p - 1)(tl1 + tlw w)`` and the floors it was fitted to."""
+
+    tl0_seconds: float
+    tl1_seconds: float
+    tlw_seconds_per_weight: float
+    samples: tuple = ()  # (p, weights, median seconds of the exchange)
+
+
+def measure_links(client, sizes, workers=None, *, rounds: int = 40, warmup: int = WARMUP,
+                  dtype: str = "float64") -> LinksFit:
+    """Fit the streamed exchange on the live cluster: :func:`links_floor` at p = 1 (``tl0``,
+    the median over ``sizes``: one loop sends nothing) and at p = 2..len(workers) for each
+    size; ``floor - tl0`` against ``(p - 1)`` and ``(p - 1) w``, least squares with both
+    coefficients >= 0 (:func:`ppt_dask.perf.fit.fit_links`)."""
+    workers = cluster_workers(client, workers)
+    sizes = sorted({int(w) for w in sizes})
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise ValueError(f"sizes needs at least two distinct vector lengths >= 1, got {sizes!r}")
+    samples = [(1, w, links_floor(client, workers, 1, w, rounds, warmup=warmup, dtype=dtype)) for w in sizes]
+    tl0 = float(np.median([s[2] for s in samples]))
+    for p in range(2, len(workers) + 1):
+        samples += [(p, w, links_floor(client, workers, p, w, rounds, warmup=warmup, dtype=dtype)) for w in sizes]
+    more = [s for s in samples if s[0] > 1]
+    tl1, tlw = (0.0, 0.0) if not more else modelfit.fit_links(
+        [s[0] for s in more], [s[1] for s in more], [max(s[2] - tl0, 0.0) for s in more])
+    return LinksFit(tl0, tl1, tlw, tuple(samples))
+
+
+@dataclass(frozen=True)
+class StreamCurve:
+    """The gradient phase of streamed Sync rounds whose calls have ``rows[i]`` rows.
+
+    ``first``: one shard on one worker (a round of one call); ``several``: ``calls`` shards on
+    it; ``more`` = ``(several - first) / (calls - 1)``, each further call; ``shared``: ``calls``
+    shards on every worker at once, and ``factor`` its ratio to ``several`` (>= 1; below the
+    middle size the median of the larger half, tiny phases give noisy ratios). ``rest_*``: the
+    rounds' exchange phases (transfer, idle, reduce, head), one worker and all. Seconds.
+    """
+
+    rows: tuple
+    first: tuple
+    several: tuple
+    more: tuple
+    shared: tuple = ()
+    factor: tuple = ()
+    calls: int = 2
+    workers: int = 1
+    rest_alone: tuple = ()
+    rest_shared: tuple = ()
+
+
+def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: int = PASSES):
+    """Per layout ``(workers, calls)`` and row count r, the median gradient phase and exchange
+    of streamed Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows.
+    The layouts are placed at once and run in turn at each size, so a burst of load from
+    other processes spreads over all of them rather than bending one curve; the sizes are
+    run ``passes`` times over and the least median kept (others' load only adds time: on a
+    shared machine one pass gave a size twice its neighbours' cost per row)."""
+    import ppt_dask as ppt
+
+    placed = []
+    try:
+        for workers, calls in layouts:
+            n_shards = calls * len(workers)
+            n = rows[-1] * n_shards
+            placed.append(ppt.enter_data(client, X[:n], y[:n], n_shards, dtype=net.dtype, workers=list(workers),
+                                         keep_copy=False))
+        seen: dict = {}
+        for _ in range(passes):
+            for j, r in enumerate(rows):
+                for i, shards in enumerate(placed):
+                    block = r * shards.n_shards
+                    result = ppt.train(net, shards, strategies.Sync(lr=1e-3, block=block),
+                                       ppt.Stop(max_epochs=(rounds + warmup) * block / shards.n_rows),
+                                       exchange="stream")
+                    kept = result.breakdown()[warmup:]
+                    seen.setdefault((i, j), []).append((float(np.median([row["gradient"] for row in kept])),
+                                                        float(np.median([exchange_phases(row) for row in kept]))))
+    finally:
+        for shards in placed:
+            ppt.exit_data(shards)
+    gradient = [[min(g for g, _ in seen[i, j]) for j in range(len(rows))] for i in range(len(layouts))]
+    rest = [[min(e for _, e in seen[i, j]) for j in range(len(rows))] for i in range(len(layouts))]
+    return gradient, rest
+
+
+def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = 4, rounds: int = 40,
+                   warmup: int = WARMUP) -> StreamCurve:
+    """The streamed rounds' gradient phase of ``net``, timed by the loops in real rounds.
+
+    Sync rounds with ``block = r * shards`` make every call ``r`` rows (``rows``: default
+    :func:`ppt_dask.perf.calls.curve_rows` up to what ``X`` holds for ``calls`` shards on each
+    worker). Three layouts: one shard on the first worker, ``calls`` shards on it, and
+    ``calls`` shards on each of ``workers`` (the others busy as in a run), the same thread
+    and process arrangement as the user's run (``ppt.train`` on this cluster). Each layout
+    runs ``rounds`` rounds at each size (after ``warmup``): streamed rounds cost no scheduler
+    hop, so 40 rounds of a small network take a fraction of a second, and their median holds
+    against the load of a shared machine where a dozen did not (a curve that fell with size).
+    """
+    workers = cluster_workers(client, workers)
+    calls = check_int_at_least("calls", calls, 2)
+    largest = len(X) // (calls * len(workers))
+    if largest < 2:
+        raise ValueError(f"X has {len(X)} rows: too few for {calls} shards of 2 rows on each of "
+                         f"{len(workers)} workers")
+    rows = curve_rows(largest) if rows is None else sorted({int(r) for r in rows})
+    if not rows or rows[0] < 1 or rows[-1] > largest:
+        raise ValueError(f"rows must be in 1..{largest} (the rows of X per shard, {calls} shards on "
+                         f"each of {len(workers)} workers), got {rows!r}")
+    layouts = [(workers[:1], 1), (workers[:1], calls)] + ([(workers, calls)] if len(workers) > 1 else [])
+    gradient, rest = _phases(client, net, X, y, layouts, rows, rounds, warmup)
+    (first, several), rest_alone = gradient[:2], rest[0]
+    more = np.maximum((np.asarray(several) - np.asarray(first)) / (calls - 1), 0.0)
+    factor, shared, rest_shared = np.ones(len(rows)), [], []
+    if len(workers) > 1:
+        shared, rest_shared = gradient[2], rest[2]
+        ratio = np.maximum(np.divide(shared, several), 1.0)
+        half = len(rows) // 2
+        factor = ratio.copy()
+        factor[:half] = np.median(ratio[half:])
+    return StreamCurve(tuple(rows), tuple(first), tuple(several), tuple(float(m) for m in more), tuple(shared),
+                       tuple(float(f) for f in factor), calls, len(workers), tuple(rest_alone), tuple(rest_shared))
