@@ -5,6 +5,7 @@ them the browser tests are skipped on a developer's machine and fail under CI (`
 installs them). Screenshots go to ``artifacts/`` (not versioned).
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -194,13 +195,12 @@ return {summary: get('ppt-summary').text,
 """
 
 
-@pytest.mark.parametrize("strategy", [[], ["--strategy", "async"]], ids=["preset", "async"])
-def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(browser, tmp_path, strategy):
-    """``ppt-dask train mnist`` (local SGD on streamed rounds: one task per worker for the run;
-    or the asynchronous strategy's loops) with /ppt open: the header, the bars, the throughput
-    and the phase table hold the rounds while the run goes, not only when the loops end."""
-    head = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", "2",
-                             "--epochs", "100", "--target-error", "0", *strategy], start_new_session=True,
+@contextlib.contextmanager
+def live_run(*args):
+    """``ppt-dask train ARGS`` started as a user would in a terminal: yields the process, its
+    stderr lines so far and the /ppt address it printed; at the end Ctrl-C, which must end
+    it in one line (status 130, no traceback)."""
+    head = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", "train", *args], start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list = []
     reader = threading.Thread(target=lambda: lines.extend(head.stderr), daemon=True)
@@ -211,6 +211,22 @@ def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(brows
             assert head.poll() is None and time.monotonic() < deadline, lines[-20:]
             time.sleep(0.1)
         url = next(line for line in lines if line.startswith("time breakdown, live: ")).split(": ", 1)[1].strip()
+        yield head, lines, url
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGINT)  # Ctrl-C: ends in one line, status 130
+        head.wait(timeout=60)
+        reader.join(timeout=10)
+    assert head.returncode == 130, lines[-20:]
+    assert "Traceback" not in "".join(lines)
+
+
+@pytest.mark.parametrize("strategy", [[], ["--strategy", "async"]], ids=["preset", "async"])
+def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(browser, tmp_path, strategy):
+    """``ppt-dask train mnist`` (local SGD on streamed rounds: one task per worker for the run;
+    or the asynchronous strategy's loops) with /ppt open: the header, the bars, the throughput
+    and the phase table hold the rounds while the run goes, not only when the loops end."""
+    with live_run("mnist", "--workers", "2", "--epochs", "100", "--target-error", "0", *strategy) as (head, _, url):
         browser.get(url)
         wait_for(browser, PAGE_STATE, lambda v: v["bars"] > 0, timeout=90)  # the first rounds are in
         time.sleep(8)  # then, as a person would look at it
@@ -228,13 +244,6 @@ def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(brows
         keep_screenshot(browser, tmp_path, f"dashboard-streamed{'-async' if strategy else ''}.png")
         time.sleep(1.5)
         assert browser.execute_script(PAGE_STATE)["bars"] > got["bars"] or rounds >= 300  # live
-    finally:
-        if head.poll() is None:
-            os.killpg(head.pid, signal.SIGINT)  # Ctrl-C: ends in one line, status 130
-        head.wait(timeout=60)
-        reader.join(timeout=10)
-    assert head.returncode == 130, lines[-20:]
-    assert "Traceback" not in "".join(lines)
 
 
 PREDICTION = """
@@ -259,19 +268,8 @@ def test_live_page_draws_the_predicted_round_over_the_bars(browser, tmp_path):
     calibration = pathlib.Path(__file__).resolve().parent.parent / "graphs" / "out" / "calibration.json"
     cal = calibrate.Calibration.load(calibration)
     expected = 1e3 * pm.iteration_seconds(2, 1000, cal.n_weights, cal.constants, n_shards=8, cores=os.cpu_count())
-    head = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", "2", "--strategy",
-                             "block", "--block", "1000", "--epochs", "100", "--target-error", "0",
-                             "--calibration", str(calibration)], start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list = []
-    reader = threading.Thread(target=lambda: lines.extend(head.stderr), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 120
-        while not any(line.startswith("time breakdown, live: ") for line in lines):
-            assert head.poll() is None and time.monotonic() < deadline, lines[-20:]
-            time.sleep(0.1)
-        url = next(line for line in lines if line.startswith("time breakdown, live: ")).split(": ", 1)[1].strip()
+    with live_run("mnist", "--workers", "2", "--strategy", "block", "--block", "1000", "--epochs", "100",
+                  "--target-error", "0", "--calibration", str(calibration)) as (head, _, url):
         browser.get(url)
         # the bars and the line are two sources, sent one after the other: read them together
         got = wait_for(browser, PREDICTION, lambda v: v["bars"] >= 5 and v["ms"] and v["x"][1] >= v["bars"] - 1,
@@ -283,13 +281,6 @@ def test_live_page_draws_the_predicted_round_over_the_bars(browser, tmp_path):
         # the line sits among the bars it predicts (a broken unit would put it off the plot)
         assert got["median_bar"] / 5 < expected < 5 * got["median_bar"], got
         keep_screenshot(browser, tmp_path, "dashboard-predicted.png")
-    finally:
-        if head.poll() is None:
-            os.killpg(head.pid, signal.SIGINT)  # Ctrl-C: ends in one line, status 130
-        head.wait(timeout=60)
-        reader.join(timeout=10)
-    assert head.returncode == 130, lines[-20:]
-    assert "Traceback" not in "".join(lines)
 
 
 def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path, scheduler_address):

@@ -514,25 +514,32 @@ class StreamRounds:
             del self.states[r]
 
     def cancel(self) -> None:
-        stopped = 0
-        for f, actor in self.boxes:
-            if f.status == "finished":
-                try:
-                    actor.stop(separate_thread=False).result(timeout=STOP_SECONDS)
-                    stopped += 1
-                except Exception:  # its worker is gone: nothing to stop there
-                    pass
-        if self.loops and stopped == len(self.boxes):  # let them end, so the breakdown has them
-            try:
-                wait(self.loops, timeout=STOP_SECONDS)
-            except TimeoutError:
-                pass
-        for f in self.loops:
-            f.release()
+        stop_loops(self.boxes, self.loops)
         self.loops.clear()
         self.boxes.clear()
         self.states.clear()
         self.timings.clear()
+
+
+def stop_loops(boxes: list, loops: list) -> None:
+    """Stop every loop through its mailbox (``boxes``: (actor future, actor) per slot), let them
+    end when every mailbox answered (so the breakdown has their last rounds), and release
+    the loops' futures; a mailbox whose worker is gone is passed over."""
+    stopped = 0
+    for f, actor in boxes:
+        if f.status == "finished":
+            try:
+                actor.stop(separate_thread=False).result(timeout=STOP_SECONDS)
+                stopped += 1
+            except Exception:  # its worker is gone: nothing to stop there
+                pass
+    if loops and stopped == len(boxes):
+        try:
+            wait(loops, timeout=STOP_SECONDS)
+        except TimeoutError:
+            pass
+    for f in loops:
+        f.release()
 
 
 def rounds_ahead(start, kind: str, shards_per_worker: int) -> int:

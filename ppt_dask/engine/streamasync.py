@@ -34,13 +34,21 @@ from concurrent.futures import CancelledError
 from dataclasses import replace
 
 import numpy as np
-from distributed import wait
 from distributed.comm import CommClosedError
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
 from ppt_dask.core import keys
 from ppt_dask.engine.links import LinkLost
-from ppt_dask.engine.stream import STOP_SECONDS, WAIT_SECONDS, Mailbox, Stopped, StreamStep, loop_timing, stream_task
+from ppt_dask.engine.stream import (
+    STOP_SECONDS,
+    WAIT_SECONDS,
+    Mailbox,
+    Stopped,
+    StreamStep,
+    loop_timing,
+    stop_loops,
+    stream_task,
+)
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
 # head may still ask for (the last of each loop's steps in a round). A loop runs at most this
@@ -449,23 +457,9 @@ class AsyncRounds:
             del self.states[r]
 
     def cancel(self) -> None:
-        stopped = 0
-        for f, actor in self.boxes:
-            if f.status == "finished":
-                try:
-                    actor.stop(separate_thread=False).result(timeout=STOP_SECONDS)
-                    stopped += 1
-                except Exception:  # its worker is gone: nothing to stop there
-                    pass
-        if self.loops and stopped == len(self.boxes):  # let them end, so the breakdown has them
-            try:
-                wait(self.loops, timeout=STOP_SECONDS)
-            except TimeoutError:
-                pass
+        stop_loops(self.boxes, self.loops)
         for task in self.waiters.values():
             self.client.loop.add_callback(task.cancel)
-        for f in self.loops:
-            f.release()
         for collection in (self.loops, self.boxes, self.asks, self.waiters, self.buffer, self.steps, self.states,
                            self.timings, self.fields):
             collection.clear()

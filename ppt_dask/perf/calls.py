@@ -48,6 +48,22 @@ def curve_rows(n_rows: int, smallest: int = 8) -> list[int]:
     return rows + [int(n_rows)]
 
 
+def curve_sizes(n_rows: int, workers: list, calls, rows=None) -> tuple[int, list[int]]:
+    """The call counts and row counts of a curve timed with ``calls`` shards on each of
+    ``workers`` out of ``n_rows`` rows: ``rows`` checked (default :func:`curve_rows` up to the
+    rows a shard holds). ``ValueError`` naming the bad value otherwise."""
+    calls = check_int_at_least("calls", calls, 2)
+    largest = n_rows // (calls * len(workers))
+    if largest < 2:
+        raise ValueError(f"X has {n_rows} rows: too few for {calls} shards of 2 rows on each of "
+                         f"{len(workers)} workers")
+    rows = curve_rows(largest) if rows is None else sorted({int(r) for r in rows})
+    if not rows or rows[0] < 1 or rows[-1] > largest:
+        raise ValueError(f"rows must be in 1..{largest} (the rows of X per shard, {calls} shards on "
+                         f"each of {len(workers)} workers), got {rows!r}")
+    return calls, rows
+
+
 def time_calls(net, X, y, rows, repeats: int = 7) -> list[float]:
     """Median seconds of ``net.loss_grad_stats`` over each row count in ``rows``.
 
@@ -171,15 +187,7 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
     timed.
     """
     workers = cluster_workers(client, workers)
-    calls = check_int_at_least("calls", calls, 2)
-    largest = len(X) // (calls * len(workers))
-    if largest < 2:
-        raise ValueError(f"X has {len(X)} rows: too few for {calls} shards of 2 rows on each of "
-                         f"{len(workers)} workers")
-    rows = curve_rows(largest) if rows is None else sorted({int(r) for r in rows})
-    if not rows or rows[0] < 1 or rows[-1] > largest:
-        raise ValueError(f"rows must be in 1..{largest} (the rows of X per shard, {calls} shards on "
-                         f"each of {len(workers)} workers), got {rows!r}")
+    calls, rows = curve_sizes(len(X), workers, calls, rows)
     # the bare calls reach the whole of X (the serial program calls a whole block at once)
     bare_rows = rows + [r for r in curve_rows(len(X)) if r > rows[-1]]
     data = client.scatter([np.asarray(X), np.asarray(y)], workers=workers[:1], hash=False)

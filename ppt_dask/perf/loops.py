@@ -27,9 +27,8 @@ import numpy as np
 
 from ppt_dask.algorithms import strategies
 from ppt_dask.algorithms.strategies import ModelState
-from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.perf import fit as modelfit
-from ppt_dask.perf.calls import cluster_workers, curve_rows
+from ppt_dask.perf.calls import cluster_workers, curve_sizes
 
 WARMUP = 3  # rounds of each run left out of the medians (links open, caches warm)
 STREAM_ROUNDS = 40  # rounds timed per size and layout by the calibration (cheap: no scheduler hop a round)
@@ -176,15 +175,7 @@ def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = 4
     against the load of a shared machine where a dozen did not (a curve that fell with size).
     """
     workers = cluster_workers(client, workers)
-    calls = check_int_at_least("calls", calls, 2)
-    largest = len(X) // (calls * len(workers))
-    if largest < 2:
-        raise ValueError(f"X has {len(X)} rows: too few for {calls} shards of 2 rows on each of "
-                         f"{len(workers)} workers")
-    rows = curve_rows(largest) if rows is None else sorted({int(r) for r in rows})
-    if not rows or rows[0] < 1 or rows[-1] > largest:
-        raise ValueError(f"rows must be in 1..{largest} (the rows of X per shard, {calls} shards on "
-                         f"each of {len(workers)} workers), got {rows!r}")
+    calls, rows = curve_sizes(len(X), workers, calls, rows)
     layouts = [(workers[:1], 1), (workers[:1], calls)] + ([(workers, calls)] if len(workers) > 1 else [])
     gradient, rest = _phases(client, net, X, y, layouts, rows, rounds, warmup)
     (first, several), rest_alone = gradient[:2], rest[0]
