@@ -417,18 +417,7 @@ class StreamRounds:
         self.max_batch = self.ahead // 2  # a batch the head waits for fits in what a loop may keep
 
     def _start(self) -> None:
-        labels = [label for label, *_ in self.plan.blocks]
-        futures = [self.client.submit(Mailbox, f"{self.tag}-s{slot}", self.first, self.ahead, actor=True,
-                                      key=f"mailbox-{self.tag}-s{slot}", resources={label: 1})
-                   for slot, label in enumerate(labels)]
-        self.boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
-        for slot, (label, a, b, nodes) in enumerate(self.plan.blocks):
-            step = StreamStep(self.kind, self.strategy, self.net, slot, tuple(range(a, b)), tuple(nodes),
-                              self.plan.fan_in, self.plan.n_shards, f"{self.tag}-s{slot}")
-            peers = {other: actor for other, (_f, actor) in enumerate(self.boxes) if other != slot}
-            self.loops.append(self.client.submit(
-                stream_task, step, self.first, self.last_round, self.start_state, self.shard_futures[a:b], peers,
-                key=(keys.round_name(keys.LOOP, self.tag, self.first), slot), resources={label: 1}, pure=False))
+        self.boxes, self.loops = start_loops(self, Mailbox, [self.first] * len(self.plan.blocks), self.kind)
 
     def submit(self, first: int, last: int) -> float:
         """Rounds ``first..last`` (the loops, started by the first call, run them all)."""
@@ -519,6 +508,27 @@ class StreamRounds:
         self.boxes.clear()
         self.states.clear()
         self.timings.clear()
+
+
+def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tuple[list, list]:
+    """A mailbox (``box_class(name, first, rounds.ahead)``, the slot's first of ``box_firsts``)
+    and a loop task on each block's worker of ``rounds`` (streamed rounds of any kind: their
+    client, plan, tag, strategy, net, first and last round, start state and shards); the
+    (actor future, actor) pairs and the loops' futures."""
+    labels = [label for label, *_ in rounds.plan.blocks]
+    futures = [rounds.client.submit(box_class, f"{rounds.tag}-s{slot}", box_firsts[slot], rounds.ahead, actor=True,
+                                    key=f"mailbox-{rounds.tag}-s{slot}", resources={label: 1})
+               for slot, label in enumerate(labels)]
+    boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
+    loops = []
+    for slot, (label, a, b, nodes) in enumerate(rounds.plan.blocks):
+        step = StreamStep(kind, rounds.strategy, rounds.net, slot, tuple(range(a, b)), tuple(nodes),
+                          rounds.plan.fan_in, rounds.plan.n_shards, f"{rounds.tag}-s{slot}", loop=loop)
+        peers = {other: actor for other, (_f, actor) in enumerate(boxes) if other != slot}
+        loops.append(rounds.client.submit(
+            stream_task, step, rounds.first, rounds.last_round, rounds.start_state, rounds.shard_futures[a:b], peers,
+            key=(keys.round_name(keys.LOOP, rounds.tag, rounds.first), slot), resources={label: 1}, pure=False))
+    return boxes, loops
 
 
 def stop_loops(boxes: list, loops: list) -> None:

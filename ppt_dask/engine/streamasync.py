@@ -37,7 +37,6 @@ import numpy as np
 from distributed.comm import CommClosedError
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
-from ppt_dask.core import keys
 from ppt_dask.engine.links import LinkLost
 from ppt_dask.engine.stream import (
     STOP_SECONDS,
@@ -46,8 +45,8 @@ from ppt_dask.engine.stream import (
     Stopped,
     StreamStep,
     loop_timing,
+    start_loops,
     stop_loops,
-    stream_task,
 )
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
@@ -285,18 +284,7 @@ class AsyncRounds:
         self.submitted = first - 1
 
     def _start(self) -> None:
-        labels = [label for label, *_ in self.plan.blocks]
-        futures = [self.client.submit(AsyncBox, f"{self.tag}-s{slot}", self.next_step[slot], self.ahead, actor=True,
-                                      key=f"mailbox-{self.tag}-s{slot}", resources={label: 1})
-                   for slot, label in enumerate(labels)]
-        self.boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
-        for slot, (label, a, b, nodes) in enumerate(self.plan.blocks):
-            step = StreamStep("async", self.strategy, self.net, slot, tuple(range(a, b)), tuple(nodes),
-                              self.plan.fan_in, self.plan.n_shards, f"{self.tag}-s{slot}", loop=async_loop)
-            peers = {other: actor for other, (_f, actor) in enumerate(self.boxes) if other != slot}
-            self.loops.append(self.client.submit(
-                stream_task, step, self.first, self.last_round, self.start_state, self.shard_futures[a:b], peers,
-                key=(keys.round_name(keys.LOOP, self.tag, self.first), slot), resources={label: 1}, pure=False))
+        self.boxes, self.loops = start_loops(self, AsyncBox, list(self.next_step), "async", loop=async_loop)
 
     def submit(self, first: int, last: int) -> float:
         """Rounds ``first..last`` (the loops, started by the first call, run them all)."""
