@@ -273,6 +273,7 @@ def test_cli_calibrate_with_too_few_rounds_names_the_minimum():
     assert "nan" not in proc.stderr.lower()
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_cli_calibrate_writes_a_usable_file(tmp_path, monkeypatch):
     monkeypatch.setenv("PPT_DASK_CACHE", str(tmp_path / "cache"))  # not the user's cache
     out = tmp_path / "calib.json"
@@ -326,6 +327,7 @@ def _spread(runs) -> float:
     return float((max(runs) - min(runs)) / np.median(runs))
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_a_fresh_calibration_predicts_the_streamed_rounds_users_run(client4, workers4):
     """Calibrate on two workers, then time ppt.train's default (streamed) Sync rounds at two
     block sizes on 1 and 2 workers, three runs each, interleaved, and compare with the model.

@@ -144,6 +144,7 @@ def test_every_strategy_runs_on_every_built_in_set(dataset, client4, tmp_path, c
         assert summary["strategy"] == strategy and summary["workers"] == 2 and summary["rounds"] >= 1, summary
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_train_with_a_calibration_prints_the_model_beside_the_run(tmp_path, scheduler_address):
     """`ppt-dask model calibrate` writes a calibration (and keeps it in the user's cache);
     `ppt-dask train --calibration FILE` prints the predicted and measured median round and

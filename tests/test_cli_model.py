@@ -48,6 +48,7 @@ def _run(*argv, cwd=ROOT, timeout=600):
                           timeout=timeout, cwd=cwd, env=env)
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_train_save_and_predict_with_a_module_of_ones_own(tmp_path):
     summary, model = tmp_path / "out.json", tmp_path / "tiny.npz"
     run = _run("train", "mnist", "--model", "ppt_dask.nets.examples:tiny_cnn", "--workers", "2", "--epochs", "0.1",
@@ -95,6 +96,7 @@ def test_a_bad_module_is_refused_in_one_line_before_any_cluster(tmp_path, monkey
     assert "time breakdown" not in lines[0]
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_a_flat_module_takes_flat_rows_and_the_double_module_its_dtype(tmp_path):
     (tmp_path / "bad_nets.py").write_text(BAD_NETS)
     for name, extra in (("flat_only", ["--row-shape", "784"]), ("double", [])):
@@ -105,6 +107,7 @@ def test_a_flat_module_takes_flat_rows_and_the_double_module_its_dtype(tmp_path)
         assert json.loads(summary.read_text())["test_accuracy"] > 0.5
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_calibrate_a_module_then_predict_and_recommend(tmp_path):
     (tmp_path / "bad_nets.py").write_text(BAD_NETS)
     out = tmp_path / "calib.json"

@@ -362,5 +362,9 @@ def test_a_scheduler_started_with_the_preload_serves_the_page(tmp_path):
     finally:
         for proc in reversed(procs):
             proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=30)
+        for proc in procs:  # a worker without a nanny may ignore SIGTERM while it closes: then kill it
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)

@@ -85,6 +85,7 @@ def test_no_head_copy_gives_a_clear_error(client2):
                   ppt.Stop(max_epochs=10), progress=progress)
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_a_worker_killed_mid_run_an_asynchronous_run_goes_on_and_learns(client2):
     """SIGKILL one of two workers in an asynchronous run: the gradient it was computing is lost,
     the surviving loop's replica is kept (a round or two back at most, not the head's last

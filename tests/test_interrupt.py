@@ -33,6 +33,7 @@ def _session(sid):
     return found
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path, scheduler_address):
     """760b1fe: 111 lines with 5 tracebacks, not a word about the checkpoint. The signal goes
     to the whole process group, as a terminal's Ctrl-C does. The interrupted run starts its

@@ -153,6 +153,7 @@ def test_a_table_served_over_http_is_read_through_its_url(tmp_path, client4):
     assert np.array_equal(t.classes[y], df["kind"].to_numpy())
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_shards_of_a_table_are_rebuilt_when_their_worker_is_lost(tmp_path):
     """A worker killed mid-run: its shards are read from the file again on another worker
     (Dask keeps their recipe), and the run ends bitwise as the serial path on the rows."""
@@ -190,6 +191,7 @@ def test_shards_of_a_table_are_rebuilt_when_their_worker_is_lost(tmp_path):
 # ---- the command line: train, save, predict ---------------------------------------------------
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_train_a_classifier_on_csv_with_string_labels_and_predict_to_each_kind(tmp_path, address):
     frame(800, seed=0).to_csv(tmp_path / "train.csv", index=False)
     test = frame(300, seed=1)

@@ -85,9 +85,10 @@ def runnable(line: str, data_dir: str, scheduler: str | None = None) -> tuple[di
 
 COMMANDS = [(doc, line) for doc in DOCS for line in printed_commands(ROOT / doc)]
 _OWN_FILES = ("train.csv", "test.csv", "new.csv", "parts/", "images.npy", "labels.npy")  # made by _own_files
-# The MNIST calibration takes a minute or more even with small settings: a long run, in CI's
-# full run (-m slow); the commands that read its calib.json get graphs/out's when it did not run.
-LONG = ("ppt-dask model calibrate mnist",)
+# The MNIST calibration takes a minute or more even with small settings, LeNet-5's epoch about 20 s:
+# long runs, in CI's full run (-m slow); the commands that read its calib.json get graphs/out's when
+# it did not run.
+LONG = ("ppt-dask model calibrate mnist", "ppt-dask train mnist --model ppt_dask.nets.examples:lenet5")
 PARAMS = [pytest.param(doc, line, id=f"{doc}: {line}",
                        marks=[pytest.mark.slow] if line.startswith(LONG) else [])
           for doc, line in COMMANDS]

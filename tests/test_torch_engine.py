@@ -129,6 +129,7 @@ def test_images_from_a_dask_array_and_from_a_loader_on_the_workers(client4, work
         assert result.params.tobytes() == expected.tobytes(), shards.source
 
 
+@pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
     X, y = _data(400)
     strategy = ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)

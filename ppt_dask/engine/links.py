@@ -1,50 +1,130 @@
-"""Direct links between the loops of streamed rounds: distributed's comms, no event-loop hop.
+"""Direct links between the loops of streamed rounds: sockets from loop thread to loop thread.
 
 A streamed synchronous round waits for the other workers' partial sums of the same round, so
 the exchange is on its critical path. Sent through an actor (a method call on another
 worker), a message goes from the loop's thread to its worker's event loop, over the wire,
 into the other worker's event loop, and from there to the other loop's thread: four
-hand-overs, each waiting for a busy event loop. Here every loop opens links of its own to
-the others with :func:`distributed.comm.connect` and :func:`distributed.comm.listen` (Dask's
-documented communication layer: its TCP or TLS transport, framing and serialization, with
-the worker's security settings), on a private event loop that runs only while the loop
-sends or waits, so a message goes from one loop's thread to the other's with no other thread
-in between. graphs/exchange_floor.py measures both ways side by side.
+hand-overs, each waiting for a busy event loop. Through Dask's comms on an event loop of the
+loop's own (``distributed.comm.connect``), one hop: but a Python event loop, tornado's
+streams and the comm's framing still cost 0.5 ms a message between two processes of this
+2-core machine, where the bytes of a socket take 0.01 ms (graphs/README, "Synchronous rounds
+without the scheduler"). So each loop holds plain sockets of its own (Python's ``socket``,
+``selectors`` and, for TLS, ``ssl`` with the worker's own TLS settings), written and read
+in the loop's thread with no event loop and no other thread in between, as an MPI rank
+would. graphs/exchange_floor.py measures it beside the actor, the round graph and MPI.
 
-Each pair of loops has one comm per direction: slot ``a`` writes to ``b`` on the comm it
-opened and reads what ``b`` sends on the comm ``b`` opened. A comm delivers in order (writes
-to one comm are queued behind each other), so the next message read from a slot is its next
-round's. Writes are started by :meth:`Links.send` and finish while the loop next waits
-(:meth:`Links.receive`), so two loops that send to each other at once never wait on each
-other's reads.
+Each pair of loops has one socket per direction: slot ``a`` writes to ``b`` on the socket it
+opened and reads what ``b`` sends on the socket ``b`` opened. A socket delivers in order, so
+the next message read from a slot is its next one. A message is pickled (protocol 5: arrays
+travel as their own buffers, no copy before the socket) behind a header of frame lengths.
+:meth:`Links.send` writes what the sockets take at once and leaves the rest for the next
+wait; :meth:`Links.receive` (synchronous rounds) waits for the next message of every other
+loop and for its own writes to end, reading and writing as the sockets allow, so two loops
+that send each other large messages at once never wait on each other; :meth:`Links.poll`
+(asynchronous loops) takes what has arrived without waiting.
 """
 
 from __future__ import annotations
 
-import asyncio
+import pickle
+import selectors
+import socket
+import ssl
+import struct
+import threading
 import time
+from collections import deque
 
-from distributed.comm import CommClosedError, connect, get_address_host, listen, unparse_host_port
+from distributed.comm import get_address_host
 
 CONNECT_SECONDS = 30.0  # the longest a loop waits for the others to connect
 POLL_SECONDS = 0.1  # how often a waiting loop looks whether the head stopped the run
-
-
-def listen_address(worker_address: str) -> str:
-    """Where a loop's links listen: the worker's host and protocol, any free port (TLS stays
-    TLS); tcp on the loopback for a worker of a threads cluster (``inproc://``: one process)."""
-    scheme = worker_address.partition("://")[0]
-    if scheme not in ("tcp", "tls"):
-        return "tcp://127.0.0.1:0"
-    return f"{scheme}://{unparse_host_port(get_address_host(worker_address), 0)}"
+CHUNK = 1 << 20  # bytes read from a socket at a time
+_COUNT = struct.Struct("!Q")
+_SLOT = struct.Struct("!q")
 
 
 class LinkLost(Exception):
     """A link to another loop broke (its worker left, say): the head rolls the run back."""
 
 
+def listen_host(worker_address: str) -> tuple[str, str]:
+    """The scheme and host a loop's links listen on: the worker's (TLS stays TLS); tcp on the
+    loopback for a worker of a threads cluster (``inproc://``: one process)."""
+    scheme = worker_address.partition("://")[0]
+    if scheme not in ("tcp", "tls"):
+        return "tcp", "127.0.0.1"
+    return scheme, get_address_host(worker_address)
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.partition("://")[2].rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def frames_of(message) -> list:
+    """``message`` as the bytes that go on a socket: a header (the number of frames and their
+    lengths), the pickle, the out-of-band buffers of its arrays."""
+    buffers: list = []
+    body = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    frames = [memoryview(body)] + [b.raw() for b in buffers]
+    header = struct.pack(f"!{len(frames) + 1}Q", len(frames), *(f.nbytes for f in frames))
+    return [memoryview(header), *frames]
+
+
+def message_of(buffer: bytearray):
+    """The first whole message at the start of ``buffer`` and its length in bytes, or
+    ``(None, 0)`` while its bytes have not all arrived. Arrays come back writable."""
+    if len(buffer) < _COUNT.size:
+        return None, 0
+    (n,) = _COUNT.unpack_from(buffer)
+    start = _COUNT.size * (n + 1)
+    if len(buffer) < start:
+        return None, 0
+    lengths = struct.unpack_from(f"!{n}Q", buffer, _COUNT.size)
+    end = start + sum(lengths)
+    if len(buffer) < end:
+        return None, 0
+    frames, at = [], start
+    for length in lengths:
+        frames.append(buffer[at:at + length])  # a bytearray of its own: writable arrays
+        at += length
+    return pickle.loads(frames[0], buffers=frames[1:]), end
+
+
+class _Out:
+    """What is still to be written to one peer: the frames of whole messages, in order."""
+
+    def __init__(self):
+        self.frames: deque = deque()  # memoryviews; None marks the end of a message
+        self.messages = 0  # messages not yet wholly written
+
+    def add(self, frames: list) -> None:
+        self.frames.extend(frames)
+        self.frames.append(None)
+        self.messages += 1
+
+    def write(self, sock) -> bool:
+        """Write what the socket takes now; True once everything queued is written."""
+        while self.frames:
+            frame = self.frames[0]
+            if frame is None:
+                self.frames.popleft()
+                self.messages -= 1
+                continue
+            try:
+                n = sock.send(frame)
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                return False
+            if n < frame.nbytes:
+                self.frames[0] = frame[n:]
+                return False
+            self.frames.popleft()
+        return True
+
+
 class Links:
-    """One loop's comms to the other loops of a generation, made and used in the loop's thread.
+    """One loop's sockets to the other loops of a generation, made and used in the loop's thread.
 
     Parameters
     ----------
@@ -54,112 +134,254 @@ class Links:
         The address of the worker it runs on (``tcp://host:port`` or ``tls://...``): the links
         listen on the same host with the same protocol.
     security : distributed.security.Security, optional
-        The worker's security settings: its listen arguments for the listener (a server-side
-        TLS context) and its connection arguments for the comms it opens (a client-side one);
-        none without TLS.
+        The worker's security settings: with TLS, its server-side context for the sockets the
+        others open to this loop and its client-side one for those it opens (both verify the
+        cluster's certificates, as the worker's own comms do).
     """
 
     def __init__(self, slot: int, address: str, security=None):
         self.slot = slot
-        self.loop = asyncio.new_event_loop()
-        self.listen_args = security.get_listen_args("worker") if security is not None else {}
-        self.args = security.get_connection_args("worker") if security is not None else {}
-        self.incoming: dict = {}  # slot -> the comm that slot writes to us on
-        self.outgoing: dict = {}  # slot -> the comm we write to that slot on
-        self._order: dict = {}  # slot -> a lock that keeps our writes to it in order
-        self._writes: list = []  # writes started and not yet seen to end
-        self._reads: list = []  # the reads of the last wait (pending ones if it was cut short)
-        self._arrived = asyncio.Event()
-        self.listener = self._run(self._listen(listen_address(address)))
-        self.address = self.listener.contact_address
+        scheme, host = listen_host(address)
+        self._server_tls = self._client_tls = None
+        if scheme == "tls":
+            if security is None:
+                raise ValueError(f"worker slot {slot}: a tls:// worker ({address}) without its security settings")
+            self._server_tls = security.get_listen_args("worker").get("ssl_context")
+            self._client_tls = security.get_connection_args("worker").get("ssl_context")
+        self.incoming: dict = {}  # slot -> the socket that slot writes to us on
+        self.outgoing: dict = {}  # slot -> the socket we write to that slot on
+        self.lost: set = set()  # slots whose link broke (the asynchronous loops go on without them)
+        self.ended: set = set()  # slots that closed their side: what they sent is all read
+        self._out: dict = {}  # slot -> _Out
+        self._in: dict = {}  # slot -> bytes read and not yet a whole message
+        self._inbox: dict = {}  # slot -> whole messages read, not yet taken
+        self._selector = selectors.DefaultSelector()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.listener = socket.create_server((host, 0), family=family)
+        port = self.listener.getsockname()[1]
+        self.address = f"{scheme}://{f'[{host}]' if family == socket.AF_INET6 else host}:{port}"
 
-    def _run(self, coroutine):
-        return self.loop.run_until_complete(coroutine)
-
-    async def _listen(self, where: str):
-        listener = listen(where, self._accept, deserialize=True, **self.listen_args)
-        await listener.start()
-        return listener
-
-    async def _accept(self, comm) -> None:
-        """A peer connected: its first message says which slot it is."""
-        self.incoming[await comm.read()] = comm
-        self._arrived.set()
-        # the listener closes a comm when its handler returns: hold it open until close()
-        while not comm.closed():
-            await asyncio.sleep(POLL_SECONDS)
-
+    # -- connecting -------------------------------------------------------------------------
     def connect(self, peers: dict, timeout: float = CONNECT_SECONDS) -> None:
-        """Open a comm to every other loop (``peers``: slot -> its links' address) and wait
+        """Open a socket to every other loop (``peers``: slot -> its links' address) and wait
         until every other loop has opened one to this one."""
-        async def both():
-            async def out(slot, address):
-                comm = await connect(address, timeout=timeout, deserialize=True, **self.args)
-                await comm.write(self.slot)
-                self.outgoing[slot] = comm
-                self._order[slot] = asyncio.Lock()
+        deadline = time.monotonic() + timeout
+        failed: list = []
 
-            await asyncio.gather(*(out(s, a) for s, a in peers.items()))
-            while set(self.incoming) != set(peers):
-                self._arrived.clear()
-                await self._arrived.wait()
+        def out():  # beside the accepts: a TLS handshake needs the other side's accept
+            try:
+                for slot, address in peers.items():
+                    self.outgoing[slot] = self._open(address, deadline)
+            except BaseException as exc:  # handed to the loop's thread below
+                failed.append(exc)
+
+        opener = threading.Thread(target=out, name=f"ppt-links-{self.slot}", daemon=True)
+        opener.start()
         try:
-            self._run(asyncio.wait_for(both(), timeout))
-        except (TimeoutError, OSError) as exc:
+            while set(self.incoming) != set(peers):
+                self.listener.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock, _ = self.listener.accept()
+                sock = self._secure(sock, deadline, server=True)
+                self.incoming[_SLOT.unpack(_read_exactly(sock, _SLOT.size))[0]] = sock
+        except (OSError, ssl.SSLError) as exc:
             raise LinkLost(f"worker slot {self.slot} could not link to the others: {exc!r}") from exc
+        finally:
+            opener.join(max(deadline - time.monotonic(), 0.001))
+            self.listener.close()
+        if opener.is_alive() or failed:
+            why = repr(failed[0]) if failed else f"no link within {timeout} s"
+            raise LinkLost(f"worker slot {self.slot} could not link to the others: {why}")
+        for slot, sock in self.incoming.items():
+            sock.setblocking(False)
+            self._in[slot], self._inbox[slot] = bytearray(), deque()
+            self._selector.register(sock, selectors.EVENT_READ, ("in", slot))
+        for slot, sock in self.outgoing.items():
+            sock.setblocking(False)
+            self._out[slot] = _Out()
 
-    async def _write(self, slot: int, message) -> None:
-        async with self._order[slot]:
-            await self.outgoing[slot].write(message)
+    def _open(self, address: str, deadline: float):
+        host, port = _split(address)
+        sock = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
+        sock = self._secure(sock, deadline, server=False)
+        sock.sendall(_SLOT.pack(self.slot))
+        return sock
 
-    def send(self, message) -> None:
-        """Start writing ``message`` to every other loop; the bytes the system does not take at
-        once go while the loop next waits in :meth:`receive`."""
-        self._writes += [self.loop.create_task(self._write(s, message)) for s in self.outgoing]
-        self._run(asyncio.sleep(0))  # the writes start now: serialized, handed to the sockets
+    def _secure(self, sock, deadline: float, *, server: bool):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        context = self._server_tls if server else self._client_tls
+        if context is None:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            return sock
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        return context.wrap_socket(sock, server_side=server)
+
+    # -- sending and receiving --------------------------------------------------------------
+    def send(self, message, slots=None, *, lose: bool = False) -> None:
+        """Queue ``message`` for every other loop (or those of ``slots``) still linked and write
+        what the sockets take at once; the rest goes while the loop next waits or polls. The
+        arrays in ``message`` must not change until then (:meth:`receive` returns after every
+        write ended). A link that broke raises :class:`LinkLost`, or with ``lose`` joins
+        :attr:`lost`."""
+        frames = frames_of(message)
+        for slot in self.outgoing if slots is None else slots:
+            if slot not in self.lost:
+                self._out[slot].add(frames)
+                self._guard(slot, not lose, self._write, slot)
+
+    def backlog(self, slot: int) -> int:
+        """Messages queued for ``slot`` and not yet wholly written."""
+        return self._out[slot].messages
 
     def receive(self, timeout: float, stopped=lambda: False) -> list:
-        """The next message of every other loop (in slot order), waiting at most ``timeout``
-        seconds; raises ``stopped()``'s error (when it gives one) if the run stops meanwhile."""
+        """The next message of every other loop (in slot order), once this loop's own writes
+        have ended too, waiting at most ``timeout`` seconds; raises ``stopped()``'s error (when
+        it gives one) if the run stops meanwhile, :class:`LinkLost` if a link breaks."""
         if not self.incoming:
             return []
-
-        async def wait():
-            self._reads = reads = [asyncio.ensure_future(self.incoming[s].read()) for s in sorted(self.incoming)]
-            deadline = time.monotonic() + timeout
-            while True:
-                self._check_writes()
-                done, pending = await asyncio.wait(reads, timeout=POLL_SECONDS)
-                if not pending:
-                    return [r.result() for r in reads]
-                if any(r.exception() is not None for r in done):
-                    raise next(r.exception() for r in done if r.exception() is not None)
+        deadline = time.monotonic() + timeout
+        next_look = time.monotonic() + POLL_SECONDS
+        while True:
+            self._pump(strict=True)
+            if all(self._inbox[s] for s in self.incoming) and not any(o.frames for o in self._out.values()):
+                return [self._inbox[s].popleft() for s in sorted(self.incoming)]
+            gone = [s for s in self.ended if not self._inbox[s]]
+            if gone:
+                stopped()  # a peer that ended because the run stopped: this loop stops too
+                raise LinkLost(f"worker slot {self.slot}: slot {gone[0]} closed its link before its next message")
+            now = time.monotonic()
+            if now >= next_look:
                 stopped()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"worker slot {self.slot}: the other loops' messages did not "
-                                       f"arrive within {timeout} s")
-        try:
-            return self._run(wait())
-        except (CommClosedError, OSError) as exc:
-            raise LinkLost(f"worker slot {self.slot} lost a link: {exc!r}") from exc
+                next_look = now + POLL_SECONDS
+            if now > deadline:
+                raise TimeoutError(f"worker slot {self.slot}: the other loops' messages did not "
+                                   f"arrive within {timeout} s")
+            self._wait(min(next_look, deadline) - now)
 
-    def _check_writes(self) -> None:
-        """Drop the writes that ended; raise if one failed."""
-        for task in [t for t in self._writes if t.done()]:
-            self._writes.remove(task)
-            if task.exception() is not None:
-                raise task.exception()
+    def poll(self) -> list:
+        """The messages that have arrived, as ``(slot, message)`` in slot order, without waiting;
+        the queued writes go on as far as the sockets take them. A slot whose link broke joins
+        :attr:`lost` and is left out from then on."""
+        self._pump(strict=False)
+        arrived = []
+        for slot in sorted(self._inbox):
+            while self._inbox[slot]:
+                arrived.append((slot, self._inbox[slot].popleft()))
+        for slot in self.ended - self.lost:  # it sent all it will
+            self._drop(slot)
+        return arrived
 
-    def close(self) -> None:
-        """Close every comm and the listener (pending writes are dropped)."""
-        async def shut():
-            for comm in [*self.outgoing.values(), *self.incoming.values()]:
-                comm.abort()
-            self.listener.stop()
-            for task in [*self._writes, *self._reads]:
-                task.cancel()
-            await asyncio.sleep(0)
+    def _wait(self, seconds: float) -> None:
+        """Block until a socket can be read (or one with writes queued written), or ``seconds``."""
+        writing = [s for s, o in self._out.items() if o.frames and s not in self.lost]
+        for slot in writing:
+            self._selector.register(self.outgoing[slot], selectors.EVENT_WRITE, ("out", slot))
         try:
-            self._run(shut())
+            self._selector.select(max(seconds, 0.0))
         finally:
-            self.loop.close()
+            for slot in writing:
+                self._selector.unregister(self.outgoing[slot])
+
+    def _pump(self, *, strict: bool) -> None:
+        """Read what has arrived and write what the sockets take, without blocking."""
+        for slot in list(self.outgoing):
+            if slot not in self.lost and self._out[slot].frames:
+                self._guard(slot, strict, self._write, slot)
+        for slot in list(self.incoming):
+            if slot not in self.lost and slot not in self.ended:
+                self._guard(slot, strict, self._read, slot)
+
+    def _guard(self, slot: int, strict: bool, action, *args) -> None:
+        try:
+            action(*args)
+        except (OSError, ssl.SSLError) as exc:
+            if strict:
+                raise LinkLost(f"worker slot {self.slot} lost its link to slot {slot}: {exc!r}") from exc
+            self._drop(slot)
+
+    def _write(self, slot: int) -> None:
+        self._out[slot].write(self.outgoing[slot])
+
+    def _read(self, slot: int) -> None:
+        sock, buffer = self.incoming[slot], self._in[slot]
+        while True:
+            try:
+                data = sock.recv(CHUNK)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            if not data:  # the peer closed its side: keep what came before
+                self.ended.add(slot)
+                _unregister(sock, self._selector)
+                break
+            buffer += data
+        while True:
+            message, used = message_of(buffer)
+            if message is None:
+                return
+            del buffer[:used]
+            self._inbox[slot].append(message)
+
+    def _drop(self, slot: int) -> None:
+        self.lost.add(slot)
+        for sock in (self.incoming.get(slot), self.outgoing.get(slot)):
+            if sock is not None:
+                _close(sock, self._selector)
+        if slot in self._out:
+            self._out[slot] = _Out()
+
+    def close(self, linger: float = 0.0) -> None:
+        """Close every socket and the listener. With ``linger`` seconds, first as TCP closes
+        gracefully: finish the writes queued, tell each peer that nothing more comes, and read
+        (and drop) what the peers still send until each has said the same, so that no socket
+        closes with bytes unread (the peer's writes would fail on a reset link: local SGD
+        leaves its last two rounds' sums unread). Past ``linger``, what is queued is dropped."""
+        try:
+            if linger > 0 and self.outgoing:
+                self._linger(time.monotonic() + linger)
+        finally:
+            for sock in [*self.outgoing.values(), *self.incoming.values(), self.listener]:
+                _close(sock, self._selector)
+            self._selector.close()
+
+    def _linger(self, deadline: float) -> None:
+        while any(self._out[s].frames for s in self.outgoing if s not in self.lost) and time.monotonic() < deadline:
+            self._pump(strict=False)
+            self._wait(min(POLL_SECONDS, deadline - time.monotonic()))
+        for slot, sock in self.outgoing.items():
+            if slot not in self.lost:
+                try:
+                    sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    self.lost.add(slot)
+        for slot in self.incoming:
+            self._inbox[slot].clear()
+        while time.monotonic() < deadline and any(s not in self.ended and s not in self.lost for s in self.incoming):
+            self._pump(strict=False)
+            for slot in self.incoming:
+                self._inbox[slot].clear()
+                self._in[slot].clear()
+            self._wait(min(POLL_SECONDS, deadline - time.monotonic()))
+
+
+def _read_exactly(sock, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        more = sock.recv(n - len(data))
+        if not more:
+            raise EOFError("the link closed while it was being made")
+        data += more
+    return data
+
+
+def _unregister(sock, selector) -> None:
+    try:
+        selector.unregister(sock)
+    except (KeyError, ValueError):
+        pass
+
+
+def _close(sock, selector) -> None:
+    _unregister(sock, selector)
+    try:
+        sock.close()
+    except OSError:
+        pass

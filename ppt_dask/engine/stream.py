@@ -5,7 +5,7 @@ worker per round, and each waits for the scheduler to hand it over and for the f
 other workers' results: a scheduler hop on every round's critical path. Here each worker slot
 runs one task for a whole generation of the run, a loop over the rounds of its shards, and the
 loops send their partial sums straight to each other over links of their own
-(:mod:`ppt_dask.engine.links`: Dask's comms, thread to thread). Two kinds of loop:
+(:mod:`ppt_dask.engine.links`: sockets, thread to thread). Two kinds of loop:
 
 * ``"sync"`` (:class:`~ppt_dask.Sync` by epoch or block, :class:`~ppt_dask.PPT`,
   :class:`~ppt_dask.Average`): round ``r`` computes its shards' partial sums at the state after
@@ -61,6 +61,7 @@ AHEAD = 32  # rounds a loop may run past the last round the head has read (at mo
 KEEP_BYTES = 256 * 2**20  # what a loop may keep for the head (a state a round) bounds that for large models
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it
+STOPPED_LINGER = 1.0  # a stopped loop's wait for the others to close their links too (they stop as well)
 ADDRESSES = -1  # the "round" under which the loops swap their links' addresses
 
 _BOXES: dict = {}  # the mailboxes living in this process, by name
@@ -210,6 +211,9 @@ class Mailbox:
             self._kept[r] = (log, value, timing)
             self._changed(r)
 
+    def is_stopped(self) -> bool:
+        return self._stopped
+
     def stopped(self) -> None:
         """Raise :class:`Stopped` if the head stopped the mailbox (a waiting loop looks)."""
         if self._stopped:
@@ -250,7 +254,7 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
     if box is None:  # stopped before this task began
         return {}
     seconds = dict.fromkeys(keys.LOOP_PHASES, 0.0)
-    links = None
+    links, linger = None, 0.0
     # A loop holds its worker for the whole run: leave the worker's thread pool (a long-running
     # task, Dask's documented secede), so the head's other tasks there (a verification pass
     # over the shards, say) run beside it instead of waiting for the loop to end.
@@ -259,16 +263,18 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
         links = _links(step, box, peers)
         loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
         loop(step, first, last, start, shards, links, box, seconds)
+        linger = step.wait  # the last round ran: the others read what this loop sent, then close
     except Stopped:
-        pass
+        linger = STOPPED_LINGER
     except LinkLost as exc:  # the head rolls the run back (a worker left, say)
-        box.fail(str(exc), LinkLost)
+        if not box.is_stopped():  # else the head ended the generation: a peer that closed first is no loss
+            box.fail(str(exc), LinkLost)
     except BaseException as exc:
         box.fail(f"the loop of worker slot {step.slot} failed: {exc!r}")
         raise
     finally:
         if links is not None:
-            links.close()
+            links.close(linger)
         taskmeta.record(seconds)
     return seconds
 

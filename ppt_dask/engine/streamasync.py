@@ -34,7 +34,6 @@ from concurrent.futures import CancelledError
 from dataclasses import replace
 
 import numpy as np
-from distributed.comm import CommClosedError
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
 from ppt_dask.engine.links import LinkLost
@@ -56,7 +55,6 @@ from ppt_dask.engine.stream import (
 STATE_BYTES = 32 * 2**20
 MIN_AHEAD, MAX_AHEAD = 8, 256
 QUEUED = 32  # writes pending to one peer: a gradient more is not sent (the peer reads too slowly)
-SPINS = 3  # turns of the links' event loop with nothing new after which a loop stops reading
 
 
 class AsyncBox(Mailbox):
@@ -96,94 +94,47 @@ class AsyncBox(Mailbox):
 class Exchange:
     """A loop's gradients to the other loops and theirs to it, never waiting for a peer.
 
-    Runs on the links' own event loop (:class:`ppt_dask.engine.links.Links`), in the loop's
-    thread, for a moment after each step: :meth:`send` queues the writes, :meth:`arrived` runs
-    them (what the socket does not take at once goes at the next moment) and reads whatever
-    the peers' writes have put in the sockets meanwhile, and stops as soon as nothing more
-    comes.
-    A thread of its own for the links, reading and writing all the time, was tried too: on
-    MNIST at two workers the runs took 7.5-9.7 epochs to 97% against 5.1-7.2 this way (seeds
-    0-1, 2026-11-26), the thread taking the interpreter's lock from the steps; larger socket
-    buffers (4 MiB) changed nothing. A peer whose link breaks (its worker was lost) is left
-    out from then on: the loop goes on with the rest."""
+    Uses the loop's links (:class:`ppt_dask.engine.links.Links`) in the loop's thread, for a
+    moment after each step: :meth:`send` queues the gradient for every peer and writes what the
+    sockets take at once, :meth:`arrived` writes on and takes whatever the peers' writes have
+    put in the sockets meanwhile. A thread of its own for the links, reading and writing all
+    the time, was tried too (on links of Dask's comms): on MNIST at two workers the runs took
+    7.5-9.7 epochs to 97% against 5.1-7.2 this way (seeds 0-1, 2026-11-26), the thread taking
+    the interpreter's lock from the steps. A peer whose link breaks (its worker was lost) is
+    left out from then on: the loop goes on with the rest."""
 
     def __init__(self, links):
-        self.links, self.lost = links, set()
+        self.links = links
         self.skipped = 0  # gradients not sent to a peer whose link was backed up
-        self._reads: dict = {}  # slot -> the pending read of its next gradient
-        self._writes: dict = {}  # slot -> the last write started (each waits for the one before)
-        self._pending: dict = {}  # slot -> writes started, not yet ended
-        if links is not None:
-            self._reads = {slot: links.loop.create_task(comm.read()) for slot, comm in links.incoming.items()}
+
+    @property
+    def lost(self) -> set:
+        return set() if self.links is None else self.links.lost
 
     def send(self, message) -> int:
-        """Start writing ``message`` to every peer still linked; the bytes of its gradient
-        sent. A peer that has ``QUEUED`` writes pending skips it (it would arrive too stale)."""
+        """Queue ``message`` for every peer still linked; the bytes of its gradient sent. A peer
+        that has ``QUEUED`` gradients still to be written skips it (it would arrive too stale)."""
         if self.links is None:
             return 0
-        sent = 0
-        # plain msgpack values, the gradient as its bytes: Dask's serialization of an array
-        # (headers, sub-frames) cost more than the copy on a small network
-        grad = message.grad_sum
-        wire = {"slot": message.slot, "clock": list(message.clock.items()), "count": message.count,
-                "dtype": grad.dtype.str, "grad": grad.tobytes()}
-        for slot, comm in self.links.outgoing.items():
-            if slot in self.lost:
-                continue
-            if self._pending.get(slot, 0) >= QUEUED:
-                self.skipped += 1
-                continue
-            self._pending[slot] = self._pending.get(slot, 0) + 1
-            self._writes[slot] = self.links.loop.create_task(self._write(slot, comm, wire, self._writes.get(slot)))
-            sent += message.grad_sum.nbytes
-        return sent  # the writes run with the next read (arrived), one turn of the event loop for both
-
-    async def _write(self, slot: int, comm, wire: dict, before) -> None:
-        try:
-            if before is not None:
-                await before  # in order: the links deliver a slot's gradients as they were made
-            if slot not in self.lost:
-                await comm.write(wire)
-        except (CommClosedError, OSError):
-            self.lost.add(slot)
-        finally:
-            self._pending[slot] -= 1
+        live = [slot for slot in self.links.outgoing if slot not in self.links.lost]
+        slots = [slot for slot in live if self.links.backlog(slot) < QUEUED]
+        self.skipped += len(live) - len(slots)
+        if slots:  # a copy of the gradient: the replica goes on while the bytes are written
+            wire = {"slot": message.slot, "clock": list(message.clock.items()), "count": message.count,
+                    "grad": np.array(message.grad_sum)}
+            self.links.send(wire, slots, lose=True)
+        return message.grad_sum.nbytes * len(slots)
 
     def arrived(self) -> list:
-        """The peers' gradients that have arrived, in arrival order (none without peers); the
-        writes started by :meth:`send` go on meanwhile."""
-        if not self._reads and not self._writes:
+        """The peers' gradients that have arrived, in slot order (none without peers); the
+        writes queued by :meth:`send` go on meanwhile."""
+        if self.links is None:
             return []
-        return self.links.loop.run_until_complete(self._drain())
-
-    async def _drain(self) -> list:
-        out, quiet = [], 0
-        while quiet < SPINS:  # a read whose bytes are there ends within a few turns of the event loop
-            await asyncio.sleep(0)
-            quiet += 1
-            for slot, read in [(s, r) for s, r in self._reads.items() if r.done()]:
-                quiet = 0
-                if read.exception() is not None:  # that peer is gone
-                    self.lost.add(slot)
-                    del self._reads[slot]
-                    continue
-                wire = read.result()
-                grad = np.frombuffer(wire["grad"], dtype=wire["dtype"])
-                out.append(Gradient(wire["slot"], dict(wire["clock"]), grad, wire["count"]))
-                self._reads[slot] = asyncio.ensure_future(self.links.incoming[slot].read())
-        return out
+        return [Gradient(wire["slot"], dict(wire["clock"]), wire["grad"], wire["count"])
+                for _slot, wire in self.links.poll()]
 
     def close(self) -> None:
-        """Cancel the pending reads and writes (the links themselves are closed by their owner)."""
-        if self.links is None:
-            return
-        tasks = [*self._reads.values(), *self._writes.values()]
-
-        async def cancelled():
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self.links.loop.run_until_complete(cancelled())
+        """Nothing to cancel: the links (closed by their owner) hold what is queued."""
 
 
 def async_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: AsyncBox,

@@ -56,18 +56,23 @@ def exchange_phases(row: dict) -> float:
 
 
 def links_floor(client, workers, p: int, size: int, rounds: int, *, warmup: int = WARMUP,
-                dtype: str = "float64") -> float:
+                dtype: str = "float64", n_shards: int | None = None) -> float:
     """Median seconds of a streamed round's exchange of ``size`` values on the first ``p`` of
-    ``workers`` with no compute (the loops' own timing, rounds after ``warmup``)."""
+    ``workers`` with no compute (the loops' own timing, rounds after ``warmup``). One shard a
+    worker by default; with ``n_shards`` (at least ``p``) the round also adds that many shards'
+    partial sums along the shard tree, as a real round of that layout does."""
     import ppt_dask as ppt
 
-    X = np.zeros((8 * p, 1), dtype=np.float32)
-    shards = ppt.enter_data(client, X, np.zeros(8 * p, dtype=np.int64), n_shards=p, workers=list(workers[:p]),
+    n = p if n_shards is None else int(n_shards)
+    if n < p:
+        raise ValueError(f"n_shards must be at least p = {p}, got {n_shards!r}")
+    X = np.zeros((8 * n, 1), dtype=np.float32)
+    shards = ppt.enter_data(client, X, np.zeros(8 * n, dtype=np.int64), n_shards=n, workers=list(workers[:p]),
                             dtype="float32")
     net = ppt.MLP((1, 2), output="softmax", dtype="float32")
     try:
-        result = ppt.train(net, shards, Exchange(block=p, size=int(size), dtype=dtype),
-                           ppt.Stop(max_epochs=(rounds + warmup) * p / (8 * p)), exchange="stream")
+        result = ppt.train(net, shards, Exchange(block=n, size=int(size), dtype=dtype),
+                           ppt.Stop(max_epochs=(rounds + warmup) / 8), exchange="stream")
     finally:
         ppt.exit_data(shards)
     return statistics.median(exchange_phases(r) for r in result.breakdown()[warmup:])
