@@ -207,7 +207,8 @@ def report(seen: dict, args, seconds: float) -> str:
               f"ppt.train: the round beyond its compute (wall - gradient - update) against the links floor of "
               f"{big:,} floats over the same {SYNC_SHARDS} shards (the exchange and the shard tree's adds) of the "
               "same trial.", "",
-              f"| p | gradient ms | beyond the compute ms | links floor, {SYNC_SHARDS} shards, ms | ratio (median of trials) |",
+              f"| p | gradient ms | beyond the compute ms | links floor, {SYNC_SHARDS} shards, ms "
+              "| ratio (median of trials) |",
               "|---|---|---|---|---|"]
     for p in args.workers:
         beyond, floor = seen[(p, "sync")], seen[(p, "tree floor")]

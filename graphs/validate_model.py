@@ -20,9 +20,11 @@ Usage::
     python graphs/validate_model.py --no-oversubscribed   # skip p = 4 (4 workers, 2 cores)
 
 Writes, under graphs/out/: validate_model.md and .csv (predicted against measured, mean
-absolute relative error), calibration.json (the constants, reusable with
-``ppt-dask model predict --calibration``), speedup_model.html (predicted speedup against
-p = 1..64 per block size and against block size per p, like 001's Figures 2-5).
+absolute relative error), validate_model_calibration.json (the constants of this network in
+float64, reusable with ``ppt-dask model predict --calibration``; graphs/out/calibration.json,
+which the tests and the README's commands read with the float32 MNIST preset, is left alone),
+speedup_model.html (predicted speedup against p = 1..64 per block size and against block size
+per p, like 001's Figures 2-5).
 The timings need a quiet machine: the share of the CPU that other processes used is
 recorded with every row, and ``--wait-quiet`` waits (up to a limit) for them to stop.
 """
@@ -265,7 +267,7 @@ def main(argv=None) -> int:
     finally:
         ppt.cluster.close(client)
     cal.measurements["others_share"] = cal_others
-    cal.save(args.out / "calibration.json")
+    cal.save(args.out / "validate_model_calibration.json")
     c = cal.constants
 
     rows: list[dict] = []

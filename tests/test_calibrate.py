@@ -148,16 +148,21 @@ def test_streamed_rounds_timed_for_the_model(client4, workers4, tiny):
     interpolated curve; the links floor grows with the vector sent."""
     net, X, y = tiny
     curve = loops.measure_stream(client4, net, X, y, workers4[:2], rows=(8, 64), rounds=8, warmup=2)
-    assert curve.rows == (8, 64) and curve.calls == 4 and curve.workers == 2
+    # a run's 8 shards: all 8 on one worker, 4 on each of the two
+    assert curve.rows == (8, 64) and curve.calls == 8 and curve.workers == 2 and curve.shared_calls == 4
     assert all(t > 0 for t in curve.first + curve.several + curve.shared)
-    assert curve.several[-1] > curve.first[-1]  # four calls of 64 rows against one
+    assert curve.several[-1] > curve.first[-1]  # eight calls of 64 rows against one
     assert all(f >= 1 for f in curve.factor) and len(curve.rest_shared) == 2
     c = pm.Constants(1e-6, 1e-6, 0, 0, 0, 0, tl0_seconds=1e-6, stream_rows=curve.rows,
                      stream_first_seconds=curve.first, stream_more_seconds=curve.more,
                      stream_shared_factor=curve.factor)
-    # p = 1 over 4 shards, calls of 64 rows: what the loop measured (first + 3 more)
-    assert pm.compute_seconds(1, 256, c, 4, streamed=True) == pytest.approx(
-        curve.first[-1] + 3 * curve.more[-1])
+    # p = 1 over 8 shards, calls of 64 rows: what the loop measured (first + 7 more = several)
+    assert pm.compute_seconds(1, 512, c, 8, streamed=True) == pytest.approx(
+        curve.first[-1] + 7 * curve.more[-1])
+    assert curve.first[-1] + 7 * curve.more[-1] == pytest.approx(curve.several[-1])
+    # p = 2 over 8 shards: four calls each, times the factor the shared layout measured
+    assert pm.compute_seconds(2, 512, c, 8, streamed=True) == pytest.approx(
+        (curve.first[-1] + 3 * curve.more[-1]) * curve.factor[-1])
     links = loops.measure_links(client4, (16, 200_000), workers4[:2], rounds=10)
     assert [s[:2] for s in links.samples] == [(1, 16), (1, 200_000), (2, 16), (2, 200_000)]
     assert links.tl0_seconds > 0 and links.tl1_seconds + links.tlw_seconds_per_weight > 0
@@ -319,7 +324,7 @@ def test_validation_script_quick(tmp_path):
         assert error < 0.15 + 2 * float(np.median(spreads)), ratios
         assert all(1 / (2 * (1 + s)) < x < 2 * (1 + s) for x, s in zip(ratios, spreads)), ratios
     assert (tmp_path / "speedup_model.html").stat().st_size > 1000
-    assert calibrate.Calibration.load(tmp_path / "calibration.json").n_weights == 55050
+    assert calibrate.Calibration.load(tmp_path / "validate_model_calibration.json").n_weights == 55050
 
 
 def _spread(runs) -> float:

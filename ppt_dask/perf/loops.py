@@ -32,7 +32,8 @@ from ppt_dask.perf.calls import cluster_workers, curve_sizes
 
 WARMUP = 3  # rounds of each run left out of the medians (links open, caches warm)
 STREAM_ROUNDS = 40  # rounds timed per size and layout by the calibration (cheap: no scheduler hop a round)
-PASSES = 2  # times each size is run over (the least median kept)
+PASSES = 3  # times each size is run over (the median of the passes' medians kept)
+CALLS = 8  # shards a run places on one or two workers (`ppt-dask train`): the calls timed on one
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,12 @@ class StreamCurve:
     """The gradient phase of streamed Sync rounds whose calls have ``rows[i]`` rows.
 
     ``first``: one shard on one worker (a round of one call); ``several``: ``calls`` shards on
-    it; ``more`` = ``(several - first) / (calls - 1)``, each further call; ``shared``: ``calls``
-    shards on every worker at once, and ``factor`` its ratio to ``several`` (>= 1; below the
-    middle size the median of the larger half, tiny phases give noisy ratios). ``rest_*``: the
-    rounds' exchange phases (transfer, idle, reduce, head), one worker and all. Seconds.
+    it; ``more`` = ``(several - first) / (calls - 1)``, each further call; ``shared``:
+    ``shared_calls`` shards on every worker at once (``calls`` in all, as a run spreads its
+    shards), and ``factor`` its ratio to ``first + (shared_calls - 1) more``, the same calls on
+    one worker alone (>= 1; below the middle size the median of the larger half, tiny phases
+    give noisy ratios). ``rest_*``: the rounds' exchange phases (transfer, idle, reduce, head),
+    one worker and all. Seconds.
     """
 
     rows: tuple
@@ -129,6 +132,7 @@ class StreamCurve:
     workers: int = 1
     rest_alone: tuple = ()
     rest_shared: tuple = ()
+    shared_calls: int = 0
 
 
 def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: int = PASSES):
@@ -136,8 +140,9 @@ def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: 
     of streamed Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows.
     The layouts are placed at once and run in turn at each size, so a burst of load from
     other processes spreads over all of them rather than bending one curve; the sizes are
-    run ``passes`` times over and the least median kept (others' load only adds time: on a
-    shared machine one pass gave a size twice its neighbours' cost per row)."""
+    run ``passes`` times over and the median of their medians kept (the least, kept before,
+    left the model 12-30% under the rounds it was checked against: a quiet moment is not what
+    a run sees)."""
     import ppt_dask as ppt
 
     placed = []
@@ -161,36 +166,41 @@ def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: 
     finally:
         for shards in placed:
             ppt.exit_data(shards)
-    gradient = [[min(g for g, _ in seen[i, j]) for j in range(len(rows))] for i in range(len(layouts))]
-    rest = [[min(e for _, e in seen[i, j]) for j in range(len(rows))] for i in range(len(layouts))]
+    gradient = [[float(np.median([g for g, _ in seen[i, j]])) for j in range(len(rows))] for i in range(len(layouts))]
+    rest = [[float(np.median([e for _, e in seen[i, j]])) for j in range(len(rows))] for i in range(len(layouts))]
     return gradient, rest
 
 
-def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = 4, rounds: int = 40,
+def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = CALLS, rounds: int = 40,
                    warmup: int = WARMUP) -> StreamCurve:
     """The streamed rounds' gradient phase of ``net``, timed by the loops in real rounds.
 
     Sync rounds with ``block = r * shards`` make every call ``r`` rows (``rows``: default
-    :func:`ppt_dask.perf.calls.curve_rows` up to what ``X`` holds for ``calls`` shards on each
-    worker). Three layouts: one shard on the first worker, ``calls`` shards on it, and
-    ``calls`` shards on each of ``workers`` (the others busy as in a run), the same thread
-    and process arrangement as the user's run (``ppt.train`` on this cluster). Each layout
-    runs ``rounds`` rounds at each size (after ``warmup``): streamed rounds cost no scheduler
+    :func:`ppt_dask.perf.calls.curve_rows` up to what ``X`` holds for ``calls`` shards).
+    Three layouts: one shard on the first worker, ``calls`` shards on it, and ``calls`` shards
+    spread over ``workers`` (``calls // len(workers)`` each, at least one: the others busy as
+    in a run), the same thread and process arrangement as the user's run (``ppt.train`` on
+    this cluster). A run's shards on one worker are then timed, not extrapolated from fewer
+    (``first + 7 more`` from four calls multiplied their noise by 2.3). Each layout runs
+    ``rounds`` rounds at each size (after ``warmup``): streamed rounds cost no scheduler
     hop, so 40 rounds of a small network take a fraction of a second, and their median holds
     against the load of a shared machine where a dozen did not (a curve that fell with size).
     """
     workers = cluster_workers(client, workers)
-    calls, rows = curve_sizes(len(X), workers, calls, rows)
-    layouts = [(workers[:1], 1), (workers[:1], calls)] + ([(workers, calls)] if len(workers) > 1 else [])
+    calls, rows = curve_sizes(len(X), workers[:1], calls, rows)
+    per_worker = max(calls // len(workers), 1)
+    layouts = [(workers[:1], 1), (workers[:1], calls)] + ([(workers, per_worker)] if len(workers) > 1 else [])
     gradient, rest = _phases(client, net, X, y, layouts, rows, rounds, warmup)
     (first, several), rest_alone = gradient[:2], rest[0]
     more = np.maximum((np.asarray(several) - np.asarray(first)) / (calls - 1), 0.0)
     factor, shared, rest_shared = np.ones(len(rows)), [], []
     if len(workers) > 1:
         shared, rest_shared = gradient[2], rest[2]
-        ratio = np.maximum(np.divide(shared, several), 1.0)
+        alone = np.asarray(first) + (per_worker - 1) * more
+        ratio = np.maximum(np.divide(shared, alone), 1.0)
         half = len(rows) // 2
         factor = ratio.copy()
         factor[:half] = np.median(ratio[half:])
     return StreamCurve(tuple(rows), tuple(first), tuple(several), tuple(float(m) for m in more), tuple(shared),
-                       tuple(float(f) for f in factor), calls, len(workers), tuple(rest_alone), tuple(rest_shared))
+                       tuple(float(f) for f in factor), calls, len(workers), tuple(rest_alone), tuple(rest_shared),
+                       per_worker if len(workers) > 1 else 0)
