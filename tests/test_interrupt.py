@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,7 +126,7 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_comes_again():
     arrives there would be lost and the run would go on to its end with status 0: it is sent
     again once the finalizer returns."""
     before = signal.getsignal(signal.SIGINT)
-    with interrupt.sigint_never_dropped():
+    with interrupt.sigint_never_dropped(quiet=False):
         thing = _SignalsInDel()
         del thing  # lands in the finalizer: not raised there, not lost
         with pytest.raises(KeyboardInterrupt):
@@ -134,10 +135,58 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_comes_again():
                 time.sleep(0.01)
     assert signal.getsignal(signal.SIGINT) is before
     with pytest.raises(KeyboardInterrupt):  # anywhere else: at once
-        with interrupt.sigint_never_dropped():
+        with interrupt.sigint_never_dropped(quiet=False):
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(10_000):
                 pass
+
+
+def _a_callback_fails_on_an_event_loop_thread() -> None:
+    """A real tornado IOLoop on its own thread runs a callback that raises, as the callback
+    distributed's sync() leaves after a Ctrl-C cut its wait short can."""
+    import asyncio
+
+    from tornado.ioloop import IOLoop
+
+    def target():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        io = IOLoop.current()
+
+        def failing():
+            raise NameError("a callback of a wait that Ctrl-C cut short")
+        io.add_callback(failing)
+        io.add_callback(lambda: io.add_callback(io.stop))  # after the failing one
+        io.start()
+        loop.close()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_after_a_ctrl_c_the_event_loops_errors_are_not_logged_unless_debugging(caplog):
+    """The command line ends a Ctrl-C in one line: from the signal on, what the event loop's
+    thread logs of failing callbacks is dropped (``quiet``); with ``--debug`` (``quiet=False``)
+    it is shown."""
+    import logging
+
+    levels = {name: logging.getLogger(name).level for name in interrupt.EVENT_LOOP_LOGGERS}
+    try:
+        for quiet in (False, True):
+            with pytest.raises(KeyboardInterrupt):
+                with interrupt.sigint_never_dropped(quiet=quiet):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    for _ in range(10_000):
+                        pass
+            caplog.clear()
+            _a_callback_fails_on_an_event_loop_thread()
+            logged = [r for r in caplog.records if r.name == "tornado.application" and r.exc_info]
+            assert bool(logged) is not quiet, [r.getMessage() for r in caplog.records]
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 async def _heartbeat_to_nobody(dask_worker, filtered):

@@ -97,7 +97,7 @@ def debugging(args=None) -> bool:
 def run(command, args, parser: argparse.ArgumentParser) -> int:
     """``command(args)``, its errors turned into one line and an exit status."""
     try:
-        with interrupt.sigint_never_dropped():
+        with interrupt.sigint_never_dropped(quiet=not debugging(args)):
             return command(args)
     except Interrupted as exc:  # Ctrl-C during a run: where it was and how to go on
         if debugging(args):
