@@ -183,7 +183,7 @@ class Links:
                 sock, _ = self.listener.accept()
                 sock = self._secure(sock, deadline, server=True)
                 self.incoming[_SLOT.unpack(_read_exactly(sock, _SLOT.size))[0]] = sock
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:
             raise LinkLost(f"worker slot {self.slot} could not link to the others: {exc!r}") from exc
         finally:
             opener.join(max(deadline - time.monotonic(), 0.001))
@@ -208,12 +208,9 @@ class Links:
 
     def _secure(self, sock, deadline: float, *, server: bool):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        context = self._server_tls if server else self._client_tls
-        if context is None:
-            sock.settimeout(max(deadline - time.monotonic(), 0.001))
-            return sock
         sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        return context.wrap_socket(sock, server_side=server)
+        context = self._server_tls if server else self._client_tls
+        return sock if context is None else context.wrap_socket(sock, server_side=server)
 
     # -- sending and receiving --------------------------------------------------------------
     def send(self, message, slots=None, *, lose: bool = False) -> None:
@@ -293,7 +290,7 @@ class Links:
     def _guard(self, slot: int, strict: bool, action, *args) -> None:
         try:
             action(*args)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:
             if strict:
                 raise LinkLost(f"worker slot {self.slot} lost its link to slot {slot}: {exc!r}") from exc
             self._drop(slot)
