@@ -26,7 +26,7 @@ from ppt_dask.core import applicability, keys, model, validation
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import checkpoint, graph, rounds, waits, watch
+from ppt_dask.engine import checkpoint, graph, headblas, rounds, waits, watch
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.shards import ShardSet
 
@@ -206,21 +206,22 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
                time.perf_counter())
 
     attempt, end = 0, None
-    for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):
-        if saved:  # resume: the state after round saved["round"], and the history up to it
-            run.history[:] = saved["history"]
-            kept = _Kept(saved["round"], saved["state"], len(run.history))
-            saved = None
-        elif initial_state is not None and attempt == 0:  # continue its round numbering
-            kept = _Kept(initial_state.round, initial_state, len(run.history))
-        else:
-            start = params if (params is not None and attempt == 0) else net.init_params(seed + attempt)
-            kept = _Kept(-1, strategy.init(np.asarray(start, dtype=net.dtype)), len(run.history))
-        end = _one_try(run, attempt, kept)
-        if end.outcome is not Outcome.MAX_EPOCHS or stop.target_error is None:
-            break
-        run.gen += 1
-    return _finish(run, attempt, end)
+    with headblas.one_thread_beside(shards.workers):  # the head's checks leave the cores to the workers
+        for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):
+            if saved:  # resume: the state after round saved["round"], and the history up to it
+                run.history[:] = saved["history"]
+                kept = _Kept(saved["round"], saved["state"], len(run.history))
+                saved = None
+            elif initial_state is not None and attempt == 0:  # continue its round numbering
+                kept = _Kept(initial_state.round, initial_state, len(run.history))
+            else:
+                start = params if (params is not None and attempt == 0) else net.init_params(seed + attempt)
+                kept = _Kept(-1, strategy.init(np.asarray(start, dtype=net.dtype)), len(run.history))
+            end = _one_try(run, attempt, kept)
+            if end.outcome is not Outcome.MAX_EPOCHS or stop.target_error is None:
+                break
+            run.gen += 1
+        return _finish(run, attempt, end)
 
 
 def _with_display(call: dict) -> Result:

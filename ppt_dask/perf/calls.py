@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ppt_dask.algorithms import strategies
 from ppt_dask.core.validation import check_int_at_least
@@ -30,11 +31,7 @@ from ppt_dask.engine import waits
 def one_blas_thread():
     """One BLAS thread, as the workers ppt_dask starts have (cluster.WORKER_ENV): two
     BLAS threads on a shared core time the contention, not the network."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # not installed: time with whatever the process has
-        threadpool_limits = None
-    with threadpool_limits(1, user_api="blas") if threadpool_limits else contextlib.nullcontext():
+    with threadpool_limits(1, user_api="blas"):
         yield
 
 
