@@ -4,12 +4,12 @@ The head's own arithmetic during a run (the test-set checks of the stopping rule
 built from the workers' parts) runs beside the workers' loops. NumPy's OpenBLAS would use a
 thread per core for it, and where the workers run on those cores, its threads wait for cores
 the workers hold (OpenBLAS's threads spin while they wait): on 2 cores, `ppt-dask train mnist
---workers 2 --strategy block` spent 27-34 ms on each 10,000-row test check against 10-12 ms on
-an idle machine, and the whole run took 1.2x the time it takes with the head on one thread
-(graphs/README.md, "Synchronous rounds streamed"). Dask's nanny gives each worker process one
-BLAS thread (``distributed.nanny.pre-spawn-environ``); the head takes one too, for the run's
-duration, when a worker of the run shares its machine. threadpoolctl sets it, as
-scikit-learn does, and puts it back after.
+--workers 2 --strategy block` spent 27-34 ms on each 10,000-row test check (10-12 ms on the
+idle machine), and the run took 1.2x the time it takes with the head on one thread
+(graphs/README.md, "Synchronous rounds without the scheduler"). Dask's nanny gives each
+worker process one BLAS thread (``distributed.nanny.pre-spawn-environ``); the head takes one
+too, for the run's duration, when a worker of the run shares its machine. threadpoolctl sets
+it, as scikit-learn does, and puts it back after.
 """
 
 from __future__ import annotations
