@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 import ppt_dask as ppt
-from ppt_dask.engine import stream
+from ppt_dask.engine import mailbox
 from ppt_dask.perf import loops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,20 +67,20 @@ def links_floor(client, addresses, p: int, size: int, rounds: int) -> float:
 
 def _mailbox_loop(slot: int, size: int, rounds: int, box: str, peers: dict) -> float:
     """A loop that sends ``size`` float32 to every peer's mailbox and takes theirs, each round."""
-    mailbox = stream._BOXES[box]
+    own = mailbox.BOXES[box]
     partial = {(0, slot): (np.ones(size, np.float32), np.zeros(3))}
     stamps = []
     for r in range(rounds):
         for actor in peers.values():
             actor.put(r, slot, partial, separate_thread=False)
-        mailbox.take(r, sorted(peers), 60)
+        own.take(r, sorted(peers), 60)
         stamps.append(time.perf_counter())
     return float(np.median(np.diff(stamps[WARMUP:])))
 
 
 def mailbox_floor(client, addresses, p: int, size: int, rounds: int) -> float:
     tag = f"floor-{time.perf_counter_ns()}"
-    futures = [client.submit(stream.Mailbox, f"{tag}-{s}", actor=True, workers=[addresses[s]]) for s in range(p)]
+    futures = [client.submit(mailbox.Mailbox, f"{tag}-{s}", actor=True, workers=[addresses[s]]) for s in range(p)]
     actors = [f.result(timeout=60) for f in futures]
     loops = [client.submit(_mailbox_loop, s, size, rounds, f"{tag}-{s}",
                            {o: actors[o] for o in range(p) if o != s}, workers=[addresses[s]], pure=False)

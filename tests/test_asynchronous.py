@@ -10,7 +10,7 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient, train_serial
 from ppt_dask.core import tree
-from ppt_dask.engine import checkpoint, stream, streamasync
+from ppt_dask.engine import checkpoint, mailbox, streamasync
 from ppt_dask.observe.breakdown import PHASES
 
 NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax")
@@ -106,7 +106,7 @@ def test_the_loop_runs_ahead_of_what_the_head_read_and_the_box_keeps_what_the_he
     finally:
         box.stop()
         loop.close()
-    assert "test-async-box" not in stream._BOXES
+    assert "test-async-box" not in mailbox.BOXES
 
 
 # -- runs on a real cluster --

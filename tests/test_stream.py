@@ -9,7 +9,7 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd
 from ppt_dask.core import tree
-from ppt_dask.engine import stream
+from ppt_dask.engine import mailbox, stream
 from ppt_dask.observe.breakdown import PHASES
 
 from conftest import scheduler_keys
@@ -18,7 +18,7 @@ from test_localsgd import NET, STRATEGY, _data
 # -- the mailbox, without a cluster --
 
 def test_take_waits_for_every_slot_and_then_empties_the_inbox():
-    box = stream.Mailbox("test-take")
+    box = mailbox.Mailbox("test-take")
     try:
         later = threading.Timer(0.1, box.put, (3, 2, {(0, 2): "c"}))
         box.put(3, 1, {(0, 1): "b"})
@@ -33,29 +33,29 @@ def test_take_waits_for_every_slot_and_then_empties_the_inbox():
 
 
 def test_a_loop_that_runs_too_far_ahead_of_the_head_waits_for_room():
-    box = stream.Mailbox("test-ahead")
+    box = mailbox.Mailbox("test-ahead")
     try:
-        for r in range(stream.AHEAD):
+        for r in range(mailbox.AHEAD):
             box.wait_room(r, timeout=1)
             box.keep(r, {}, {})
         with pytest.raises(TimeoutError, match="the head read no round"):
-            box.wait_room(stream.AHEAD, timeout=0.05)
+            box.wait_room(mailbox.AHEAD, timeout=0.05)
         box.release(5)  # the head has read up to round 5: the loop may go on
-        box.wait_room(stream.AHEAD, timeout=1)
-        box.keep(stream.AHEAD, {}, {})
+        box.wait_room(mailbox.AHEAD, timeout=1)
+        box.keep(mailbox.AHEAD, {}, {})
         assert min(box._kept) == 5
     finally:
         box.stop()
 
 
 def test_stop_ends_a_waiting_loop_at_once():
-    box = stream.Mailbox("test-stop")
+    box = mailbox.Mailbox("test-stop")
     threading.Timer(0.1, box.stop).start()
     t0 = time.perf_counter()
-    with pytest.raises(stream.Stopped):
+    with pytest.raises(mailbox.Stopped):
         box.take(0, [1], timeout=30)
     assert time.perf_counter() - t0 < 10
-    assert "test-stop" not in stream._BOXES
+    assert "test-stop" not in mailbox.BOXES
 
 
 def test_a_loop_keeps_fewer_rounds_for_the_head_of_a_large_model():
@@ -67,10 +67,10 @@ def test_a_loop_keeps_fewer_rounds_for_the_head_of_a_large_model():
 
     small = ModelState(np.zeros(55_050, np.float32), {"velocity": np.zeros(55_050, np.float32)})
     large = ModelState(np.zeros(25_000_000, np.float32), {"velocity": np.zeros(25_000_000, np.float32)})
-    assert stream.rounds_ahead(small, "sync", 4) == stream.AHEAD
+    assert stream.rounds_ahead(small, "sync", 4) == mailbox.AHEAD
     assert stream.rounds_ahead(large, "sync", 4) == max(4, stream.KEEP_BYTES // (2 * 25_000_000 * 4))
     assert stream.rounds_ahead(large, "local", 4) == 4
-    box = stream.Mailbox("test-ahead-small", ahead=4)
+    box = mailbox.Mailbox("test-ahead-small", ahead=4)
     try:
         for r in range(4):
             box.wait_room(r, timeout=1)

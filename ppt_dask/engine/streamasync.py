@@ -37,16 +37,8 @@ import numpy as np
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
 from ppt_dask.engine.links import LinkLost
-from ppt_dask.engine.stream import (
-    STOP_SECONDS,
-    WAIT_SECONDS,
-    Mailbox,
-    Stopped,
-    StreamStep,
-    loop_timing,
-    start_loops,
-    stop_loops,
-)
+from ppt_dask.engine.mailbox import WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.stream import STOP_SECONDS, StreamStep, loop_timing, start_loops, stop_loops
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
 # head may still ask for (the last of each loop's steps in a round). A loop runs at most this
