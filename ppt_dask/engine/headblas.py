@@ -7,19 +7,21 @@ the workers hold (OpenBLAS's threads spin while they wait): on 2 cores, `ppt-das
 --workers 2 --strategy block` spent 27-34 ms on each 10,000-row test check (10-12 ms on the
 idle machine), and the run took 1.2x the time it takes with the head on one thread
 (graphs/README.md, "Synchronous rounds without the scheduler"). Dask's nanny gives each
-worker process one BLAS thread (``distributed.nanny.pre-spawn-environ``); the head takes one
-too, for the run's duration, when a worker of the run shares its machine. threadpoolctl sets
-it, as scikit-learn does, and puts it back after.
+worker process one BLAS thread (``distributed.nanny.pre-spawn-environ``), and a run keeps one
+loop busy per worker; for the run's duration the head takes the cores its machine's workers
+leave (at least one), when a worker of the run shares its machine. threadpoolctl sets it, as
+scikit-learn does, and puts it back after.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 
 import psutil
 from distributed.comm import get_address_host
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
@@ -32,21 +34,31 @@ def local_hosts() -> set[str]:
     return hosts
 
 
-def shares_machine(worker_addresses) -> bool:
-    """Whether any of these workers runs on the head's machine (or in its process)."""
+def local_workers(worker_addresses) -> int:
+    """How many of these workers run on the head's machine (or in its process)."""
     hosts = local_hosts()
-    for address in worker_addresses:
-        if address.startswith("inproc://") or get_address_host(address) in hosts:
-            return True
-    return False
+    return sum(1 for a in worker_addresses if a.startswith("inproc://") or get_address_host(a) in hosts)
+
+
+def head_threads(cores: int, n_local: int) -> int | None:
+    """The head's BLAS threads beside ``n_local`` busy workers on ``cores`` cores: the cores they
+    leave, at least one; None (no limit) when no worker shares the machine."""
+    return None if n_local == 0 else max(1, cores - n_local)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @contextlib.contextmanager
-def one_thread_beside(worker_addresses):
-    """One BLAS thread in this process while the block runs, if a worker shares the machine;
-    the previous setting after it."""
-    if not shares_machine(worker_addresses):
+def beside(worker_addresses):
+    """While the block runs, as many BLAS threads in this process as the run's workers on this
+    machine leave cores (at least one, never more than it had); the previous setting after."""
+    limit = head_threads(cores(), local_workers(worker_addresses))
+    now = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
+    if limit is None or now <= limit:
         yield
         return
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_limits(limits=limit, user_api="blas"):
         yield

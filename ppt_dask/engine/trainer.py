@@ -206,7 +206,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
                time.perf_counter())
 
     attempt, end = 0, None
-    with headblas.one_thread_beside(shards.workers):  # the head's checks leave the cores to the workers
+    with headblas.beside(shards.workers):  # the head's checks leave the workers their cores
         for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):
             if saved:  # resume: the state after round saved["round"], and the history up to it
                 run.history[:] = saved["history"]
