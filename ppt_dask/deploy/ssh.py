@@ -43,12 +43,10 @@ from pathlib import Path
 import dask
 
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT
+from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT, LOOPBACK
 from ppt_dask.engine.cluster import CERT_FILES, NO_WORKERS_TIMEOUT, WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
-
-LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
 def read_hostfile(path) -> list[str]:

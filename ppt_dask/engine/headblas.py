@@ -23,7 +23,7 @@ import psutil
 from distributed.comm import get_address_host
 from threadpoolctl import threadpool_info, threadpool_limits
 
-LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+from ppt_dask.engine.addresses import LOOPBACK
 
 
 def local_hosts() -> set[str]:
