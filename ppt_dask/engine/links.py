@@ -155,6 +155,7 @@ class Links:
         self._out: dict = {}  # slot -> _Out
         self._in: dict = {}  # slot -> bytes read and not yet a whole message
         self._inbox: dict = {}  # slot -> whole messages read, not yet taken
+        self._draining = False  # closing: what still arrives is read and dropped, never parsed
         self._selector = selectors.DefaultSelector()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.listener = socket.create_server((host, 0), family=family)
@@ -310,6 +311,9 @@ class Links:
                 _unregister(sock, self._selector)
                 break
             buffer += data
+        if self._draining:  # bytes from the middle of a message are not a header
+            buffer.clear()
+            return
         while True:
             message, used = message_of(buffer)
             if message is None:
@@ -349,13 +353,12 @@ class Links:
                     sock.shutdown(socket.SHUT_WR)
                 except OSError:
                     self.lost.add(slot)
+        self._draining = True
         for slot in self.incoming:
             self._inbox[slot].clear()
+            self._in[slot].clear()
         while time.monotonic() < deadline and any(s not in self.ended and s not in self.lost for s in self.incoming):
             self._pump(strict=False)
-            for slot in self.incoming:
-                self._inbox[slot].clear()
-                self._in[slot].clear()
             self._wait(min(POLL_SECONDS, deadline - time.monotonic()))
 
 

@@ -1,0 +1,66 @@
+"""The loops' direct links (ppt_dask/engine/links.py) between two threads of this process, on
+real loopback sockets: what one sends the other reads whole, and a graceful close reads and
+drops what still arrives without taking its bytes for messages."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ppt_dask.engine.links import CHUNK, Links
+
+
+def _pair():
+    a, b = Links(0, "tcp://127.0.0.1:1"), Links(1, "tcp://127.0.0.1:1")
+    failed: list = []
+
+    def connect(links, peers):
+        try:
+            links.connect(peers, timeout=10)
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=connect, args=(a, {1: b.address})),
+               threading.Thread(target=connect, args=(b, {0: a.address}))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert not failed and not any(t.is_alive() for t in threads), failed
+    return a, b
+
+
+def test_a_message_larger_than_a_read_arrives_whole_and_writable():
+    a, b = _pair()
+    try:
+        sent = np.arange(3 * CHUNK // 8, dtype=np.float64)
+        a.send({"round": 7, "sum": sent})
+        (got,) = b.receive(timeout=20)
+        assert got["round"] == 7 and np.array_equal(got["sum"], sent)
+        got["sum"][0] = -1.0  # writable: the loop adds into what it received
+    finally:
+        a.close()
+        b.close()
+
+
+def test_closing_gracefully_drops_a_large_message_still_arriving():
+    """A loop that closes while its peer's last message (several reads long, all zeros: a
+    header of zero frames if read from its middle) is still on its way: the close reads and
+    drops the bytes until the peer says it is done, and raises nothing."""
+    a, b = _pair()
+    errors: list = []
+
+    def close(links):
+        try:
+            links.close(linger=10)
+        except BaseException as exc:
+            errors.append(exc)
+
+    closer = threading.Thread(target=close, args=(b,))
+    closer.start()  # b lingers, reading what a still sends
+    a.send({"sum": np.zeros(64 * CHUNK // 8)}, lose=True)  # more than the sockets buffer
+    close(a)
+    closer.join(20)
+    assert not closer.is_alive() and errors == [], errors
+    assert 0 in b.ended  # it read until the peer closed its side, not until its time ran out
