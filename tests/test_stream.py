@@ -48,6 +48,17 @@ def test_a_loop_that_runs_too_far_ahead_of_the_head_waits_for_room():
         box.stop()
 
 
+def test_a_stopped_mailbox_refuses_the_next_round_with_room_or_without():
+    box = mailbox.Mailbox("test-stopped-room", ahead=2)
+    box.keep(0, {}, {})
+    box.stop()
+    for r in (1, 5):  # room (the check without the lock), no room (the wait under it)
+        with pytest.raises(mailbox.Stopped):
+            box.wait_room(r, timeout=1)
+    with pytest.raises(mailbox.Stopped):
+        box.keep(1, {}, {})
+
+
 def test_stop_ends_a_waiting_loop_at_once():
     box = mailbox.Mailbox("test-stop")
     threading.Timer(0.1, box.stop).start()
