@@ -103,7 +103,11 @@ def test_asynchronous_training_learns(client4, workers4):
         result = ppt.train(NET, shards, ppt.Async(lr=0.3, momentum=0.5, block=24, staleness=2), ppt.Stop(max_epochs=20))
     finally:
         ppt.exit_data(shards)
-    assert result.history[-1]["loss"] < 0.6 * result.history[0]["loss"]
+    # a round's loss is of its 24-row blocks, the loops' order of this run's: one round is noisy
+    # (0.61 of the first once in CI); the last two epochs' rounds over the first epoch's were
+    # 0.17-0.37 in 14 runs beside a busy core
+    first, last = (np.mean([r["loss"] for r in rounds]) for rounds in (result.history[:4], result.history[-8:]))
+    assert last < 0.6 * first
     assert result.train_error_rate < 0.3
 
 
