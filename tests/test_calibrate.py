@@ -169,6 +169,25 @@ def test_streamed_rounds_timed_for_the_model(client4, workers4, tiny):
     assert links.samples[3][2] > links.samples[2][2]  # 1.6 MB a round costs more than 16 values
 
 
+def test_a_timing_run_of_long_rounds_ends_once_enough_of_them_took_long_enough(client4, workers4, tiny):
+    """enough_rounds: rounds after the warm-up counted; the run ends at the first round where
+    there are ``at_least`` of them and their wall time reaches ``seconds``, not before; through
+    ppt.train the run stops there (its history that long, "stopped")."""
+    on_round = loops.enough_rounds(warmup=3, seconds=1.5, at_least=10)
+    ends = [on_round({"round": r, "wall_seconds": 0.2}) for r in range(20)]
+    assert ends.index(True) == 3 + 9  # the tenth timed round: 2.0 s; 1.5 s at the eighth is too few
+    short = loops.enough_rounds(warmup=3, seconds=1.5, at_least=10)
+    assert not any(short({"round": r, "wall_seconds": 0.01}) for r in range(43))  # 40 short rounds: 0.4 s
+    net, X, y = tiny
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    try:
+        result = ppt.train(net, shards, ppt.Sync(lr=1e-3, block=40), ppt.Stop(max_epochs=4),
+                           exchange="stream", on_round=loops.enough_rounds(warmup=2, seconds=0.0, at_least=3))
+    finally:
+        ppt.exit_data(shards)
+    assert result.rounds == 5 and result.stopped_because == "stopped"
+
+
 def test_measure_head_fits_tasks_per_round(client4, workers4):
     head = calibrate.measure_head(client4, workers4[:2], p_values=(1, 2, 4), spin_seconds=0.006,
                                   rounds=8, warmup=2)

@@ -335,7 +335,8 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     per size. With ``stream`` the streamed rounds ``ppt.train`` runs by default are timed as
     well (:mod:`ppt_dask.perf.loops`): their gradient phase over the same call sizes (the
     ``stream_*`` curve) and the links floor over p = 1..len(workers) and vectors of 16, w and
-    4w values (``tl0``, ``tl1``, ``tlw``), at least ``loops.STREAM_ROUNDS`` rounds each; ``tl1``
+    4w values (``tl0``, ``tl1``, ``tlw``), at least ``loops.STREAM_ROUNDS`` rounds each (the
+    curve's long rounds fewer, :func:`ppt_dask.perf.loops.enough_rounds`); ``tl1``
     is then levelled so that ``Tl(p)`` at p = all workers is what the real streamed rounds of the
     curve spent beyond their gradient and update (their median over the sizes: the floor has no
     slower loop to wait for), the floor's own kept in the measurements.

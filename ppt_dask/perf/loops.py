@@ -34,6 +34,8 @@ WARMUP = 3  # rounds of each run left out of the medians (links open, caches war
 STREAM_ROUNDS = 40  # rounds timed per size and layout by the calibration (cheap: no scheduler hop a round)
 PASSES = 3  # times each size is run over (the median of the passes' medians kept)
 CALLS = 8  # shards a run places on one or two workers (`ppt-dask train`): the calls timed on one
+SIZE_SECONDS = 1.5  # a size's run of long rounds ends once its timed rounds took this long ...
+MIN_ROUNDS = 10  # ... and there are at least this many of them
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,24 @@ class StreamCurve:
     shared_calls: int = 0
 
 
+def enough_rounds(warmup: int, seconds: float | None = None, at_least: int | None = None):
+    """An ``on_round`` for ``ppt.train`` that ends a timing run once the rounds after ``warmup``
+    number ``at_least`` (default ``MIN_ROUNDS``) and took ``seconds`` (``SIZE_SECONDS``) of the
+    head's time (their ``wall_seconds``). Rounds of large calls are long and vary little: for
+    MNIST's network over 16,384 rows, :func:`measure_stream` took 64-68 s so against 81-94 s
+    with 40 rounds at every size (two runs each, interleaved, 2 cores), its curve within the
+    spread of the runs of either kind."""
+    seconds = SIZE_SECONDS if seconds is None else seconds
+    at_least = MIN_ROUNDS if at_least is None else at_least
+    timed: list = []
+
+    def on_round(record: dict) -> bool:
+        if record["round"] >= warmup:
+            timed.append(record["wall_seconds"])
+        return len(timed) >= at_least and sum(timed) >= seconds
+    return on_round
+
+
 def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: int = PASSES):
     """Per layout ``(workers, calls)`` and row count r, the median gradient phase and exchange
     of streamed Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows.
@@ -142,7 +162,8 @@ def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: 
     other processes spreads over all of them rather than bending one curve; the sizes are
     run ``passes`` times over and the median of their medians kept (the least, kept before,
     left the model 12-30% under the rounds it was checked against: a quiet moment is not what
-    a run sees)."""
+    a run sees). A run has ``rounds`` rounds after ``warmup``, fewer when they are long
+    (:func:`enough_rounds`)."""
     import ppt_dask as ppt
 
     placed = []
@@ -159,7 +180,7 @@ def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: 
                     block = r * shards.n_shards
                     result = ppt.train(net, shards, strategies.Sync(lr=1e-3, block=block),
                                        ppt.Stop(max_epochs=(rounds + warmup) * block / shards.n_rows),
-                                       exchange="stream")
+                                       exchange="stream", on_round=enough_rounds(warmup))
                     kept = result.breakdown()[warmup:]
                     seen.setdefault((i, j), []).append((float(np.median([row["gradient"] for row in kept])),
                                                         float(np.median([exchange_phases(row) for row in kept]))))
@@ -185,6 +206,7 @@ def measure_stream(client, net, X, y, workers=None, *, rows=None, calls: int = C
     ``rounds`` rounds at each size (after ``warmup``): streamed rounds cost no scheduler
     hop, so 40 rounds of a small network take a fraction of a second, and their median holds
     against the load of a shared machine where a dozen did not (a curve that fell with size).
+    Long rounds stop sooner: once ``MIN_ROUNDS`` of them took ``SIZE_SECONDS``.
     """
     workers = cluster_workers(client, workers)
     calls, rows = curve_sizes(len(X), workers[:1], calls, rows)
