@@ -223,3 +223,29 @@ def test_the_data_must_fit_the_module_before_any_work(client4, workers4):
     finally:
         ppt.exit_data(flat)
         ppt.exit_data(images)
+
+
+def test_the_heads_torch_threads_are_the_cores_local_workers_leave_while_a_module_trains(client4, workers4):
+    """A module's test checks run on the head in PyTorch's threads (OpenMP's): while a run
+    trains on workers of this machine the head keeps to the cores they leave, as for NumPy's
+    BLAS (ppt_dask/engine/headblas.py), and has its threads back after."""
+    import torch
+
+    from ppt_dask.engine import headblas
+
+    workers = workers4[: max(2, headblas.cores())]
+    want = headblas.head_threads(headblas.cores(), len(workers))
+    X, y = _data()
+    shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers)
+    before = torch.get_num_threads()
+    seen: list = []
+    try:
+        torch.set_num_threads(want + 1)
+        ppt.train(NET, shards, ppt.Sync(lr=0.1), ppt.Stop(max_epochs=2),
+                  on_round=lambda record: seen.append(torch.get_num_threads()) and False)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+        ppt.exit_data(shards)
+    assert seen and set(seen) == {want}
+    assert after == want + 1

@@ -1,4 +1,4 @@
-"""The head's BLAS threads while a run trains on workers of the head's own machine.
+"""The head's BLAS and OpenMP threads while a run trains on workers of the head's own machine.
 
 The head's own arithmetic during a run (the test-set checks of the stopping rule, a state
 built from the workers' parts) runs beside the workers' loops. NumPy's OpenBLAS would use a
@@ -9,8 +9,9 @@ idle machine), and the run took 1.2x the time it takes with the head on one thre
 (graphs/README.md, "Synchronous rounds without the scheduler"). Dask's nanny gives each
 worker process one BLAS thread (``distributed.nanny.pre-spawn-environ``), and a run keeps one
 loop busy per worker; for the run's duration the head takes the cores its machine's workers
-leave (at least one), when a worker of the run shares its machine. threadpoolctl sets it, as
-scikit-learn does, and puts it back after.
+leave (at least one), when a worker of the run shares its machine. The same holds for OpenMP's
+threads, on which PyTorch runs a module's checks (a worker's are one as well: the nanny sets
+``OMP_NUM_THREADS``). threadpoolctl sets both, as scikit-learn does, and puts them back after.
 """
 
 from __future__ import annotations
@@ -51,14 +52,22 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+APIS = ("blas", "openmp")  # NumPy's BLAS; OpenMP, whose threads PyTorch's CPU operators run on
+
+
 @contextlib.contextmanager
 def beside(worker_addresses):
-    """While the block runs, as many BLAS threads in this process as the run's workers on this
-    machine leave cores (at least one, never more than it had); the previous setting after."""
+    """While the block runs, as many BLAS and OpenMP threads in this process as the run's
+    workers on this machine leave cores (at least one, never more than it had); the previous
+    settings after."""
     limit = head_threads(cores(), local_workers(worker_addresses))
-    now = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
-    if limit is None or now <= limit:
+    now: dict = {}
+    for pool in threadpool_info():
+        if pool["user_api"] in APIS:
+            now[pool["user_api"]] = max(now.get(pool["user_api"], 0), pool["num_threads"])
+    over = {api: limit for api, n in now.items() if limit is not None and n > limit}
+    if not over:
         yield
         return
-    with threadpool_limits(limits=limit, user_api="blas"):
+    with threadpool_limits(limits=over):
         yield
