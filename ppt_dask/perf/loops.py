@@ -141,7 +141,7 @@ def enough_rounds(warmup: int, seconds: float | None = None, at_least: int | Non
     """An ``on_round`` for ``ppt.train`` that ends a timing run once the rounds after ``warmup``
     number ``at_least`` (default ``MIN_ROUNDS``) and took ``seconds`` (``SIZE_SECONDS``) of the
     head's time (their ``wall_seconds``). Rounds of large calls are long and vary little: for
-    MNIST's network over 16,384 rows, :func:`measure_stream` took 64-68 s so against 81-94 s
+    MNIST's network over 16,384 rows, :func:`measure_stream` took 64-68 s against 81-94 s
     with 40 rounds at every size (two runs each, interleaved, 2 cores), its curve within the
     spread of the runs of either kind."""
     seconds = SIZE_SECONDS if seconds is None else seconds
