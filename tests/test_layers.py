@@ -44,12 +44,25 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _parse(path: Path, tries: int = 3):
+    """``ast.parse``, again when CPython 3.11 raises "AST constructor recursion depth mismatch":
+    another thread parsing at the same moment can trip it (python/cpython#106905; 3.11's
+    tracebacks parse their source lines, and the suite's in-process schedulers log some).
+    Seen once in a fresh clone's run of the suite."""
+    for attempt in range(tries):
+        try:
+            return ast.parse(path.read_text(), str(path))
+        except SystemError:
+            if attempt == tries - 1:
+                raise
+
+
 def imports_of(path: Path, known=frozenset()) -> set[str]:
     """The modules a file imports, absolute and dotted (relative imports resolved).
 
     ``from pkg import module`` imports ``pkg.module``; it counts as importing ``pkg`` itself
     only when it also takes a name that is not one of the ``known`` modules."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _parse(path)
     package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
