@@ -61,11 +61,8 @@ def beside(worker_addresses):
     workers on this machine leave cores (at least one, never more than it had); the previous
     settings after."""
     limit = head_threads(cores(), local_workers(worker_addresses))
-    now: dict = {}
-    for pool in threadpool_info():
-        if pool["user_api"] in APIS:
-            now[pool["user_api"]] = max(now.get(pool["user_api"], 0), pool["num_threads"])
-    over = {api: limit for api, n in now.items() if limit is not None and n > limit}
+    over = {pool["user_api"]: limit for pool in threadpool_info()
+            if limit is not None and pool["user_api"] in APIS and pool["num_threads"] > limit}
     if not over:
         yield
         return

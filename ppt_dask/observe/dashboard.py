@@ -306,12 +306,10 @@ class LiveFeed:
 
 
 class _Parts:
-    """A page's components redrawn in one callback: at every tick each plot shows the same
-    rounds (one callback a component, as distributed's pages have, can leave the bars a tick
-    ahead of the throughput line)."""
+    """Components redrawn in one callback, so that each tick shows the same rounds in all."""
 
-    def __init__(self, parts: dict):
-        self.parts = list(parts.values())
+    def __init__(self, parts):
+        self.parts = list(parts)
 
     def update(self):
         for part in self.parts:
@@ -321,7 +319,7 @@ class _Parts:
 def _page(scheduler, doc):
     feed = LiveFeed(scheduler)
     parts = {cls: cls(feed, sizing_mode="stretch_width") for cls in COMPONENTS}
-    together = _Parts(parts)
+    together = _Parts(parts.values())
     together.update()
     add_periodic_callback(doc, together, 1000)
     doc.title = "Dask: ppt_dask rounds"

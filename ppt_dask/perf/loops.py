@@ -137,21 +137,20 @@ class StreamCurve:
     shared_calls: int = 0
 
 
-def enough_rounds(warmup: int, seconds: float | None = None, at_least: int | None = None):
+def enough_rounds(warmup: int, seconds: float = SIZE_SECONDS, at_least: int = MIN_ROUNDS):
     """An ``on_round`` for ``ppt.train`` that ends a timing run once the rounds after ``warmup``
     number ``at_least`` (default ``MIN_ROUNDS``) and took ``seconds`` (``SIZE_SECONDS``) of the
     head's time (their ``wall_seconds``). Rounds of large calls are long and vary little: for
     MNIST's network over 16,384 rows, :func:`measure_stream` took 64-68 s against 81-94 s
     with 40 rounds at every size (two runs each, interleaved, 2 cores), its curve within the
     spread of the runs of either kind."""
-    seconds = SIZE_SECONDS if seconds is None else seconds
-    at_least = MIN_ROUNDS if at_least is None else at_least
-    timed: list = []
+    timed, total = 0, 0.0  # rounds after the warm-up, their seconds
 
     def on_round(record: dict) -> bool:
+        nonlocal timed, total
         if record["round"] >= warmup:
-            timed.append(record["wall_seconds"])
-        return len(timed) >= at_least and sum(timed) >= seconds
+            timed, total = timed + 1, total + record["wall_seconds"]
+        return timed >= at_least and total >= seconds
     return on_round
 
 
