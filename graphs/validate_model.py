@@ -9,8 +9,9 @@ workers) for a few dozen rounds at each block size and p in {1, 2} workers (and,
 oversubscribed, 4 workers on the 2 cores), take the median seconds per round after a
 warm-up (the loops' own timing, ``result.breakdown()``), and compare with
 ``perfmodel.round_parts`` for the same exchange and the machine's cores. The serial program
-(``serial.train_serial``, eq. (3)) is checked the same way. Every cell runs three times
-(interleaved): the error is reported per run, with the median over the runs and its spread
+(``serial.train_serial``, eq. (3)) is checked the same way, its runs between the Dask cells', in
+a process of its own with the environment of ppt_dask's workers (as the calibration times it).
+Every cell runs three times (interleaved): the error is reported per run, with the median over the runs and its spread
 (smallest..largest), and each cell's measured round with its spread.
 
 Usage::
@@ -180,8 +181,61 @@ def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
     return float(np.median([r["wall_seconds"] for r in history[warmup:]]))
 
 
-def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
-    """Append one row per (p, block): measured and predicted seconds per round."""
+_SERIAL: dict = {}  # in the serial program's own process: the net and the rows
+
+
+def _serial_start(n_train: int) -> None:
+    X, y, _ = load_data(n_train)
+    import ppt_dask as ppt
+
+    _SERIAL.update(net=ppt.MLP((X.shape[1], *HIDDEN, 10), hidden="tanh", output="softmax"), X=X, y=y)
+
+
+def _serial_run(block: int, rounds: int, warmup: int) -> float:
+    return serial_round(_SERIAL["net"], _SERIAL["X"], _SERIAL["y"], block, rounds, warmup)
+
+
+class SerialProcess:
+    """The serial program (eq. (3)) in a process of its own, started with the environment
+    ppt_dask gives its workers (one BLAS thread, their malloc settings), as the calibration
+    times its calls on a worker: in this script's process (glibc's default malloc) calls of
+    8,000 rows took 66-70 ms against 57-59 ms on a worker, interleaved (2026-11-27). Its runs
+    go in between the Dask cells' (the cluster's workers idle meanwhile), so they see the same
+    minutes of the machine; ``runs[block]`` collects (seconds, others' share)."""
+
+    def __init__(self, n_train: int, blocks):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from ppt_dask.engine.cluster import WORKER_ENV
+
+        saved = {k: os.environ.get(k) for k in WORKER_ENV}
+        os.environ.update(WORKER_ENV)
+        try:  # the process starts at the first call, in this environment
+            self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_serial_start, initargs=(n_train,))
+            self.pid = self.pool.submit(os.getpid).result(timeout=300)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.runs: dict = {b: [] for b in blocks}
+
+    def time(self, block: int, cfg, n_rows: int, quiet, pids) -> None:
+        rounds = min(cfg["ROUNDS"], max(n_rows // block - cfg["WARMUP"], 4))
+        call = self.pool.submit
+        self.runs[block].append(quiet(lambda: call(_serial_run, block, rounds, min(cfg["WARMUP"], 2)).result(
+            timeout=600), [*pids, self.pid]))
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False, serial=None):
+    """Append one row per (p, block): measured and predicted seconds per round; with
+    ``serial`` (a :class:`SerialProcess`), the serial program's runs in between."""
     import ppt_dask as ppt
     from ppt_dask.perf import model as pm
 
@@ -202,6 +256,8 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False):
                     times[p, b].append(value)
                     grads[p, b].append(grad)
                     others[p, b].append(busy)
+                if serial is not None:
+                    serial.time(b, cfg, len(X), quiet, pids)
         for shards in placed.values():
             ppt.exit_data(shards)
     finally:
@@ -271,20 +327,20 @@ def main(argv=None) -> int:
     c = cal.constants
 
     rows: list[dict] = []
-    serial: dict = {b: [] for b in cfg["BLOCKS"]}
-    for _ in range(cfg["REPEATS"]):  # interleaved, as the Dask cells
-        for b in cfg["BLOCKS"]:
-            rounds = min(cfg["ROUNDS"], max(len(X) // b - cfg["WARMUP"], 4))
-            serial[b].append(quiet(lambda b=b, rounds=rounds: serial_round(net, X, y, b, rounds,
-                                                                          min(cfg["WARMUP"], 2))))
-    for b, seen in serial.items():
+    serial = SerialProcess(cfg["N_TRAIN"], cfg["BLOCKS"])
+    try:
+        measure(net, X, y, cfg, P_VALUES, cal, rows, quiet, serial=serial)
+    finally:
+        serial.close()
+    serial_rows = []
+    for b, seen in serial.runs.items():
         seq = pm.sequential_epoch_seconds(b, b, dataclass_replace(c, to_seconds=0.0))
         runs = [float(m) for m, _ in seen]
-        rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, streamed=False, runs=runs,
-                         measured=float(np.median(runs)), predicted=seq, measured_compute=float("nan"),
-                         others=float(np.mean([o for _, o in seen])), compute=pm.call_seconds(b, c),
-                         update=c.tu_seconds + c.tm_seconds, exchange=0.0, head=0.0))
-    measure(net, X, y, cfg, P_VALUES, cal, rows, quiet)
+        serial_rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, streamed=False, runs=runs,
+                                measured=float(np.median(runs)), predicted=seq, measured_compute=float("nan"),
+                                others=float(np.mean([o for _, o in seen])), compute=pm.call_seconds(b, c),
+                                update=c.tu_seconds + c.tm_seconds, exchange=0.0, head=0.0))
+    rows[:0] = serial_rows  # the report lists the serial program first
     if not (args.quick or args.no_oversubscribed):
         measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, quiet, oversubscribed=True)
     elapsed = time.perf_counter() - t_start
@@ -350,7 +406,8 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
               "phase, interpolated between the call sizes the calibration timed in the same kind of "
               "rounds (streamed loops, or round-graph tasks and at least tq), times its shared factor at "
               "p >= 2 and p / cores beyond the cores; rest = predicted minus compute; update = Tu; "
-              "exchange = on streamed rounds the links floor Tl(p) = tl0 + (p-1)(tl1 + tlw w), on a graph "
+              "exchange = on streamed rounds the links floor Tl(p) = tl0 + (p-1)(tl1 + tlw w) plus, at "
+              "p >= 2, the wait for the slowest loop (stream_lag_ratio x compute), on a graph "
               "Tr(p) (eq. (4)); head = Th(p) (0 on streamed rounds). Measured: the median over the runs "
               "of each run's median round (the breakdown's rows: the loops' own timing), the spread the "
               "smallest and largest run; measured compute = the median gradient phase; measured rest = "

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.perf import calibrate, calls, loops, paper001
+from ppt_dask.perf import calibrate, calls, fit, loops, paper001
 from ppt_dask.perf import model as pm
 
 from conftest import scheduler_keys
@@ -72,7 +72,7 @@ def test_measure_calls_times_the_real_gradient_alone_and_shared(client4, workers
     rng = np.random.default_rng(1)
     X, y = rng.random((8000, 256)), rng.integers(0, 10, 8000)
     net = ppt.MLP((256, 64, 10), hidden="tanh", output="softmax")
-    curve = calls.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 256, 1000], rounds=5)
+    curve = calls.measure_calls(client4, net, X, y, workers4[:2], rows=[16, 256, 1000], rounds=10)
     # the rounds time calls of 16, 256 and 1000 rows; the bare loop goes on to all 8000
     assert curve.rows == (16, 256, 1000, 1024, 2048, 4096, 8000) and curve.calls == 4
     for name, n in (("bare", 7), ("first", 7), ("more", 7), ("shared", 3), ("periods_alone", 7),
@@ -374,6 +374,13 @@ def test_a_fresh_calibration_predicts_the_streamed_rounds_users_run(client4, wor
                               p_values=(1, 2), curve=False)
     c = cal.constants
     assert pm.has_stream_terms(c)
+    # the curve's real rounds at p = 2 level the exchange: what they spent beyond the gradient
+    # phase, a level and the wait for the slower loop (a share of that phase)
+    stream = cal.measurements["stream"]
+    level, lag = fit.fit_lag(stream["shared"], stream["rest_shared"])
+    assert c.stream_lag_ratio == lag
+    if c.tl1_seconds > 0:  # not clamped: Tl(2) is the level
+        assert pm.links_seconds(2, net.n_params, c) == pytest.approx(level)
     placed = {p: ppt.enter_data(client4, X, y, 8, workers=workers[:p]) for p in (1, 2)}
     cells = {(p, b): [] for p in (1, 2) for b in (128, 1024)}
     try:

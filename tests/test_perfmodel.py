@@ -339,6 +339,33 @@ def test_fit_head_recovers_noise_free(th0, th1, tasks):
         assert fit.fit_head(tasks, y, relative=True) == pytest.approx((th0, th1), rel=1e-5, abs=1e-9)
 
 
+@given(level=st.floats(1e-5, 1e-2), lag=st.floats(0, 0.5),
+       phases=st.lists(st.floats(1e-4, 0.2), min_size=2, max_size=9, unique=True))
+def test_fit_lag_recovers_noise_free(level, lag, phases):
+    g = np.array(phases)
+    assume(np.ptp(g) > 0.05 * g.max())
+    assert fit.fit_lag(g, level + lag * g) == pytest.approx((level, lag), rel=1e-5, abs=1e-9)
+
+
+def test_fit_lag_beats_a_flat_level_and_refuses_what_it_cannot_fit():
+    # the calibration's MNIST rounds at p = 2 (graphs/out, 2026-11-27): the wait grows with
+    # the gradient phase; the fit's relative error of the rounds is below the flat median's
+    g = np.array([1.913, 2.085, 3.076, 4.442, 6.566, 9.78, 21.983, 43.043, 61.949]) * 1e-3
+    rest = np.array([0.861, 1.285, 1.036, 1.03, 1.139, 1.132, 1.454, 2.59, 4.292]) * 1e-3
+    level, lag = fit.fit_lag(g, rest)
+    assert 0 < lag < 0.1 and 0 < level < 1.3e-3
+
+    def error(predicted_rest):
+        return float(np.mean(np.abs(predicted_rest - rest) / (g + rest)))
+    assert error(level + lag * g) < error(np.full(g.size, np.median(rest)))
+    with pytest.raises(ValueError, match="need two distinct gradient phases"):
+        fit.fit_lag([1e-3, 1e-3], [1e-3, 2e-3])
+    with pytest.raises(ValueError, match="lengths differ: gradient 2, rest 1"):
+        fit.fit_lag([1e-3, 2e-3], [1e-3])
+    with pytest.raises(ValueError, match="rest_seconds must be finite seconds >= 0"):
+        fit.fit_lag([1e-3, 2e-3], [1e-3, -1.0])
+
+
 def test_fits_stay_non_negative():
     # times that fall with w*log2(p) would give a negative Tw: clamp to 0, Ti = mean
     tw, ti = fit.fit_reduce([2, 4, 8], [100, 100, 100], [3.0, 2.0, 1.0])
@@ -527,6 +554,17 @@ def test_hand_computed_streamed_round_beside_the_graph_and_oversubscribed():
     old = dataclasses.replace(c, tl0_seconds=0.0, tl1_seconds=0.0, tlw_seconds_per_weight=0.0)
     assert pm.round_parts(2, 1600, 1000, old, n_shards=8)["graph_for_stream"]
     assert pm.iteration_seconds(2, 1600, 1000, old, n_shards=8) == pytest.approx(graph)
+    # the wait for the slowest loop: a share of the gradient phase, from 2 loops on
+    lagged = dataclasses.replace(c, stream_lag_ratio=0.05)
+    assert pm.round_parts(2, 1600, 1000, lagged, n_shards=8)["exchange"] == pytest.approx(links + 0.05 * compute)
+    assert pm.round_parts(1, 1600, 1000, lagged, n_shards=8)["exchange"] == pytest.approx(0.05e-3)
+    over = pm.round_parts(4, 1600, 1000, lagged, n_shards=8, cores=2)
+    assert over["exchange"] == pytest.approx(shared["exchange"] + 0.05 * shared["compute"])
+    assert pm.round_parts(2, 1600, 1000, lagged, n_shards=8, exchange="all")["exchange"] == pytest.approx(
+        1e-8 * 1000 + 1e-4)  # the graph's rounds keep eq. (4)
+    assert pm.lag_seconds([1, 2, 3], 0.01, lagged) == pytest.approx([0.0, 5e-4, 5e-4])
+    with pytest.raises(ValueError, match="stream_lag_ratio must be a finite number >= 0, got -0.1"):
+        dataclasses.replace(c, stream_lag_ratio=-0.1)
     with pytest.raises(ValueError, match="cores must be an integer >= 1, got 0"):
         pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, cores=0)
     with pytest.raises(ValueError, match="exchange must be one of"):

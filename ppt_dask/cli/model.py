@@ -306,6 +306,9 @@ def constants_table(c: perfmodel.Constants) -> str:
                   "tlw_seconds_per_weight": "tlw (streamed, per weight per other worker)"})
     rows = [f"| {label} | {getattr(c, f) * 1e3:.6g} |" for f, label in names.items()]
     table = "\n".join(["| constant | ms |", "|---|---:|", *rows])
+    if c.stream_lag_ratio:
+        table += (f"\n\nStreamed rounds of 2 or more workers also wait for the slowest loop: "
+                  f"{c.stream_lag_ratio:.3g} x the gradient phase (stream_lag_ratio).")
     if c.stream_rows:
         more = c.stream_more_seconds or c.stream_first_seconds
         factor = c.stream_shared_factor or (1.0,) * len(c.stream_rows)

@@ -337,9 +337,10 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     ``stream_*`` curve) and the links floor over p = 1..len(workers) and vectors of 16, w and
     4w values (``tl0``, ``tl1``, ``tlw``), at least ``loops.STREAM_ROUNDS`` rounds each (the
     curve's long rounds fewer, :func:`ppt_dask.perf.loops.enough_rounds`); ``tl1``
-    is then levelled so that ``Tl(p)`` at p = all workers is what the real streamed rounds of the
-    curve spent beyond their gradient and update (their median over the sizes: the floor has no
-    slower loop to wait for), the floor's own kept in the measurements.
+    is then levelled so that ``Tl(p)`` at p = all workers, plus ``stream_lag_ratio`` times the
+    gradient phase (the wait for the slower loop, which the floor without compute does not
+    have), is what the real streamed rounds of the curve spent beyond their gradient and update
+    (:func:`ppt_dask.perf.fit.fit_lag` over the sizes), the floor's own kept in the measurements.
     ``progress``, when given, is called with a line at the start of each of the five steps
     (``step 2/5: ...``).
     """
@@ -365,19 +366,19 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
                                           rounds=max(loops.STREAM_ROUNDS, rounds))
         links = loops.measure_links(client, (16, w, 4 * w), workers, rounds=max(loops.STREAM_ROUNDS, rounds),
                                     dtype=str(np.dtype(net.dtype)))
-        tl1 = links.tl1_seconds
+        tl1, lag = links.tl1_seconds, 0.0
         if loop_curve.rest_shared and len(workers) >= 2:
             # the level from the real rounds, the growth in w from the floor (as th0 and Ti are
-            # levelled on real rounds): a real round's exchange also waits for the slower loop's
-            # gradient (idle), which a floor without compute does not have (1.5 ms floor against
-            # 3.6 ms in real MNIST rounds at p = 2, flat over the block sizes)
+            # levelled on real rounds), and the wait for the slower loop's gradient phase, which
+            # grows with it and which a floor without compute does not have (MNIST at p = 2:
+            # about 1 ms beyond the gradient for short phases, 4.3 ms for phases of 62 ms)
             others = len(workers) - 1
-            real = float(np.median(loop_curve.rest_shared))
-            tl1 = max((real - links.tl0_seconds) / others - links.tlw_seconds_per_weight * w, 0.0)
+            level, lag = modelfit.fit_lag(loop_curve.shared, loop_curve.rest_shared)
+            tl1 = max((level - links.tl0_seconds) / others - links.tlw_seconds_per_weight * w, 0.0)
         stream_fields = dict(stream_rows=loop_curve.rows, stream_first_seconds=loop_curve.first,
                              stream_more_seconds=loop_curve.more, stream_shared_factor=loop_curve.factor,
                              tl0_seconds=links.tl0_seconds, tl1_seconds=tl1,
-                             tlw_seconds_per_weight=links.tlw_seconds_per_weight)
+                             tlw_seconds_per_weight=links.tlw_seconds_per_weight, stream_lag_ratio=lag)
         stream_seen = {"stream": dataclasses.asdict(loop_curve), "links": [list(s) for s in links.samples],
                        "links_floor_tl1_seconds": links.tl1_seconds}
     say(f"step 4/5: head and scheduler cost, {rounds} probe rounds at p = {', '.join(map(str, p_values))}")

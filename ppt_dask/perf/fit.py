@@ -138,3 +138,30 @@ def fit_links(p_values, n_weights_values, seconds) -> tuple[float, float]:
     others = (p - 1).astype(float)
     tl1, tlw = _nonneg_lstsq(np.column_stack([others, others * w]), y, "need two distinct vector sizes")
     return round(tl1, 15), round(tlw, 18)
+
+
+def fit_lag(gradient_seconds, rest_seconds) -> tuple[float, float]:
+    """Fit what a streamed round spends beyond its gradient phase against that phase,
+    ``rest = level + lag * gradient`` (both >= 0), over the sizes of a calibration.
+
+    With p >= 2 loops a round waits for the slowest one's gradient phase: the phases vary
+    round to round, and the longer they are the longer the wait, where the links floor (no
+    compute) has none. ``gradient_seconds`` (k,) the rounds' gradient phase (the mean over
+    the loops), ``rest_seconds`` (k,) their exchange phases (transfer, idle, reduce, head),
+    at two distinct gradient phases at least. Relative residuals of the round
+    (``gradient + rest``), so a short round's error weighs as much as a long one's: the
+    model's error measure. Returns ``(level_seconds, lag)``, ``lag`` a ratio.
+
+    >>> fit_lag([0.001, 0.01, 0.1], [0.0011, 0.0020, 0.011])
+    (0.001, 0.1)
+    """
+    g = _seconds("gradient_seconds", gradient_seconds)
+    y = _seconds("rest_seconds", rest_seconds)
+    if g.size != y.size:
+        raise ValueError(f"lengths differ: gradient {g.size}, rest {y.size}")
+    scale = g + y
+    if not (scale > 0).all():
+        raise ValueError(f"rounds must take time: gradient + rest > 0, got {gradient_seconds!r}, {rest_seconds!r}")
+    x = np.column_stack([np.ones(g.size), g]) / scale[:, None]
+    level, lag = _nonneg_lstsq(x, y / scale, "need two distinct gradient phases")
+    return round(level, 15), round(lag, 12)

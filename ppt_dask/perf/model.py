@@ -103,6 +103,7 @@ class Constants:
     tl0_seconds: float = 0.0  # streamed: a loop's own cost of a round beyond compute and update (p = 1)
     tl1_seconds: float = 0.0  # streamed: latency of one link message, per other worker
     tlw_seconds_per_weight: float = 0.0  # streamed: per weight sent to one other worker
+    stream_lag_ratio: float = 0.0  # streamed, p >= 2: the wait for the slowest loop per second of gradient
     stream_rows: tuple = ()  # rows of one call at which streamed rounds' gradient phase was timed
     stream_first_seconds: tuple = ()  # a loop's first call of a round, in real streamed rounds
     stream_more_seconds: tuple = ()  # each further call of that round (or ())
@@ -210,6 +211,20 @@ def links_seconds(p, n_weights, c: Constants):
     return _out(c.tl0_seconds + others * (c.tl1_seconds + c.tlw_seconds_per_weight * w))
 
 
+def lag_seconds(p, compute, c: Constants):
+    """On streamed rounds of ``p >= 2`` loops, the wait for the slowest one:
+    ``stream_lag_ratio`` times the gradient phase ``compute`` (seconds).
+
+    The loops' gradient phases differ from round to round, and a synchronous round ends
+    with the longest, so the others wait in proportion to the phase (the links floor,
+    timed with no compute, has no such wait). Fitted over the calibration's sizes
+    (:func:`ppt_dask.perf.fit.fit_lag`); 0 for one loop. Broadcasts ``p`` and ``compute``.
+    """
+    c = _constants(c)
+    p = check_int_array_at_least("p", p, 1)
+    return _out(np.where(p > 1, c.stream_lag_ratio * np.asarray(compute, dtype=float), 0.0))
+
+
 def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
     """Dask head/scheduler cost of one round, ``Th(p) = th0 + th1 * tasks_per_round(p)``.
 
@@ -257,7 +272,8 @@ def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=
     Where ``ppt.train(..., exchange=exchange)`` streams the rounds
     (:func:`ppt_dask.perf.tasks.streamed`) and the links were calibrated, ``exchange`` is
     :func:`links_seconds` (times :func:`oversubscription`: the loops share the cores) and
-    ``head`` 0 (the head reads rounds while the loops go on); on a round graph, eq. (4)'s
+    ``head`` 0 (the head reads rounds while the loops go on), and the exchange also holds the
+    wait for the slowest loop (:func:`lag_seconds`); on a round graph, eq. (4)'s
     ``Tr(p)`` and the head ``Th(p)``. ``streamed`` (bools) says which rounds were charged as
     streamed, ``graph_for_stream`` (bools) where streamed rounds had to take the graph's terms
     (its compute curve and ``tq`` too) because the constants have no streamed exchange (001's
@@ -271,11 +287,12 @@ def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=
     parts = {}
     for flag in (False, True):
         graph = not (flag and links)
+        compute = np.asarray(compute_seconds(p, block, c, n_shards, streamed=not graph, cores=cores))
+        comm = np.asarray(reduce_seconds(workers, n_weights, c, fan_in) if graph
+                          else links_seconds(workers, n_weights, c)) * oversubscription(workers, cores)
         parts[flag] = dict(
-            compute=np.asarray(compute_seconds(p, block, c, n_shards, streamed=not graph, cores=cores)),
-            update=np.full(shape, c.tu_seconds),
-            exchange=np.asarray(reduce_seconds(workers, n_weights, c, fan_in) if graph
-                                else links_seconds(workers, n_weights, c)) * oversubscription(workers, cores),
+            compute=compute, update=np.full(shape, c.tu_seconds),
+            exchange=comm if graph else comm + lag_seconds(workers, compute, c),
             head=np.asarray(head_seconds(p, c, fan_in, n_shards, exchange)) if graph else np.zeros(np.shape(p)))
     out = {k: _out(np.broadcast_to(np.where(s, parts[True][k], parts[False][k]), shape)) for k in parts[True]}
     out["streamed"] = s if s.ndim else bool(s)
