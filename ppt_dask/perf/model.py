@@ -218,7 +218,9 @@ def lag_seconds(p, compute, c: Constants):
     The loops' gradient phases differ from round to round, and a synchronous round ends
     with the longest, so the others wait in proportion to the phase (the links floor,
     timed with no compute, has no such wait). Fitted over the calibration's sizes
-    (:func:`ppt_dask.perf.fit.fit_lag`); 0 for one loop. Broadcasts ``p`` and ``compute``.
+    (:func:`ppt_dask.perf.fit.fit_lag`) at the calibration's workers; the slowest of more
+    loops is slower still (the largest of more phases), which one ratio for every p >= 2
+    does not follow. 0 for one loop. Broadcasts ``p`` and ``compute``.
     """
     c = _constants(c)
     p = check_int_array_at_least("p", p, 1)
