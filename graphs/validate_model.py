@@ -11,8 +11,8 @@ warm-up (the loops' own timing, ``result.breakdown()``), and compare with
 ``perfmodel.round_parts`` for the same exchange and the machine's cores. The serial program
 (``serial.train_serial``, eq. (3)) is checked the same way, its runs between the Dask cells', in
 a process of its own with the environment of ppt_dask's workers (as the calibration times it).
-Every cell runs three times (interleaved): the error is reported per run, with the median over the runs and its spread
-(smallest..largest), and each cell's measured round with its spread.
+Every cell runs three times (interleaved): the error is reported per run, with the median over
+the runs and its spread (smallest..largest), and each cell's measured round with its spread.
 
 Usage::
 
