@@ -11,13 +11,17 @@ warm-up (the loops' own timing, ``result.breakdown()``), and compare with
 ``perfmodel.round_parts`` for the same exchange and the machine's cores. The serial program
 (``serial.train_serial``, eq. (3)) is checked the same way, its runs between the Dask cells', in
 a process of its own with the environment of ppt_dask's workers (as the calibration times it).
-Every cell runs three times (interleaved): the error is reported per run, with the median over
-the runs and its spread (smallest..largest), and each cell's measured round with its spread.
+Every cell runs three times (interleaved), each run until its rounds took ``RUN_SECONDS``: the
+error is reported per run, with the median over the runs and its spread (smallest..largest), and
+each cell's measured round with its spread. Before each run the serial program's process times a
+reference call, against the same before and after the calibration: the report gives how fast the
+machine was then, and the error with each prediction's compute scaled by it (not in the model,
+which cannot know the machine's minute; it shows how much of the error that is).
 
 Usage::
 
-    python graphs/validate_model.py                    # MNIST 784-64-64-10, a few minutes
-    python graphs/validate_model.py --quick            # about two minutes (p in {1, 2} only)
+    python graphs/validate_model.py                    # MNIST 784-64-64-10, about 7 minutes
+    python graphs/validate_model.py --quick            # about a minute (p in {1, 2} only)
     python graphs/validate_model.py --no-oversubscribed   # skip p = 4 (4 workers, 2 cores)
 
 Writes, under graphs/out/: validate_model.md and .csv (predicted against measured, mean
@@ -48,7 +52,18 @@ N_SHARDS = 8  # as `ppt-dask train` uses on 1 or 2 workers
 BLOCKS = (64, 256, 1000, 2000, 4000, 8000, 12000)
 P_VALUES = (1, 2)  # the cores of this machine
 OVERSUBSCRIBED = (4,)  # more workers than cores: shown, not counted in the headline error
-ROUNDS, WARMUP, REPEATS = 40, 8, 3  # rounds per run, rounds skipped, runs per cell
+ROUNDS, WARMUP, REPEATS = 40, 8, 3  # least rounds timed per run, rounds skipped, runs per cell
+# A run goes on until its timed rounds took this long (at most MAX_ROUNDS of them). A numpy call
+# of 1,000 rows timed every 0.6 s on this machine, idle: its single timings 6.8-12.7 ms, their
+# medians over 18 s 7.6-9.9 ms (one 15.9), the correlation gone after 3 s (2026-11-27): 40
+# rounds of a small block, a tenth of a second, catch one moment of the machine.
+RUN_SECONDS, MAX_ROUNDS = 1.5, 5000
+# The machine's speed beside each run: calls of 1,000 rows timed in the serial program's process
+# just before it, against the same before and after the calibration. Not in the model (which
+# cannot know the machine's minute): it shows how much of the error is the machine's. Two
+# timings of the streamed curve 2.5 minutes apart, each run 1.5 s long, differed by 25% at
+# every size; two of 40 rounds, by up to 40% at a size, either way (2026-11-27)
+REFERENCE_ROWS, REFERENCE_REPEATS = 1000, 40  # about 0.6 s of calls: a shorter timing is one moment
 CALIBRATION_BLOCK = 1000
 HEAD_P = (1, 2, 4, 8, 16, 32, 64)  # virtual cluster sizes for Th(p)
 WAIT_QUIET = 900  # seconds to wait for quiet in all (full mode): before and between runs
@@ -56,7 +71,7 @@ QUIET_OTHERS, RETRIES = 0.10, 3  # retry a run during which others used > 10% of
 PLOT_P = np.arange(1, 65)
 PLOT_BLOCKS = (100, 300, 1000, 3000, 10000, 60000)
 MNIST_N, MNIST_M = 60000, 10000  # the recommendation is for the whole of MNIST
-QUICK = dict(N_TRAIN=4000, BLOCKS=(200, 2000), ROUNDS=14, WARMUP=4, REPEATS=3,
+QUICK = dict(N_TRAIN=4000, BLOCKS=(200, 2000), ROUNDS=14, WARMUP=4, REPEATS=3, RUN_SECONDS=0.3,
              HEAD_P=(1, 2, 4, 8), CALIBRATION_BLOCK=500)
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -156,13 +171,17 @@ class Quiet:
         return best
 
 
-def median_round(net, shards, block: int, rounds: int, warmup: int) -> tuple[float, float]:
+def median_round(net, shards, block: int, rounds: int, warmup: int, seconds: float = 0.0) -> tuple[float, float]:
     """Median seconds per round, and the median gradient phase, of ``ppt.train`` with its
-    default exchange: the breakdown's rows (the loops' own timing on streamed rounds)."""
+    default exchange: the breakdown's rows (the loops' own timing on streamed rounds) after
+    ``warmup``, at least ``rounds`` of them and until they took ``seconds``."""
     import ppt_dask as ppt
+    from ppt_dask.perf.loops import enough_rounds
 
     strategy = ppt.Sync(lr=0.05, momentum=0.9, block=block)
-    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=(rounds + warmup) * block / shards.n_rows))
+    most = max(rounds, MAX_ROUNDS) if seconds > 0 else rounds
+    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=(most + warmup) * block / shards.n_rows),
+                       on_round=enough_rounds(warmup, seconds, rounds))
     rows = result.breakdown()[warmup:]
     return (float(np.median([r["wall"] for r in rows])), float(np.median([r["gradient"] for r in rows])))
 
@@ -181,6 +200,13 @@ def serial_round(net, X, y, block: int, rounds: int, warmup: int) -> float:
     return float(np.median([r["wall_seconds"] for r in history[warmup:]]))
 
 
+def serial_seconds(block: int, c) -> float:
+    """The serial program's round as the model predicts it (eq. (3) without the per-epoch term)."""
+    from ppt_dask.perf import model as pm
+
+    return pm.sequential_epoch_seconds(block, block, dataclass_replace(c, to_seconds=0.0))
+
+
 _SERIAL: dict = {}  # in the serial program's own process: the net and the rows
 
 
@@ -193,6 +219,12 @@ def _serial_start(n_train: int) -> None:
 
 def _serial_run(block: int, rounds: int, warmup: int) -> float:
     return serial_round(_SERIAL["net"], _SERIAL["X"], _SERIAL["y"], block, rounds, warmup)
+
+
+def _reference() -> float:
+    from ppt_dask.perf.calls import time_calls
+
+    return time_calls(_SERIAL["net"], _SERIAL["X"], _SERIAL["y"], [REFERENCE_ROWS], repeats=REFERENCE_REPEATS)[0]
 
 
 class SerialProcess:
@@ -222,10 +254,23 @@ class SerialProcess:
                 else:
                     os.environ[k] = v
         self.runs: dict = {b: [] for b in blocks}
+        self.speeds: dict = {b: [] for b in blocks}
+        self.at_calibration: list = []
 
-    def time(self, block: int, cfg, n_rows: int, quiet, pids) -> None:
-        rounds = min(cfg["ROUNDS"], max(n_rows // block - cfg["WARMUP"], 4))
+    def reference(self) -> float:
+        """Seconds of a call of ``REFERENCE_ROWS`` rows now (the median of REFERENCE_REPEATS)."""
+        return self.pool.submit(_reference).result(timeout=300)
+
+    def speed(self) -> float:
+        """The machine now against during the calibration: > 1 slower, < 1 faster."""
+        return self.reference() / float(np.mean(self.at_calibration))
+
+    def time(self, block: int, cfg, predicted: float, quiet, pids) -> None:
+        """Runs of at least ``cfg["ROUNDS"]`` rounds, as many as ``predicted`` seconds a round
+        puts in ``cfg["RUN_SECONDS"]`` (the program's own loop has no stopping callback)."""
+        rounds = int(min(MAX_ROUNDS, max(cfg["ROUNDS"], np.ceil(cfg["RUN_SECONDS"] / max(predicted, 1e-6)))))
         call = self.pool.submit
+        self.speeds[block].append(self.speed())
         self.runs[block].append(quiet(lambda: call(_serial_run, block, rounds, min(cfg["WARMUP"], 2)).result(
             timeout=600), [*pids, self.pid]))
 
@@ -233,9 +278,10 @@ class SerialProcess:
         self.pool.shutdown(cancel_futures=True)
 
 
-def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False, serial=None):
-    """Append one row per (p, block): measured and predicted seconds per round; with
-    ``serial`` (a :class:`SerialProcess`), the serial program's runs in between."""
+def measure(net, X, y, cfg, p_values, cal, rows, quiet, serial, oversubscribed=False):
+    """Append one row per (p, block): measured and predicted seconds per round, and the
+    machine's speed before each run (``serial.speed()``); unless ``oversubscribed``, the
+    serial program's runs (a :class:`SerialProcess`) in between."""
     import ppt_dask as ppt
     from ppt_dask.perf import model as pm
 
@@ -248,16 +294,18 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False, se
         times = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
         grads = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
         others = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
+        speeds = {(p, b): [] for p in p_values for b in cfg["BLOCKS"]}
         for _ in range(cfg["REPEATS"]):  # interleaved, so a noisy minute spreads over cells
             for b in cfg["BLOCKS"]:
                 for p in p_values:
-                    (value, grad), busy = quiet(lambda p=p, b=b: median_round(net, placed[p], b, cfg["ROUNDS"],
-                                                                             cfg["WARMUP"]), pids)
+                    speeds[p, b].append(serial.speed())
+                    (value, grad), busy = quiet(lambda p=p, b=b: median_round(
+                        net, placed[p], b, cfg["ROUNDS"], cfg["WARMUP"], cfg["RUN_SECONDS"]), pids)
                     times[p, b].append(value)
                     grads[p, b].append(grad)
                     others[p, b].append(busy)
-                if serial is not None:
-                    serial.time(b, cfg, len(X), quiet, pids)
+                if not oversubscribed:
+                    serial.time(b, cfg, serial_seconds(b, c), quiet, pids)
         for shards in placed.values():
             ppt.exit_data(shards)
     finally:
@@ -268,16 +316,19 @@ def measure(net, X, y, cfg, p_values, cal, rows, quiet, oversubscribed=False, se
         rows.append(dict(program="dask", p=p, block=b, oversubscribed=oversubscribed,
                          streamed=bool(parts["streamed"]), runs=[float(t) for t in ts],
                          measured=float(np.median(ts)), predicted=sum(terms.values()),
-                         measured_compute=float(np.median(grads[p, b])),
+                         measured_compute=float(np.median(grads[p, b])), speeds=speeds[p, b],
                          others=float(np.mean(others[p, b])), **terms))
 
 
-def run_errors(rows: list[dict]) -> list[float]:
-    """The mean absolute prediction error of each run (run i: every row's i-th measurement)."""
+def run_errors(rows: list[dict], at_speed: bool = False) -> list[float]:
+    """The mean absolute prediction error of each run (run i: every row's i-th measurement);
+    ``at_speed``: each prediction's compute times the machine's speed before the run."""
     from ppt_dask.perf import fit as modelfit
 
+    def predicted(r, i):
+        return r["predicted"] + (r["speeds"][i] - 1) * r["compute"] if at_speed else r["predicted"]
     n = min(len(r["runs"]) for r in rows)
-    return [modelfit.prediction_error([r["predicted"] for r in rows], [r["runs"][i] for r in rows])
+    return [modelfit.prediction_error([predicted(r, i) for r in rows], [r["runs"][i] for r in rows])
             for i in range(n)]
 
 
@@ -314,6 +365,8 @@ def main(argv=None) -> int:
     busy = wait_quiet(patience)
     t_start = time.perf_counter()
 
+    serial = SerialProcess(cfg["N_TRAIN"], cfg["BLOCKS"])
+    serial.at_calibration.append(serial.reference())
     client = ppt.connect(n_workers=max(P_VALUES), dashboard_address=None)
     try:
         cal, cal_others = quiet(lambda: calibrate.calibrate(
@@ -322,40 +375,46 @@ def main(argv=None) -> int:
             list(client.run(os.getpid).values()))
     finally:
         ppt.cluster.close(client)
+    serial.at_calibration.append(serial.reference())
     cal.measurements["others_share"] = cal_others
     cal.save(args.out / "validate_model_calibration.json")
     c = cal.constants
 
     rows: list[dict] = []
-    serial = SerialProcess(cfg["N_TRAIN"], cfg["BLOCKS"])
     try:
-        measure(net, X, y, cfg, P_VALUES, cal, rows, quiet, serial=serial)
+        measure(net, X, y, cfg, P_VALUES, cal, rows, quiet, serial)
+        if not (args.quick or args.no_oversubscribed):
+            measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, quiet, serial, oversubscribed=True)
     finally:
         serial.close()
     serial_rows = []
     for b, seen in serial.runs.items():
-        seq = pm.sequential_epoch_seconds(b, b, dataclass_replace(c, to_seconds=0.0))
+        seq = serial_seconds(b, c)
         runs = [float(m) for m, _ in seen]
         serial_rows.append(dict(program="serial", p=1, block=b, oversubscribed=False, streamed=False, runs=runs,
                                 measured=float(np.median(runs)), predicted=seq, measured_compute=float("nan"),
+                                speeds=serial.speeds[b],
                                 others=float(np.mean([o for _, o in seen])), compute=pm.call_seconds(b, c),
                                 update=c.tu_seconds + c.tm_seconds, exchange=0.0, head=0.0))
     rows[:0] = serial_rows  # the report lists the serial program first
-    if not (args.quick or args.no_oversubscribed):
-        measure(net, X, y, cfg, OVERSUBSCRIBED, cal, rows, quiet, oversubscribed=True)
     elapsed = time.perf_counter() - t_start
     cfg["RETRIED"], cfg["CAL_OTHERS"] = quiet.retried, cal_others
 
     headline = [r for r in rows if r["program"] == "dask" and not r["oversubscribed"]]
     over = [r for r in rows if r["oversubscribed"]]
-    errors = (run_errors(headline), run_errors([r for r in rows if r["program"] == "serial"]),
-              run_errors(over) if over else None)
+    serial_only = [r for r in rows if r["program"] == "serial"]
+    errors = (run_errors(headline), run_errors(serial_only), run_errors(over) if over else None)
+    cfg["AT_SPEED"] = (run_errors(headline, True), run_errors(serial_only, True),
+                       run_errors(over, True) if over else None)
+    cfg["SPEEDS"] = [v for r in rows for v in r["speeds"]]
+    cfg["SPEED_AT_CALIBRATION"] = serial.at_calibration
     report = render(rows, cal, net, source, errors, busy, elapsed, cfg)
     (args.out / "validate_model.md").write_text(report)
     with open(args.out / "validate_model.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows([{**r, "runs": ";".join(f"{v:.6g}" for v in r["runs"])} for r in rows])
+        writer.writerows([{**r, "runs": ";".join(f"{v:.6g}" for v in r["runs"]),
+                           "speeds": ";".join(f"{v:.4g}" for v in r["speeds"])} for r in rows])
     plot(c, net.n_params, args.out / "speedup_model.html")
     print(report)
     return 0
@@ -375,8 +434,9 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
     lines = [f"# Run-time model of 001 against measured rounds ({cfg['MODE']} run)",
              "",
              f"Network {'-'.join(map(str, net.sizes))} (w = {w}) on {cfg['N_TRAIN']} {source} rows in "
-             f"{N_SHARDS} shards; {os.cpu_count()} cores; median of rounds {cfg['WARMUP']}..{cfg['ROUNDS']} "
-             f"of {cfg['REPEATS']} run(s) per cell; machine "
+             f"{N_SHARDS} shards; {os.cpu_count()} cores; median of the rounds after the first {cfg['WARMUP']} "
+             f"(at least {cfg['ROUNDS']}, and {cfg['RUN_SECONDS']:g} s of them) of {cfg['REPEATS']} run(s) "
+             "per cell; machine "
              + ("not checked" if busy != busy else f"{busy:.0%} busy") + " before the start; "
              f"{elapsed:.0f} s in all; {cfg['RETRIED']} noisy run(s) retried; other processes used "
              f"{cfg['CAL_OTHERS']:.0%} of the CPU during the calibration.",
@@ -387,6 +447,16 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
                 f"cores, not in the headline: {spread(errors[2])}") + "). Rounds: "
              + ("streamed (ppt.train's default)" if all(r["streamed"] for r in rows if r["program"] == "dask")
                 else "as ppt.train's default exchange runs them") + ".",
+             "",
+             f"The machine's speed before each run (a call of {REFERENCE_ROWS} rows timed in the serial "
+             "program's process, against the same before and after the calibration: "
+             + ", ".join(f"{v * 1e3:.2f}" for v in cfg["SPEED_AT_CALIBRATION"]) + " ms) was "
+             f"{min(cfg['SPEEDS']):.2f}..{max(cfg['SPEEDS']):.2f} times the calibration's (median "
+             f"{np.median(cfg['SPEEDS']):.2f}). With each prediction's compute times that ratio, which "
+             "the model cannot know beforehand: Dask p <= "
+             f"{max(P_VALUES)} {spread(cfg['AT_SPEED'][0])}, serial {spread(cfg['AT_SPEED'][1])}"
+             + ("" if cfg["AT_SPEED"][2] is None else f", oversubscribed {spread(cfg['AT_SPEED'][2])}")
+             + ": the rest of the error is the model's (and the runs' own noise).",
              "",
              "| program | p | block | measured ms (spread of runs) | predicted ms | error | compute "
              "| measured compute | rest | measured rest | update | exchange | head | others |",

@@ -330,6 +330,10 @@ def test_validation_script_quick(tmp_path):
     assert all(float(r["measured"]) > 0 and float(r["predicted"]) > 0 for r in rows)
     assert all(len(r["runs"].split(";")) == 3 for r in rows) and "median of 3 run(s)" in report
     assert {r["streamed"] for r in rows if r["program"] == "dask"} == {"True"}  # ppt.train's default
+    # the machine's speed before each run, against the calibration's: timed, not made up
+    speeds = [float(v) for r in rows for v in r["speeds"].split(";")]
+    assert len(speeds) == 3 * len(rows) and all(0.2 < v < 5 for v in speeds), speeds
+    assert "The machine's speed before each run" in report
     # each run's error against a bound widened by the spread the runs show themselves: on a
     # quiet machine (runs within a few percent) 15% plus that; on a shared one the spread
     # loosens it, while a broken model (a term lost, a unit wrong, predictions off by 2x) fails
