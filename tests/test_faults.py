@@ -16,7 +16,7 @@ from ppt_dask.data import datasets, files
 from ppt_dask.engine import checkpoint
 from ppt_dask.engine.result import Outcome
 
-from conftest import scheduler_keys  # SIGKILLs the second worker at a round
+from conftest import LASTING_PARITY8, scheduler_keys  # SIGKILLs the second worker at a round
 from conftest import sigkill_at as _killer
 
 
@@ -113,11 +113,8 @@ def test_a_worker_killed_mid_run_an_asynchronous_run_goes_on_and_learns(client2)
 
 
 def _cli(scheduler, *args):
-    # A run that lasts: at lr 0.2, seed 7 learns parity in 3,762 rounds (about 1.8 ms a round
-    # here: 7 s); the preset's lr 2.0 learns in 233 (0.7 s), which can end before the kill
-    # meant to cut it
     return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--quiet",
-            "--seed", "7", "--lr", "0.2", "--epochs", "4000", "--scheduler", scheduler, *args]
+            *LASTING_PARITY8, "--scheduler", scheduler, *args]
 
 
 def test_head_killed_and_resumed_ends_bitwise_identical(tmp_path, scheduler_address):

@@ -18,13 +18,12 @@ import pytest
 
 from ppt_dask.engine import checkpoint, interrupt
 
+from conftest import LASTING_PARITY8
+
 
 def _cli(*args):
-    # A run that lasts: at lr 0.2, seed 7 learns parity in 3,762 rounds (about 1.8 ms a round
-    # here: 7 s). The preset's lr 2.0 learns in 233 (0.7 s), which ended once before the
-    # Ctrl-C meant to cut it (a CI run: "ppt-dask: interrupted", the run already over).
-    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", "--seed", "7",
-            "--lr", "0.2", "--epochs", "4000", "--checkpoint-every", "20", *args]
+    return [sys.executable, "-m", "ppt_dask.cli", "train", "parity8", "--workers", "2", *LASTING_PARITY8,
+            "--checkpoint-every", "20", *args]
 
 
 def _session(sid):

@@ -114,9 +114,9 @@ def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
     assert all(row["idle"] == 0 for row in rows)  # no loop ever waited for another
     # the rounds with a step of worker 0's, each with the fast worker's steps since the one before:
     # a gradient of worker 0 is too stale when more than 3 of those came while it was computed.
-    # Normally 300-700 do; in one CI run the fast worker made none during one slow step (its
-    # loop waited for room in its mailbox while the head was held up), and that gradient was
-    # rightly kept
+    # Normally 300-700 do; in one CI run the fast worker made none during one slow step (why is
+    # not known: its one wait is for room in its mailbox, so probably the head was held up), and
+    # that gradient was rightly kept
     slow, since = [], 0
     for r in result.history:
         if r["updates"][0]:
