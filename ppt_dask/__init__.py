@@ -31,7 +31,7 @@ _EXPORTS = {
     "connect": "ppt_dask.engine.cluster",
     "ShardSet": "ppt_dask.engine.shards", "enter_data": "ppt_dask.engine.shards",
     "enter_source": "ppt_dask.engine.shards", "exit_data": "ppt_dask.engine.shards",
-    "Async": "ppt_dask.algorithms.asynchronous",
+    "Async": "ppt_dask.algorithms.asynchronous", "StaleGradientsWarning": "ppt_dask.algorithms.asynchronous",
     "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
     "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
     "LocalSGD": "ppt_dask.algorithms.localsgd",
@@ -67,7 +67,7 @@ def __dir__():
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.algorithms import strategies
-    from ppt_dask.algorithms.asynchronous import Async
+    from ppt_dask.algorithms.asynchronous import Async, StaleGradientsWarning
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.strategies import PPT, Average, Sync
     from ppt_dask.api import train

@@ -3,7 +3,8 @@
 The engine imports nothing of :mod:`ppt_dask.observe`; this is where the two meet. ``train``
 is :func:`ppt_dask.engine.trainer.train` with the collector of :mod:`ppt_dask.observe` as its
 recorder, so its result has the per-round breakdown, the report and the trace (pass
-``recorder=None`` to record nothing).
+``recorder=None`` to record nothing); an asynchronous run that left a straggler's shards out
+says so (:meth:`ppt_dask.Result.warn_left_out`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ RECORDER = functools.partial(diagnostics.Recorder, report=write_report)
 @functools.wraps(trainer.train)
 def train(*args, **kwargs):
     kwargs.setdefault("recorder", RECORDER)
-    return trainer.train(*args, **kwargs)
+    result = trainer.train(*args, **kwargs)
+    result.warn_left_out(stacklevel=2)  # a straggler's shards went unlearned: said at the caller's line
+    return result
 
 
 _signature = inspect.signature(trainer.train)

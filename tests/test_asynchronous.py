@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient, train_serial
+from ppt_dask.algorithms.asynchronous import (
+    Gradient,
+    Replica,
+    dropped_shares,
+    left_out,
+    staleness,
+    step_gradient,
+    train_serial,
+)
 from ppt_dask.core import tree
 from ppt_dask.engine import checkpoint, mailbox, streamasync
 from ppt_dask.observe.breakdown import PHASES
@@ -33,6 +41,20 @@ def test_staleness_counts_the_gradients_the_sender_had_not_taken():
     assert staleness({0: 5, 1: 3}, {0: 2, 1: 3}) == 3  # three of slot 0's steps since
     assert staleness({0: 5, 1: 3, 2: 1}, {0: 6, 1: 9}) == 1  # ahead on 0 and 1; slot 2's one step
     assert staleness({0: 1}, {}) == 1
+
+
+def test_dropped_shares_are_each_slots_dropped_steps_over_its_steps_and_name_the_left_out():
+    """By hand: slot 0 stepped 4 + 1 times and had 1 dropped, slot 1 stepped 2 times, both dropped."""
+    rounds = [{"updates": [4, 1], "dropped_by": [1, 1]}, {"updates": [1, 1], "dropped_by": [0, 1]},
+              {"loss": 0.5}]  # a record without the fields (a synchronous run's) counts for nothing
+    assert dropped_shares(rounds) == [0.2, 1.0]
+    assert dropped_shares([{"loss": 0.5}]) is None
+    assert dropped_shares([{"updates": [0, 3], "dropped_by": [0, 0]}]) == [0.0, 0.0]  # no steps: none dropped
+    assert left_out([0.2, 0.49], "staleness=2") is None  # under a half: not left out
+    line = left_out([0.5, 1.0], "--staleness 2")
+    assert line.startswith("worker slot 0 and worker slot 1 had 50%, 100% of their gradients dropped")
+    assert "more than --staleness 2 steps behind" in line and "\n" not in line
+    assert left_out(None, "staleness=8") is None
 
 
 def test_a_replica_takes_every_gradient_that_arrives_and_drops_its_own_when_all_others_are_past_it():

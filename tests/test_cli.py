@@ -27,6 +27,30 @@ def test_parity8_learned_with_two_workers(tmp_path, scheduler_address):
     assert summary["learned"] is True and summary["train_error_rate"] == 0.0
     assert summary["workers"] == 2 and summary["test_accuracy"] is None
     assert "epoch" in proc.stderr and "s/round" in proc.stderr  # progress was shown
+    assert "dropped_shares" not in summary and " dropped " not in proc.stdout  # asynchronous runs only
+
+
+def test_async_prints_each_workers_share_of_gradients_dropped_and_warns_of_a_left_out_one(tmp_path,
+                                                                                        scheduler_address):
+    """At ``--staleness 0`` a gradient is dropped whenever the other loop stepped while it was
+    computed: each worker's share is printed and kept in --json, and a worker with half or more
+    of its gradients dropped (its shards' rows hardly learned) gets one warning line naming the
+    flag, not a Python warning (in one run: 7% and 74%)."""
+    out = tmp_path / "out.json"
+    proc = run("train", "parity8", "--workers", "2", "--strategy", "async", "--staleness", "0", "--epochs", "20",
+               "--json", str(out), "--quiet", "--scheduler", scheduler_address)
+    assert proc.returncode == 0, proc.stderr
+    shares = json.loads(out.read_text())["dropped_shares"]
+    assert len(shares) == 2 and all(0 <= share <= 1 for share in shares) and sum(shares) > 0
+    row = next(line for line in proc.stdout.splitlines() if line.split()[:1] == ["dropped"])
+    assert f"{100 * shares[0]:.1f} % of worker slot 0's, {100 * shares[1]:.1f} % of slot 1's" in row
+    left = [i for i, share in enumerate(shares) if share >= 0.5]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("ppt-dask: warning: ")]
+    assert len(said) == (1 if left else 0), proc.stderr
+    if left:
+        assert said[0].startswith(f"ppt-dask: warning: {' and '.join(f'worker slot {i}' for i in left)} had ")
+        assert "more than --staleness 0 steps behind" in said[0]
+    assert "StaleGradientsWarning" not in proc.stderr
 
 
 def test_mnist_block_learning_short_run(tmp_path, scheduler_address):

@@ -103,7 +103,8 @@ def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
     def three_slow_steps(record) -> bool:
         seen.append(record["updates"][0])
         return sum(seen) >= 3
-    result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=20_000), on_round=three_slow_steps)
+    with pytest.warns(ppt.StaleGradientsWarning, match=r"^worker slot 0 had \d+% of its gradients dropped"):
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=20_000), on_round=three_slow_steps)
     rows = result.breakdown()
     ppt.exit_data(shards)
     by_worker = [sum(r["updates"][w] for r in result.history) for w in (0, 1)]
@@ -127,6 +128,10 @@ def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
     assert all(r["dropped"] == 1 for r in stale), [(r["round"], r["applied"], r["dropped"]) for r in slow]
     assert all(r["dropped"] == 0 for r in result.history if not r["updates"][0])  # nothing else
     assert sum(r["dropped"] for r in result.history) <= by_worker[0]
+    # each slot's share of its steps dropped, the run's summary and its warning: worker 0's
+    # counted here from the rounds of its steps (a round is one step)
+    share = sum(r["dropped"] for r in slow) / len(slow)
+    assert result.dropped_shares() == result.summary()["dropped_shares"] == [share, 0.0]
 
 
 def test_restarts_try_new_random_weights(client4, workers4):

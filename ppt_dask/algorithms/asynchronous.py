@@ -231,6 +231,59 @@ class Replica:
         self.state = replace(self.state, params=params, opt_state=opt_state, stats=np.asarray(stats))
 
 
+# A worker slot whose gradients were dropped this often (a share of its steps) over a run is
+# said to have been left out: its shards' rows were hardly learned
+LEFT_OUT_SHARE = 0.5
+
+
+class StaleGradientsWarning(UserWarning):
+    """An asynchronous run dropped most of a worker's gradients as too stale (:func:`left_out`)."""
+
+
+def dropped_shares(history: list[dict]) -> list[float] | None:
+    """The share of each worker slot's steps whose gradient was dropped (too stale for all the
+    others, or not sent to a peer that read too slowly), over the rounds of ``history`` (an
+    asynchronous run's records: ``updates`` and ``dropped_by`` per slot); None for a run
+    without them (a synchronous one) or without steps.
+
+    A slot more than ``staleness`` steps behind the others (a straggler: a slower machine, a
+    worker sharing its core) has its gradients dropped at the source, every one of them when
+    it is that far behind all the time; the others never see the rows of its shards, whose
+    weights then do not learn them (8-bit parity at two workers, staleness 2, one worker six
+    times slower: not learned in 2000 epochs in 40 of 40 runs of a simulation; staleness 8:
+    learned in a median 84 epochs).
+
+    >>> dropped_shares([{"updates": [3, 1], "dropped_by": [0, 1]}, {"updates": [1, 1], "dropped_by": [0, 1]}])
+    [0.0, 1.0]
+    """
+    rows = [r for r in history if "dropped_by" in r]
+    if not rows:
+        return None
+    steps = np.sum([r["updates"] for r in rows], axis=0)
+    dropped = np.sum([r["dropped_by"] for r in rows], axis=0)
+    return [float(d / n) if n else 0.0 for d, n in zip(dropped, steps)]
+
+
+def left_out(shares: list[float] | None, bound: str) -> str | None:
+    """A sentence on the slots of ``shares`` (:func:`dropped_shares`) that had at least
+    ``LEFT_OUT_SHARE`` of their gradients dropped, or None when none had; ``bound`` is the
+    staleness bound as the reader set it (``staleness=2``, ``--staleness 2``).
+
+    >>> left_out([0.0, 0.96], "staleness=2")  # doctest: +NORMALIZE_WHITESPACE
+    'worker slot 1 had 96% of its gradients dropped as too stale (it ran more than staleness=2
+    steps behind the others): the rows of its shards were hardly learned; a larger bound keeps them'
+    """
+    slow = [(i, share) for i, share in enumerate(shares or ()) if share >= LEFT_OUT_SHARE]
+    if not slow:
+        return None
+    who = " and ".join(f"worker slot {i}" for i, _ in slow)
+    shown = ", ".join(f"{share:.0%}" for _, share in slow)
+    its, it = ("its", "it") if len(slow) == 1 else ("their", "they")
+    return (f"{who} had {shown} of {its} gradients dropped as too stale ({it} ran more than "
+            f"{bound} steps behind the others): the rows of {its} shards were hardly learned; "
+            f"a larger bound keeps them")
+
+
 def train_serial(net, shards: list, strategy: Async, state: ModelState, steps: int, first_step: int = 0) -> tuple:
     """The serial reference of one worker holding every shard: ``steps`` steps from ``state``
     (its steps numbered from ``first_step``). With one worker no gradient is ever stale, and

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -90,7 +91,7 @@ def _settings(args, kind: str = "preset") -> dict:
 
 def train_command(args) -> int:
     import ppt_dask as ppt
-    from ppt_dask.algorithms import choose
+    from ppt_dask.algorithms import asynchronous, choose
     from ppt_dask.engine.result import Outcome  # loads dask: after the arguments are read
 
     kind = owndata.source_kind(args)  # a built-in set, a table or arrays
@@ -122,11 +123,16 @@ def train_command(args) -> int:
     url = None if args.quiet else ppt.cluster.page_url(client)
     if url:
         print(f"time breakdown, live: {url}", file=sys.stderr)
-    result = _run_on(client, args, s, net, data, strategy, stop, n_shards, checkpoints, beside)
+    with warnings.catch_warnings():  # said below in one line, naming the flag
+        warnings.simplefilter("ignore", asynchronous.StaleGradientsWarning)
+        result = _run_on(client, args, s, net, data, strategy, stop, n_shards, checkpoints, beside)
     if isinstance(result, int):  # --splits printed its own table
         return result
     summary = _summary(args, s, net, result)
     print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
+    left_out = result.left_out(f"--staleness {getattr(result.strategy, 'staleness', 0)}")
+    if left_out:
+        print(f"ppt-dask: warning: {left_out}", file=sys.stderr)
     if beside is not None:  # the model beside the run: predicted and measured median round
         summary["run_time_model"] = entry = runmodel.summary(beside, runmodel.measured_round(result.breakdown()))
         result.settings.update(runmodel.settings(beside))

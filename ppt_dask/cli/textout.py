@@ -32,6 +32,10 @@ def result_lines(summary: dict) -> str:
         seconds = summary["median_round_seconds"]
         shown = duration(seconds) if seconds >= 1 else f"{1e3 * seconds:.3g} ms"
         rows.append(("round time", f"{shown} (median)"))
+    if summary.get("dropped_shares") is not None:  # asynchronous: gradients too stale to send
+        shares = [f"{100 * share:.1f} % of {'worker slot' if i == 0 else 'slot'} {i}'s"
+                  for i, share in enumerate(summary["dropped_shares"])]
+        rows.append(("dropped", f"{', '.join(shares)} gradients (too stale)"))
     if summary.get("percent_not_gradient") is not None:
         rows.append(("not gradient", f"{summary['percent_not_gradient']:.1f} % of the workers' time"))
     head = (f"{summary['dataset']}: strategy {summary['strategy']}, {summary['workers']} "

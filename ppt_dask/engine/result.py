@@ -5,11 +5,12 @@ from __future__ import annotations
 import enum
 import functools
 import uuid
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ppt_dask.algorithms import strategies
+from ppt_dask.algorithms import asynchronous, strategies
 from ppt_dask.core import keys
 from ppt_dask.core.model import Network
 from ppt_dask.engine import graph
@@ -59,13 +60,35 @@ class Result:
     def predict(self, X):
         return self.net.predict(self.params, X)
 
+    def dropped_shares(self) -> list[float] | None:
+        """An asynchronous run's share of each worker slot's gradients dropped as too stale
+        (or not sent to a peer that read too slowly), over its last try; None for a
+        synchronous run (:func:`ppt_dask.algorithms.asynchronous.dropped_shares`)."""
+        last = self.settings.get("tries", 1) - 1
+        return asynchronous.dropped_shares([r for r in self.history if r.get("try", 0) == last])
+
+    def left_out(self, bound: str | None = None) -> str | None:
+        """A sentence on the workers whose gradients this asynchronous run mostly dropped as
+        too stale (the rows of their shards hardly learned), or None; ``bound`` spells the
+        staleness bound (default ``staleness=S``; the command line's ``--staleness S``)."""
+        staleness = getattr(self.strategy, "staleness", 0)
+        return asynchronous.left_out(self.dropped_shares(), bound or f"staleness={staleness}")
+
+    def warn_left_out(self, stacklevel: int = 2) -> None:
+        """Warn (:class:`StaleGradientsWarning`) with :meth:`left_out`'s sentence, if any;
+        ``stacklevel`` as :func:`warnings.warn`'s, counted from the caller of this method."""
+        text = self.left_out()
+        if text:
+            warnings.warn(text, asynchronous.StaleGradientsWarning, stacklevel=stacklevel + 1)
+
     def summary(self) -> dict:
         """The JSON summary of the CLI (``--json``)."""
         return {**self.settings, "strategy": getattr(self.strategy, "name", str(self.strategy)),
                 "epochs": self.epochs, "rounds": self.rounds, "train_loss": self.train_loss,
                 "train_error_rate": self.train_error_rate, "test_accuracy": self.test_accuracy,
                 "wall_seconds": self.wall_seconds, "head_seconds": self.head_seconds,
-                "learned": self.learned, "stopped_because": self.stopped_because}
+                "learned": self.learned, "stopped_because": self.stopped_because,
+                **({"dropped_shares": shares} if (shares := self.dropped_shares()) is not None else {})}
 
     def save(self, path, classes=None) -> str:
         """Write the trained model to a ``.npz`` file (:mod:`ppt_dask.engine.modelfile`); returns the path.

@@ -299,7 +299,7 @@ class AsyncRounds:
         timing and what the steps did are kept for the trainer."""
         last: dict = {}
         timing: dict = {}
-        updates = [0] * self.n_slots
+        updates, dropped_by = [0] * self.n_slots, [0] * self.n_slots
         applied = dropped = stalest = 0
         for slot, t, log, (at, phases, sent), worker in group:
             last.pop(slot, None)
@@ -307,6 +307,7 @@ class AsyncRounds:
             updates[slot] += 1
             n, tau, lost = log[1]
             applied, dropped, stalest = applied + n, dropped + lost, max(stalest, tau)
+            dropped_by[slot] += lost
             if slot not in timing:
                 timing[slot] = loop_timing(worker, at, dict(phases), sent)
             else:
@@ -317,7 +318,7 @@ class AsyncRounds:
         self.steps[r] = last
         self.timings[r] = list(timing.values())
         self.fields[r] = {"worker": group[-1][0], "updates": updates, "applied": applied, "dropped": dropped,
-                          "staleness": stalest}
+                          "dropped_by": dropped_by, "staleness": stalest}
         return list(np.sum([item[2][0] for item in group], axis=0))
 
     def loop_phases(self, r: int) -> list | None:
@@ -327,7 +328,9 @@ class AsyncRounds:
     def record_fields(self, r: int) -> dict:
         """What round ``r``'s steps did: ``worker`` (the slot whose replica is the round's
         state), ``updates`` (steps per slot), ``applied`` and ``dropped`` (the others'
-        gradients taken and dropped as too stale), ``staleness`` (the largest applied)."""
+        gradients taken, and the round's own gradients dropped as too stale or not sent to a
+        peer that read too slowly), ``dropped_by`` (those per slot: whose gradients they
+        were), ``staleness`` (the largest applied)."""
         return self.fields.pop(r, {})
 
     # -- states --
