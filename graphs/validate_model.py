@@ -13,7 +13,9 @@ warm-up (the loops' own timing, ``result.breakdown()``), and compare with
 a process of its own with the environment of ppt_dask's workers (as the calibration times it).
 Every cell runs three times (interleaved), each run until its rounds took ``RUN_SECONDS``: the
 error is reported per run, with the median over the runs and its spread (smallest..largest), and
-each cell's measured round with its spread. Before each run the serial program's process times a
+each cell's measured round with its spread, and how well the runs reproduce themselves (each
+against the mean of its cell's other runs: the floor under any prediction made once). Before
+each run the serial program's process times a
 reference call, against the same before and after the calibration: the report gives how fast the
 machine was then, and the error with each prediction's compute scaled by it (not in the model,
 which cannot know the machine's minute; it shows how much of the error that is).
@@ -332,6 +334,21 @@ def run_errors(rows: list[dict], at_speed: bool = False) -> list[float]:
             for i in range(n)]
 
 
+def repeat_errors(rows: list[dict]) -> list[float]:
+    """How well the runs reproduce themselves: for each run i, the mean absolute relative error
+    of every row's mean over its other runs, taken as the prediction of its run i. A model
+    calibrated once, before the runs, cannot be expected to do better than this; on this
+    machine, for the Dask rows with p <= 2, 10.4%, 18.2% and 9.7% in three validations
+    (2026-11-27), beside the model's 10.0%, 18.4% and 8.8%."""
+    from ppt_dask.perf import fit as modelfit
+
+    n = min(len(r["runs"]) for r in rows)
+    if n < 2:
+        return []
+    return [modelfit.prediction_error([np.mean([r["runs"][j] for j in range(n) if j != i]) for r in rows],
+                                      [r["runs"][i] for r in rows]) for i in range(n)]
+
+
 def spread(values) -> str:
     """The median of ``values`` (fractions) with their spread, as the report prints them."""
     return f"{np.median(values):.1%} (runs: {', '.join(f'{v:.1%}' for v in values)})"
@@ -406,6 +423,7 @@ def main(argv=None) -> int:
     errors = (run_errors(headline), run_errors(serial_only), run_errors(over) if over else None)
     cfg["AT_SPEED"] = (run_errors(headline, True), run_errors(serial_only, True),
                        run_errors(over, True) if over else None)
+    cfg["REPEAT"] = (repeat_errors(headline), repeat_errors(serial_only), repeat_errors(over) if over else None)
     cfg["SPEEDS"] = [v for r in rows for v in r["speeds"]]
     cfg["SPEED_AT_CALIBRATION"] = serial.at_calibration
     report = render(rows, cal, net, source, errors, busy, elapsed, cfg)
@@ -447,6 +465,11 @@ def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
                 f"cores, not in the headline: {spread(errors[2])}") + "). Rounds: "
              + ("streamed (ppt.train's default)" if all(r["streamed"] for r in rows if r["program"] == "dask")
                 else "as ppt.train's default exchange runs them") + ".",
+             "",
+             "How well the runs reproduce themselves (each run against the mean of the other runs of "
+             "its cell, the best a prediction made once could do; the floor under the error above): "
+             f"Dask p <= {max(P_VALUES)} {spread(cfg['REPEAT'][0])}, serial {spread(cfg['REPEAT'][1])}"
+             + ("" if cfg["REPEAT"][2] is None else f", oversubscribed {spread(cfg['REPEAT'][2])}") + ".",
              "",
              f"The machine's speed before each run (a call of {REFERENCE_ROWS} rows timed in the serial "
              "program's process, against the same before and after the calibration: "

@@ -334,6 +334,12 @@ def test_validation_script_quick(tmp_path):
     speeds = [float(v) for r in rows for v in r["speeds"].split(";")]
     assert len(speeds) == 3 * len(rows) and all(0.2 < v < 5 for v in speeds), speeds
     assert "The machine's speed before each run" in report
+    # the runs' own reproducibility, worked here from the CSV: each run of a Dask row against the
+    # mean of its other two, the error of a prediction that had seen them
+    runs = np.array([[float(v) for v in r["runs"].split(";")] for r in rows if r["program"] == "dask"])
+    floor = [float(np.mean(np.abs(np.delete(runs, i, axis=1).mean(axis=1) - runs[:, i]) / runs[:, i]))
+             for i in range(3)]
+    assert "reproduce themselves" in report and f"Dask p <= 2 {np.median(floor):.1%} (runs: " in report
     # each run's error against a bound widened by the spread the runs show themselves: on a
     # quiet machine (runs within a few percent) 15% plus that; on a shared one the spread
     # loosens it, while a broken model (a term lost, a unit wrong, predictions off by 2x) fails
