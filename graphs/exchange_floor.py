@@ -28,7 +28,9 @@ LocalCluster in the same run, trials interleaved:
   longest of the loops' gradient phases, less the update) is the round's exchange, what the
   floor measures; beyond their mean gradient (the breakdown's ``wall - gradient - update``) it
   also holds the wait of the faster loops for the slowest, which grows with the gradient and
-  which the floor, with no compute, lacks.
+  which the floor, with no compute, lacks. A last table sets each phase of that (sending,
+  waiting for the others' sums, adding them, leaving the round for the head) beside the
+  floor's.
 
 Medians over rounds after a warm-up, then over trials; ratios are taken trial by trial.
 """
@@ -144,9 +146,10 @@ def mpi_floor(p: int, size: int, rounds: int) -> float | None:
 
 def sync_round(client, addresses, p: int, data, rounds: int, block: int) -> tuple:
     """Median seconds of a streamed Sync(block) MNIST round: (beyond the compute, gradient,
-    beyond the slowest loop's gradient). The breakdown's phases are means over the loops, so
-    ``wall - gradient`` also holds the wait for the slowest loop's gradient; a synchronous
-    round's gradient ends with the slowest loop's, read from each loop's own timing."""
+    beyond the slowest loop's gradient, {phase: median} of the phases beyond the compute). The
+    breakdown's phases are means over the loops, so ``wall - gradient`` also holds the wait for
+    the slowest loop's gradient; a synchronous round's gradient ends with the slowest loop's,
+    read from each loop's own timing."""
     shards = ppt.enter_data(client, data.X, data.y, n_shards=SYNC_SHARDS, workers=addresses[:p], dtype="float32")
     net = ppt.MLP(NET, hidden="tanh", output="softmax", dtype="float32")
     try:
@@ -159,7 +162,13 @@ def sync_round(client, addresses, p: int, data, rounds: int, block: int) -> tupl
     slowest = [max(loop["phases"]["gradient"] for loop in loops_of[r["gen"], r["round"]]) for r in rows]
     return (statistics.median(r["wall"] - r["gradient"] - r["update"] for r in rows),
             statistics.median(r["gradient"] for r in rows),
-            statistics.median(r["wall"] - g - r["update"] for r, g in zip(rows, slowest)))
+            statistics.median(r["wall"] - g - r["update"] for r, g in zip(rows, slowest)),
+            phase_medians(rows))
+
+
+def phase_medians(rows: list) -> dict:
+    """Each phase beyond the compute (``loops.EXCHANGE_PHASES``): its median over the rows."""
+    return {phase: statistics.median(r[phase] for r in rows) for phase in loops.EXCHANGE_PHASES}
 
 
 def main():
@@ -186,11 +195,13 @@ def main():
                         if value is not None:
                             seen.setdefault((p, size, name), []).append(value)
                             print(f"trial {trial + 1} p={p} {size} floats {name}: {1e3 * value:.3f} ms", flush=True)
-                tree_floor = loops.links_floor(client, addresses, p, max(args.sizes), args.rounds, warmup=WARMUP,
-                                               dtype="float32", n_shards=SYNC_SHARDS)
-                seen.setdefault((p, "tree floor"), []).append(tree_floor)
-                beyond, gradient, critical = sync_round(client, addresses, p, data, args.sync_rounds,
-                                                        args.sync_block)
+                rows = loops.floor_rows(client, addresses, p, max(args.sizes), args.rounds, warmup=WARMUP,
+                                        dtype="float32", n_shards=SYNC_SHARDS)
+                seen.setdefault((p, "tree floor"), []).append(statistics.median(map(loops.exchange_phases, rows)))
+                seen.setdefault((p, "tree floor phases"), []).append(phase_medians(rows))
+                beyond, gradient, critical, phases = sync_round(client, addresses, p, data, args.sync_rounds,
+                                                                args.sync_block)
+                seen.setdefault((p, "sync phases"), []).append(phases)
                 seen.setdefault((p, "sync"), []).append(beyond)
                 seen.setdefault((p, "gradient"), []).append(gradient)
                 seen.setdefault((p, "sync slowest"), []).append(critical)
@@ -200,6 +211,10 @@ def main():
     finally:
         ppt.cluster.close(client)
     print(report(seen, args, time.perf_counter() - t_start))
+
+
+def _us(values) -> str:
+    return f"{1e6 * statistics.median(values):.1f}"
 
 
 def _ms(values) -> str:
@@ -234,6 +249,16 @@ def report(seen: dict, args, seconds: float) -> str:
         slowest = f"{statistics.median(c / f for c, f in zip(critical, floor)):.2f}" if critical else "n/a"
         lines.append(f"| {p} | {_ms(seen[(p, 'gradient')])} | {_ms(critical)} | {_ms(beyond)} | {_ms(floor)} | "
                      f"{slowest} | {statistics.median(ratios):.2f} |")
+    lines += ["", "The same, phase by phase (the loops' own timing, median over the rounds of the mean over the loops, "
+              "then over the trials; microseconds): the real round's against the floor's. At p = 1 there is no "
+              "exchange and the phases are the loop's own statements between two gradients.", "",
+              "| p | " + " | ".join(f"{phase}: round / floor" for phase in loops.EXCHANGE_PHASES) + " |",
+              "|---|" + "---|" * len(loops.EXCHANGE_PHASES)]
+    for p in args.workers:
+        real, floor = seen[(p, "sync phases")], seen[(p, "tree floor phases")]
+        cells = [f"{_us([t[phase] for t in real])} / {_us([t[phase] for t in floor])}"
+                 for phase in loops.EXCHANGE_PHASES]
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     if not args.quick:
         (args.out / "exchange_floor.md").write_text(text + "\n")

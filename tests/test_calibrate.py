@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
+from ppt_dask.observe import breakdown
 from ppt_dask.perf import calibrate, calls, fit, loops, paper001
 from ppt_dask.perf import model as pm
 
@@ -167,6 +168,22 @@ def test_streamed_rounds_timed_for_the_model(client4, workers4, tiny):
     assert [s[:2] for s in links.samples] == [(1, 16), (1, 200_000), (2, 16), (2, 200_000)]
     assert links.tl0_seconds > 0 and links.tl1_seconds + links.tlw_seconds_per_weight > 0
     assert links.samples[3][2] > links.samples[2][2]  # 1.6 MB a round costs more than 16 values
+
+
+def test_the_floors_rows_are_its_rounds_each_phase_apart(client4, workers4):
+    """floor_rows: the rounds after the warm-up, streamed, over the shard tree's shards; what
+    links_floor takes of each is the sum of the four phases beyond compute and update, and the
+    phases of a row add up to its wall time (the breakdown's rule)."""
+    rows = loops.floor_rows(client4, workers4[:2], 2, 1000, 12, warmup=3, dtype="float32", n_shards=4)
+    assert len(rows) == 12 and [r["round"] for r in rows] == list(range(rows[0]["round"], rows[0]["round"] + 12))
+    assert all(r["streamed"] and r["workers"] == 2 for r in rows)
+    for r in rows:
+        phases = [r[phase] for phase in loops.EXCHANGE_PHASES]
+        assert all(v >= 0 for v in phases) and loops.exchange_phases(r) == pytest.approx(sum(phases))
+        assert r["wall"] == pytest.approx(sum(r[phase] for phase in breakdown.PHASES))
+    assert sum(r["transfer_bytes"] for r in rows) >= 12 * 2 * 1000 * 4  # each loop sends its 1000 float32 a round
+    with pytest.raises(ValueError, match="n_shards must be at least p = 2, got 1"):
+        loops.floor_rows(client4, workers4[:2], 2, 16, 5, n_shards=1)
 
 
 def test_a_timing_run_of_long_rounds_ends_once_enough_of_them_took_long_enough(client4, workers4, tiny):

@@ -53,9 +53,12 @@ class Exchange(strategies.Sync):
         return ModelState(state.params, state.opt_state, total[-1], state.round + 1)
 
 
+EXCHANGE_PHASES = ("transfer", "idle", "reduce", "head")  # a streamed round beyond its gradient and update
+
+
 def exchange_phases(row: dict) -> float:
     """What a streamed round's row of the breakdown spends beyond its compute and update."""
-    return row["transfer"] + row["idle"] + row["reduce"] + row["head"]
+    return sum(row[phase] for phase in EXCHANGE_PHASES)
 
 
 def links_floor(client, workers, p: int, size: int, rounds: int, *, warmup: int = WARMUP,
@@ -64,6 +67,14 @@ def links_floor(client, workers, p: int, size: int, rounds: int, *, warmup: int 
     ``workers`` with no compute (the loops' own timing, rounds after ``warmup``). One shard a
     worker by default; with ``n_shards`` (at least ``p``) the round also adds that many shards'
     partial sums along the shard tree, as a real round of that layout does."""
+    rows = floor_rows(client, workers, p, size, rounds, warmup=warmup, dtype=dtype, n_shards=n_shards)
+    return statistics.median(exchange_phases(r) for r in rows)
+
+
+def floor_rows(client, workers, p: int, size: int, rounds: int, *, warmup: int = WARMUP,
+               dtype: str = "float64", n_shards: int | None = None) -> list[dict]:
+    """The breakdown's rows (after ``warmup``) of :func:`links_floor`'s rounds, each phase
+    apart (``graphs/exchange_floor.py`` sets them beside a real round's)."""
     import ppt_dask as ppt
 
     n = p if n_shards is None else int(n_shards)
@@ -78,7 +89,7 @@ def links_floor(client, workers, p: int, size: int, rounds: int, *, warmup: int 
                            ppt.Stop(max_epochs=(rounds + warmup) / 8), exchange="stream")
     finally:
         ppt.exit_data(shards)
-    return statistics.median(exchange_phases(r) for r in result.breakdown()[warmup:])
+    return result.breakdown()[warmup:]
 
 
 @dataclass(frozen=True)
