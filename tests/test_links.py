@@ -64,3 +64,20 @@ def test_closing_gracefully_drops_a_large_message_still_arriving():
     closer.join(20)
     assert not closer.is_alive() and errors == [], errors
     assert 0 in b.ended  # it read until the peer closed its side, not until its time ran out
+
+
+def test_tagged_messages_are_taken_by_tag_whatever_their_order_on_the_link():
+    """A local-SGD loop takes round r - 2's reduce-scatter after round r - 1's arrived: a tagged
+    receive keeps what came first for its own call."""
+    a, b = _pair()
+    try:
+        sent = [a.send((("scatter", 1), np.full(4, 1.0))), a.send((("scatter", 2), np.full(4, 2.0))),
+                a.send((("gather", 1), np.full(4, 3.0)))]
+        assert all(n > 4 * 8 for n in sent)  # the arrays' bytes and their framing, once per peer
+        (gathered,) = b.receive(timeout=20, tag=("gather", 1))
+        (first,) = b.receive(timeout=20, tag=("scatter", 1))
+        (second,) = b.receive(timeout=20, tag=("scatter", 2))
+        assert [gathered[0], first[0], second[0]] == [3.0, 1.0, 2.0]
+    finally:
+        a.close()
+        b.close()

@@ -119,6 +119,9 @@ def test_stopping_mid_generation_keeps_the_state_of_that_round(client4, workers4
     assert scheduler_keys(client4) == []  # the loops and the mailboxes are gone
 
 
+FRAMING = 512  # bytes of a message beyond its arrays' (a tagged partial of two arrays: 215-249)
+
+
 def test_the_breakdown_has_a_row_per_streamed_round_from_the_loops_own_timing(client4, workers4, tmp_path):
     X, y = _data(960)
     shards = ppt.enter_data(client4, X, y, n_shards=2, workers=workers4[:2])
@@ -136,8 +139,11 @@ def test_the_breakdown_has_a_row_per_streamed_round_from_the_loops_own_timing(cl
         assert row["gradient"] >= 0.02 * 0.99  # each loop slept 20 ms in its shard's steps
         assert sum(row[p] for p in PHASES) == pytest.approx(row["wall"])  # the phases tile the round
         assert row["loss"] == record["loss"] and row["patterns"] == record["patterns"]
-        # each loop sent its partial sums (weights times patterns, and stats) to the other
-        assert row["transfer_bytes"] == 2 * (NET.n_params * 8 + 3 * 8)
+        # each loop sent its round's partial sums (weights times patterns, and stats) whole to
+        # the other (two loops: no reduce-scatter): their bytes, and the message's framing
+        # (a header of frame lengths and the pickle's few hundred bytes: tests/test_links.py)
+        payload = NET.n_params * 8 + 3 * 8
+        assert 2 * payload < row["transfer_bytes"] <= 2 * (payload + FRAMING)
     # the loops' rounds follow one another: a round's wall is about the head's time per round
     loop_seconds = sum(r["wall"] for r in rows)
     assert loop_seconds <= result.wall_seconds

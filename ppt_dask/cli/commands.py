@@ -300,6 +300,10 @@ def _summary(args, s: dict, net, result) -> dict:
     rows = result.breakdown()  # where a round's time goes, per phase
     summary["phases"] = phase_table(rows) if rows else None
     summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
+    # what the exchange moved: all workers' bytes in a round (median), and the weights' bytes
+    # to hold it against (a streamed allreduce sends at most about twice them a worker)
+    summary["transfer_bytes_per_round"] = times.get("transfer_bytes_per_round")
+    summary["weights_bytes"] = int(net.n_params) * np.dtype(net.dtype).itemsize
     if s.get("test_r2") is not None:  # a regression on a table: R^2, not the share within tolerance
         summary["test_r2"], summary["test_accuracy"] = s["test_r2"], None
     return summary

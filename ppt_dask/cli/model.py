@@ -350,7 +350,7 @@ def rounds_line(s: dict, ps, blocks) -> str:
                         "streamed terms: the one-hop graph's stand in (calibrate again to time the links)")
         else:
             said.append(f"streamed rounds at {at} (--exchange {s['exchange']}: one loop per worker, the "
-                        "exchange from the links floor tl0 + (p-1)(tl1 + tlw w))")
+                        "exchange from the links floor tl0 + m tl1 + v tlw, m messages of v values a loop)")
     if not on.all():
         at = _ps(ps[~on]) if on.any() else "every p"
         graph = "the one-hop graph" if s["exchange"] in ("auto", "all", "doubling") else "the tree graph"

@@ -36,6 +36,10 @@ def result_lines(summary: dict) -> str:
         shares = [f"{100 * share:.1f} % of {'worker slot' if i == 0 else 'slot'} {i}'s"
                   for i, share in enumerate(summary["dropped_shares"])]
         rows.append(("dropped", f"{', '.join(shares)} gradients (too stale)"))
+    sent, workers = summary.get("transfer_bytes_per_round"), summary.get("workers") or 1
+    if sent and summary.get("weights_bytes"):  # what one worker sent of a round, against the weights
+        rows.append(("sent a round", f"{sent / workers / 1e3:.4g} kB a worker "
+                                     f"({sent / workers / summary['weights_bytes']:.2f}x the weights)"))
     if summary.get("percent_not_gradient") is not None:
         rows.append(("not gradient", f"{summary['percent_not_gradient']:.1f} % of the workers' time"))
     head = (f"{summary['dataset']}: strategy {summary['strategy']}, {summary['workers']} "

@@ -119,6 +119,24 @@ def refuse(strategy: str, given: dict, spell=str) -> None:
                              f"not to {'--strategy ' if spell is cli_spelling else 'strategy '}{strategy}")
 
 
+def refuse_allreduce(strategy: str, exchange: str, allreduce: str, spell=str) -> None:
+    """The allreduce's algorithm is the streamed rounds' of the synchronous and local strategies
+    (exchange "stream", and "auto"'s choice): refused elsewhere, and an unknown one."""
+    from ppt_dask.core.allreduce import ALGORITHMS
+
+    shown = spell("allreduce") if spell is cli_spelling else "allreduce"
+    if allreduce not in ALGORITHMS:
+        raise ValueError(f"{shown} must be one of {ALGORITHMS}, got {allreduce!r}")
+    if allreduce == "auto":
+        return
+    if strategy == "async":
+        raise ValueError(f"{shown} {allreduce!r} applies to the synchronous and local strategies, not to "
+                         "strategy async: its loops send each gradient to every replica")
+    if exchange not in ("auto", "stream"):
+        raise ValueError(f"{shown} {allreduce!r} applies to streamed rounds (exchange 'stream', the default), "
+                         f"not to exchange {exchange!r}")
+
+
 def refuse_pipeline(strategy: str, exchange: str, pipeline: int, spell=str) -> None:
     """Streamed rounds (exchange "stream", and "auto"'s choice) run ahead by themselves: a
     pipeline there would change nothing, so it is refused."""

@@ -155,6 +155,7 @@ class Links:
         self._out: dict = {}  # slot -> _Out
         self._in: dict = {}  # slot -> bytes read and not yet a whole message
         self._inbox: dict = {}  # slot -> whole messages read, not yet taken
+        self._stash: dict = {}  # (slot, tag) -> a tagged message's payload read, not yet taken
         self._draining = False  # closing: what still arrives is read and dropped, never parsed
         self._selector = selectors.DefaultSelector()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -214,35 +215,59 @@ class Links:
         return sock if context is None else context.wrap_socket(sock, server_side=server)
 
     # -- sending and receiving --------------------------------------------------------------
-    def send(self, message, slots=None, *, lose: bool = False) -> None:
+    def send(self, message, slots=None, *, lose: bool = False) -> int:
         """Queue ``message`` for every other loop (or those of ``slots``) still linked and write
         what the sockets take at once; the rest goes while the loop next waits or polls. The
         arrays in ``message`` must not change until then (:meth:`receive` returns after every
         write ended). A link that broke raises :class:`LinkLost`, or with ``lose`` joins
-        :attr:`lost`."""
+        :attr:`lost`. Returns the bytes queued (every copy)."""
         frames = frames_of(message)
+        size, sent = sum(f.nbytes for f in frames), 0
         for slot in self.outgoing if slots is None else slots:
             if slot not in self.lost:
                 self._out[slot].add(frames)
+                sent += size
                 self._guard(slot, not lose, self._write, slot)
+        return sent
+
+    def send_each(self, messages: dict, tag) -> int:
+        """Queue ``(tag, messages[slot])`` for each other loop ``slot`` (a message of its own
+        to each, as a reduce-scatter sends) and write what the sockets take at once; the
+        bytes queued. A link that broke raises :class:`LinkLost`."""
+        sent = 0
+        for slot, message in messages.items():
+            frames = frames_of((tag, message))
+            sent += sum(f.nbytes for f in frames)
+            self._out[slot].add(frames)
+            self._guard(slot, True, self._write, slot)
+        return sent
 
     def backlog(self, slot: int) -> int:
         """Messages queued for ``slot`` and not yet wholly written."""
         return self._out[slot].messages
 
-    def receive(self, timeout: float, stopped=lambda: False) -> list:
+    def receive(self, timeout: float, stopped=lambda: False, tag=None) -> list:
         """The next message of every other loop (in slot order), once this loop's own writes
         have ended too, waiting at most ``timeout`` seconds; raises ``stopped()``'s error (when
-        it gives one) if the run stops meanwhile, :class:`LinkLost` if a link breaks."""
+        it gives one) if the run stops meanwhile, :class:`LinkLost` if a link breaks.
+
+        With ``tag``, the messages are ``(tag, payload)`` pairs (see :meth:`send`'s ``tag``):
+        the payload tagged ``tag`` of every other loop, whatever came before it on the link
+        (kept for a later call with its own tag)."""
         if not self.incoming:
             return []
         deadline = time.monotonic() + timeout
         next_look = time.monotonic() + POLL_SECONDS
         while True:
             self._pump(strict=True)
-            if all(self._inbox[s] for s in self.incoming) and not any(o.frames for o in self._out.values()):
-                return [self._inbox[s].popleft() for s in sorted(self.incoming)]
-            gone = [s for s in self.ended if not self._inbox[s]]
+            if tag is not None:
+                self._file()
+            have = (lambda s: bool(self._inbox[s])) if tag is None else (lambda s: (s, tag) in self._stash)
+            if all(have(s) for s in self.incoming) and not any(o.frames for o in self._out.values()):
+                if tag is None:
+                    return [self._inbox[s].popleft() for s in sorted(self.incoming)]
+                return [self._stash.pop((s, tag)) for s in sorted(self.incoming)]
+            gone = [s for s in self.ended if not have(s) and not self._inbox[s]]
             if gone:
                 stopped()  # a peer that ended because the run stopped: this loop stops too
                 raise LinkLost(f"worker slot {self.slot}: slot {gone[0]} closed its link before its next message")
@@ -254,6 +279,13 @@ class Links:
                 raise TimeoutError(f"worker slot {self.slot}: the other loops' messages did not "
                                    f"arrive within {timeout} s")
             self._wait(min(next_look, deadline) - now)
+
+    def _file(self) -> None:
+        """Move the tagged messages read so far to the stash, by (slot, tag)."""
+        for slot, inbox in self._inbox.items():
+            while inbox:
+                tag, payload = inbox.popleft()
+                self._stash[slot, tag] = payload
 
     def poll(self) -> list:
         """The messages that have arrived, as ``(slot, message)`` in slot order, without waiting;
@@ -354,6 +386,7 @@ class Links:
                 except OSError:
                     self.lost.add(slot)
         self._draining = True
+        self._stash.clear()
         for slot in self.incoming:
             self._inbox[slot].clear()
             self._in[slot].clear()

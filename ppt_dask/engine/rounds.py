@@ -8,11 +8,15 @@ Every kind has the same interface (``submit``, ``read_stats``, ``loop_phases``,
 
 from __future__ import annotations
 
+import numpy as np
+
+from ppt_dask.core import allreduce
 from ppt_dask.engine import graph, onehop, overlap, stream, streamasync
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
-# "auto" combines by recursive doubling from this many workers on. At 4 (graphs/round_latency.py
-# on 2 cores, 2026-11-26, eight runs, one hop / floor) "all" took a median 1.27x the floor and
+# The one-hop graph (exchange "all") combines by recursive doubling from this many workers on,
+# where it applies (choose_graph: what the calibration times). At 4 (graphs/round_latency.py on
+# 2 cores, 2026-11-26, eight runs, one hop / floor) "all" took a median 1.27x the floor and
 # doubling 1.44x, "all" ahead in each run; "all" fetches p - 1 carries, doubling log2 p.
 DOUBLING_FROM = 8
 
@@ -20,11 +24,14 @@ DOUBLING_FROM = 8
 def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
 
-    "stream" (and "auto" below ``DOUBLING_FROM`` workers) runs one long task per worker whose
-    partial sums go straight between the workers (:mod:`ppt_dask.engine.stream`, no scheduler
-    hop a round); the per-round graphs stay selectable, to see what the head-worker arrangement
-    costs beside it. For the local strategy "all" is one task per worker per round whose
-    exchange overlaps the next round's steps (:mod:`ppt_dask.engine.overlap`)."""
+    "stream", and "auto" at any number of workers, runs one long task per worker whose partial
+    sums go straight between the workers (:mod:`ppt_dask.engine.stream`, no scheduler hop a
+    round; an allreduce whose bytes per worker stay under twice the weights,
+    :mod:`ppt_dask.engine.allreduce`). The per-round graphs stay selectable, to see what the
+    head-worker arrangement costs beside it: at 8 workers on 2 cores (2026-11-28) the doubling
+    graph took 72 ms a round of MNIST block 1000 where the streamed rounds took 13 ms. For the
+    local strategy "all" is one task per worker per round whose exchange overlaps the next
+    round's steps (:mod:`ppt_dask.engine.overlap`)."""
     if exchange not in EXCHANGES:
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     if getattr(strategy, "asynchronous", False):  # one loop per worker, never waiting for another
@@ -37,9 +44,18 @@ def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
             raise ValueError(f"exchange={exchange!r} does not apply to the local strategy: use 'auto' "
                              "(streamed rounds) or 'all' (one task per worker per round)")
         return "overlap" if exchange == "all" else "stream"
-    if exchange == "auto":
-        return "doubling" if choose_graph(plan) == "doubling" else "stream"
-    return exchange
+    return "stream" if exchange == "auto" else exchange
+
+
+def choose_allreduce(exchange: str, algorithm: str, plan: graph.Plan, strategy, net) -> str | None:
+    """The streamed exchange's algorithm for ``net``'s partial sums over this placement
+    (:func:`ppt_dask.core.allreduce.choose`); None where the rounds are not streamed or are
+    asynchronous (their loops send each gradient whole)."""
+    if exchange != "stream" or getattr(strategy, "asynchronous", False):
+        return None
+    own = getattr(strategy, "partial_bytes", None)  # a strategy whose sums are not the weights' size
+    nbytes = own(net) if own is not None else int(net.n_params) * np.dtype(net.dtype).itemsize
+    return allreduce.choose(algorithm, len(plan.blocks), nbytes)
 
 
 def choose_graph(plan: graph.Plan) -> str:
@@ -50,16 +66,17 @@ def choose_graph(plan: graph.Plan) -> str:
 
 
 def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net, tag: str, state,
-          first: int, last: int):
+          first: int, last: int, allreduce: str = "auto"):
     """The rounds of one generation (``tag``) from ``state``, the state before round ``first``;
-    ``last`` is the run's last round (the streamed rounds run up to it by themselves)."""
+    ``last`` is the run's last round (the streamed rounds run up to it by themselves);
+    ``allreduce`` the streamed exchange's algorithm (:func:`ppt_dask.core.allreduce.choose`)."""
     start_state = client.scatter(state, hash=False)
     if exchange == "stream" and getattr(strategy, "asynchronous", False):
         return streamasync.AsyncRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last)
     if exchange == "stream":
         kind = "local" if getattr(strategy, "shard_models", False) else "sync"
         return stream.StreamRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state,
-                                   last, kind)
+                                   last, kind, allreduce)
     if exchange == "overlap":
         return overlap.OverlapRounds(client, plan, shard_futures, strategy, net, tag, start_state, first)
     if exchange == "tree":

@@ -52,6 +52,7 @@ from distributed import get_worker, secede, wait
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
 from ppt_dask.core import keys, tree
 from ppt_dask.engine import taskmeta
+from ppt_dask.engine.allreduce import Allreduce
 from ppt_dask.engine.graph import local_task
 from ppt_dask.engine.links import LinkLost, Links
 from ppt_dask.engine.mailbox import AHEAD, BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
@@ -75,6 +76,8 @@ class StreamStep:
     fan_in: int
     n_shards: int
     box: str  # the name of this slot's mailbox
+    n_loops: int = 1  # the generation's loops (worker slots holding shards)
+    allreduce: str = "auto"  # the exchange's algorithm (ppt_dask.core.allreduce.choose)
     wait: float = WAIT_SECONDS
     # the loop of a kind defined elsewhere (ppt_dask.engine.streamasync), called as the two
     # here are: loop(step, first, last, start, shards, links, box, seconds)
@@ -134,77 +137,69 @@ def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
     return links
 
 
-def _send(links: Links | None, partial: dict) -> int:
-    """Send this round's partial sums to every other loop; the bytes sent."""
-    if links is None:
-        return 0
-    links.send(partial)
-    return len(links.outgoing) * sum(getattr(v, "nbytes", 8) for value in partial.values() for v in value)
-
-
-def _receive(links: Links | None, step: StreamStep, box: Mailbox) -> list:
-    """The other loops' next partial sums, in slot order."""
-    return [] if links is None else links.receive(step.wait, box.stopped)
+def _exchange(step: StreamStep, links: Links | None, box: Mailbox) -> Allreduce:
+    """The loop's allreduce over its links (:mod:`ppt_dask.engine.allreduce`)."""
+    return Allreduce(links, step.slot, step.n_loops, step.fan_in, step.n_shards, step.allreduce, step.wait,
+                     box.stopped)
 
 
 def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
                seconds: dict) -> None:
-    """Synchronous rounds: gradient, send, take the others', add along the tree, update."""
+    """Synchronous rounds: gradient, allreduce of the partial sums along the tree, update."""
     strategy = step.strategy
     work, apply = functools.partial(strategy.work, step.net), functools.partial(strategy.apply, step.net)
+    exchange = _exchange(step, links, box)
     state = start
     began = t0 = time.perf_counter()
     for r in range(first, last + 1):
         partial = local_task(work, strategy.broadcast(state), shards, list(step.shard_ids), r, list(step.nodes),
                              step.fan_in, step.n_shards)
         t1 = time.perf_counter()
-        sent = _send(links, partial)
+        sent = exchange.start(r, partial)
         t2 = time.perf_counter()
-        parts = _receive(links, step, box)
-        t3 = time.perf_counter()
-        total = tree.evaluate_owned(tree.merged([partial, *parts]), step.fan_in, step.n_shards)
+        phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": 0.0, "reduce": 0.0}
+        total, more = exchange.finish(r, phases)
         t4 = time.perf_counter()
         state = apply(state, total)
         t5 = time.perf_counter()
         box.wait_room(r, step.wait)
         t6 = time.perf_counter()
-        phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": t3 - t2, "reduce": t4 - t3,
-                  "update": t5 - t4, "head": t6 - t5}
-        box.keep(r, state.stats.tolist(), state, (t0 - began, phases, sent))
+        phases.update(update=t5 - t4, head=t6 - t5)
+        box.keep(r, state.stats.tolist(), state, (t0 - began, phases, sent + more))
         _add(seconds, phases)
         t0 = t6  # the next round starts where this one's timing ends: the rounds tile the loop
 
 
 def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
                 seconds: dict) -> None:
-    """Local SGD rounds: take round r - 2's sums, average, local steps, send round r's sums."""
+    """Local SGD rounds: take round r - 2's total, average, local steps, start round r's allreduce."""
     strategy = step.strategy
     models = {s: strategy.model_of(start, s) for s in step.shard_ids}
     mean = start.opt_state.get("mean")  # the running mean a^(first-3), advanced each round
-    own: dict = {}  # round -> this slot's partial sums
+    exchange = _exchange(step, links, box)
     began = t0 = time.perf_counter()
     for r in range(first, last + 1):
-        if r - 2 >= first:
-            parts = _receive(links, step, box)  # round r - 2's: each link delivers in order
-            t1 = time.perf_counter()
-            values = tree.merged([own.pop(r - 2), *parts])
-            average = strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
+        phases = {"idle": 0.0, "reduce": 0.0, "transfer": 0.0}
+        more = 0
+        if r - 2 >= first:  # round r - 2's, started two rounds ago: a loop waits only for one that lags
+            total, more = exchange.finish(r - 2, phases)
+            average = strategy.average_of(total)
         else:  # the generation's first two rounds: the averages of the start state
-            t1 = t0
             average = start.opt_state["averages"].get(r - 2)
         mean = strategy.mean_with(mean, average)
         t2 = time.perf_counter()
         models, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
                                       step.fan_in, step.n_shards)
         t3 = time.perf_counter()
-        own[r] = partial
-        sent = _send(links, partial)
+        sent = exchange.start(r, partial)
         t4 = time.perf_counter()
         box.wait_room(r, step.wait)
         t5 = time.perf_counter()
-        phases = {"idle": t1 - t0, "reduce": t2 - t1, "gradient": t3 - t2, "transfer": t4 - t3, "head": t5 - t4}
+        reduce = (t2 - t0) - phases["idle"] - phases["transfer"]  # the tree's adds, the average and the mean
+        phases = {"idle": phases["idle"], "reduce": reduce, "gradient": t3 - t2,
+                  "transfer": phases["transfer"] + t4 - t3, "head": t5 - t4}
         log = {node: (value[-1],) for node, value in partial.items()}
-        box.keep(r, log, (models, partial, mean), (t0 - began, phases, sent))
+        box.keep(r, log, (models, partial, mean), (t0 - began, phases, sent + more))
         _add(seconds, phases)
         t0 = t5
 
@@ -236,9 +231,10 @@ class StreamRounds:
     lag = 0
 
     def __init__(self, client, plan, shard_futures, strategy, net, tag: str, start_state, first: int,
-                 start_value, last_round: int, kind: str = "sync"):
+                 start_value, last_round: int, kind: str = "sync", allreduce: str = "auto"):
         assert kind in ("sync", "local"), kind
         self.client, self.plan, self.tag, self.first, self.kind = client, plan, tag, first, kind
+        self.allreduce = allreduce  # the exchange's algorithm (ppt_dask.core.allreduce.choose)
         self.strategy, self.net = strategy, net
         self.shard_futures = list(shard_futures)
         self.start_state, self.start_value, self.last_round = start_state, start_value, last_round
@@ -358,7 +354,8 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
     loops = []
     for slot, (label, a, b, nodes) in enumerate(rounds.plan.blocks):
         step = StreamStep(kind, rounds.strategy, rounds.net, slot, tuple(range(a, b)), tuple(nodes),
-                          rounds.plan.fan_in, rounds.plan.n_shards, f"{rounds.tag}-s{slot}", loop=loop)
+                          rounds.plan.fan_in, rounds.plan.n_shards, f"{rounds.tag}-s{slot}", len(labels),
+                          getattr(rounds, "allreduce", "auto"), loop=loop)
         peers = {other: actor for other, (_f, actor) in enumerate(boxes) if other != slot}
         loops.append(rounds.client.submit(
             stream_task, step, rounds.first, rounds.last_round, rounds.start_state, rounds.shard_futures[a:b], peers,

@@ -74,6 +74,7 @@ class _Run:
     fan_in: int
     pipeline: int
     exchange: str
+    allreduce: str
     rounds_per_epoch: float
     max_rounds: int
     snapshot_rounds: dict
@@ -92,6 +93,7 @@ class _Run:
     recoveries: int = 0
     gen: int = 0
     used_exchange: str = ""
+    used_allreduce: str | None = None  # the streamed exchange's algorithm (None: not streamed, or async)
     last_kept: _Kept | None = None
 
 
@@ -100,7 +102,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
           progress: Callable[[dict], None] | None = None,
           on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
           checkpoint_dir=None, checkpoint_every: int = 25, resume: bool = False,
-          initial_state=None, exchange: str = "auto", recorder: Callable | None = None) -> Result:
+          initial_state=None, exchange: str = "auto", allreduce: str = "auto",
+          recorder: Callable | None = None) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Parameters
@@ -142,17 +145,24 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         Weights *and* optimizer state to start from (a previous ``Result.state``), so a
         run continues another one without resetting momentum.
     exchange : {"auto", "all", "doubling", "tree", "stream"}
-        How a round's partial sums meet. "stream" (the "auto" choice below 8 workers) runs one
-        long task per worker for the whole run, whose sums go straight to the other workers
-        (:mod:`ppt_dask.engine.stream`, no scheduler hop a round). The per-round graphs stay
+        How a round's partial sums meet. "stream" (the "auto" choice at any number of workers)
+        runs one long task per worker for the whole run, whose sums go straight to the other
+        workers (:mod:`ppt_dask.engine.stream`, no scheduler hop a round). The per-round graphs stay
         selectable to see what the head-worker arrangement costs: "all" and "doubling" run the
         reduce and the update inside the next round's gradient tasks (one scheduler hop per
-        round; "doubling" pairs workers over ``log2 p`` hops, the "auto" choice from 8 workers
-        on, see :mod:`ppt_dask.engine.onehop`); "tree" is the explicit graph of map, reduce and
+        round; "doubling" pairs workers over ``log2 p`` hops,
+        see :mod:`ppt_dask.engine.onehop`); "tree" is the explicit graph of map, reduce and
         update tasks (:mod:`ppt_dask.engine.graph`, three hops). For the local strategy
         (:class:`ppt_dask.LocalSGD`), "all" is one task per worker per round whose exchange
         overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`). The
         asynchronous strategy runs on streamed loops only (:mod:`ppt_dask.engine.streamasync`).
+    allreduce : {"auto", "direct", "scatter"}
+        The streamed rounds' allreduce (:mod:`ppt_dask.core.allreduce`): "direct" sends each
+        worker's partial sums whole to every other worker (one message latency, ``(p - 1) w``
+        values sent by each), "scatter" a reduce-scatter then an all-gather (two latencies, at
+        most ``2 w`` values each, whatever ``p``); "auto" takes "direct" at 2 workers and for
+        small networks, "scatter" beyond. The same bits either way. Streamed synchronous and
+        local strategies only (the asynchronous loops send each gradient to every replica).
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
         ``round_done(record)`` sees every round (on streamed rounds with each loop's timing of
@@ -182,6 +192,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     if checkpoint_dir:
         checkpoint.check_folder(checkpoint_dir)
     applicability.refuse_pipeline(name, exchange, pipeline)
+    applicability.refuse_allreduce(name, exchange, allreduce)
     net = model.check_network(model.for_rows(model.check_network(net), shards.row_shape))
     validation.check_network_fits(net, shards)
     validation.check_test_set(net, stop.test)
@@ -199,7 +210,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
     diag = watch.start(recorder, shards, run_id, watch.settings(net, shards, strategy, fan_in=fan_in,
                                                                 pipeline=pipeline, seed=seed, exchange=exchange))
-    run = _Run(net, shards, strategy, stop, fan_in, pipeline, exchange, rounds_per_epoch, max_rounds,
+    run = _Run(net, shards, strategy, stop, fan_in, pipeline, exchange, allreduce, rounds_per_epoch, max_rounds,
                {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
                checkpoint_every, meta, progress, on_round,
                checkpoint.Writer(checkpoint_dir, meta) if checkpoint_dir else None, diag, run_id,
@@ -309,10 +320,12 @@ def _engine(run: _Run, kept: _Kept):
     """The round graph of a new generation, starting from the kept state."""
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
     run.used_exchange = rounds.choose_exchange(run.exchange, plan, run.strategy)
+    run.used_allreduce = rounds.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net)
     run.last_kept = kept
     del run.history[kept.n_history:]
     return rounds.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,
-                        keys.generation(run.run_id, run.gen), kept.state, kept.round + 1, run.max_rounds - 1)
+                        keys.generation(run.run_id, run.gen), kept.state, kept.round + 1, run.max_rounds - 1,
+                        run.used_allreduce)
 
 
 # The head reads rounds in batches of about this long. Each batch costs a graph, a stats pick
@@ -450,6 +463,7 @@ def _finish(run: _Run, attempt: int, end: _End) -> Result:
                   float(train_stats[1] / train_stats[2]), test_accuracy,
                   {"workers": len(shards.worker_blocks()), "shards": shards.n_shards,
                    "fan_in": run.fan_in, "pipeline": run.pipeline, "exchange": run.used_exchange,
+                   "allreduce": run.used_allreduce,
                    "seed": run.meta["seed"], "target_error": stop.target_error, "tries": attempt + 1,
                    "recoveries": run.recoveries, "events": run.events},
                   run.snapshots, records, final, end.outcome)

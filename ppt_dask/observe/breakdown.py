@@ -395,7 +395,7 @@ def summarize(rows: list[dict]) -> dict:
            "streamed": is_streamed(rows),
            "percent_not_gradient": 100.0 * (1.0 - gradient / wall) if wall else 0.0,
            "median_round_ms": 1e3 * statistics.median(r["wall"] for r in rows),
-           "transfer_bytes_per_round": sum(r["transfer_bytes"] for r in rows) / n,
+           "transfer_bytes_per_round": statistics.median(r["transfer_bytes"] for r in rows),
            "median_head_submit_ms": 1e3 * statistics.median(submit) if submit else None}
     head_wall = sum(r.get("head_wall_seconds") or 0.0 for r in rows)
     patterns = sum(r.get("patterns") or 0 for r in rows)

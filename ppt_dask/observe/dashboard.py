@@ -260,7 +260,9 @@ def summary_html(view: View) -> str:
              f"median round {_fmt(s.get('median_round_ms'), '.2f', ' ms')}",
              f"median head submit {_fmt(s.get('median_head_submit_ms'), '.3f', ' ms')} per round",
              f"{_fmt(s.get('patterns_per_second'), ',.0f')} patterns/s",
-             f"{_fmt((s.get('transfer_bytes_per_round') or 0) / 1e3, '.1f', ' kB')} moved per round"]
+             f"{_fmt((s.get('transfer_bytes_per_round') or 0) / 1e3, '.1f', ' kB')} sent per round (median, "
+             f"{_fmt((s.get('transfer_bytes_per_round') or 0) / 1e3 / max(s.get('workers') or 1, 1), '.1f', ' kB')}"
+             " a worker)"]
     return "<p>" + " &middot; ".join(parts) + "</p>"
 
 

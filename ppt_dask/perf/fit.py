@@ -118,14 +118,15 @@ def prediction_error(predicted, measured) -> float:
     return float(np.mean(np.abs(pred - meas) / meas))
 
 
-def fit_links(p_values, n_weights_values, seconds) -> tuple[float, float]:
-    """Fit a streamed round's exchange beyond its p = 1 cost, ``seconds = (p - 1)(tl1 + tlw w)``.
+def fit_links(p_values, n_weights_values, seconds, terms=None) -> tuple[float, float]:
+    """Fit a streamed round's exchange beyond its p = 1 cost, ``seconds = m tl1 + v tlw``.
 
-    Each loop sends its w partial sums to each of the p - 1 others (all to all over direct
-    links, :mod:`ppt_dask.engine.links`): least squares on the design ``[p - 1, (p - 1) w]``
-    with both coefficients >= 0, as :func:`fit_reduce` fits eq. (4). ``p_values`` (k,) ints
-    >= 2, ``n_weights_values`` (k,) with two distinct values at least, ``seconds`` (k,).
-    Returns ``(tl1_seconds, tlw_seconds_per_weight)``.
+    ``m`` messages of ``v`` values in all sent by each loop (:func:`ppt_dask.perf.model.links_seconds`);
+    ``terms`` gives ``(m, v)`` per sample, by default ``(p - 1, (p - 1) w)``: whole partial sums
+    to each of the p - 1 others. Least squares with both coefficients >= 0, as
+    :func:`fit_reduce` fits eq. (4). ``p_values`` (k,) ints >= 2, ``n_weights_values`` (k,)
+    with two distinct values at least, ``seconds`` (k,). Returns ``(tl1_seconds,
+    tlw_seconds_per_weight)``.
 
     >>> fit_links([2, 2, 3], [10, 1000, 10], [0.00101, 0.002, 0.00202])
     (0.001, 1e-06)
@@ -135,8 +136,9 @@ def fit_links(p_values, n_weights_values, seconds) -> tuple[float, float]:
     y = _seconds("seconds", seconds)
     if not p.size == w.size == y.size:
         raise ValueError(f"lengths differ: p {p.size}, n_weights {w.size}, seconds {y.size}")
-    others = (p - 1).astype(float)
-    tl1, tlw = _nonneg_lstsq(np.column_stack([others, others * w]), y, "need two distinct vector sizes")
+    design = (np.column_stack([p - 1, (p - 1) * w]).astype(float) if terms is None
+              else np.asarray(terms, dtype=float).reshape(p.size, 2))
+    tl1, tlw = _nonneg_lstsq(design, y, "need two distinct vector sizes")
     return round(tl1, 15), round(tlw, 18)
 
 

@@ -1,6 +1,6 @@
 """Streamed rounds timed for the run-time model: the links floor and the loops' gradient phase.
 
-What ``ppt.train`` runs by default below 8 workers is streamed rounds
+What ``ppt.train`` runs by default is streamed rounds
 (:mod:`ppt_dask.engine.stream`): one loop per worker computes its shards' partial sums, sends
 them to the other loops over direct links, takes theirs, adds them and applies the update, and
 times each phase of each round itself (``result.breakdown()``). So the model's streamed terms
@@ -9,7 +9,7 @@ are timed on those loops, through ``ppt.train``, the way a user's run goes:
 * :func:`links_floor`: the exchange alone, a strategy whose gradient and update do nothing
   (zeros of the real size): what remains of a round is ``transfer + idle + reduce + head``,
   the ``links`` way of ``graphs/exchange_floor.py``; :func:`measure_links` fits
-  ``Tl(p) = tl0 + (p - 1)(tl1 + tlw w)`` (:func:`ppt_dask.perf.model.links_seconds`) to it
+  ``Tl(p) = tl0 + m tl1 + v tlw`` (:func:`ppt_dask.perf.model.links_seconds`) to it
   over p and vector sizes, as 001 fits eq. (4) to its Fig. 1 test program;
 * :func:`measure_stream`: the real network's gradient phase inside real streamed Sync rounds
   at several call sizes, one worker alone and all workers at once (a :class:`StreamCurve`:
@@ -29,6 +29,7 @@ from ppt_dask.algorithms import strategies
 from ppt_dask.algorithms.strategies import ModelState
 from ppt_dask.perf import fit as modelfit
 from ppt_dask.perf.calls import cluster_workers, curve_sizes
+from ppt_dask.perf.model import allreduce_terms
 
 WARMUP = 3  # rounds of each run left out of the medians (links open, caches warm)
 STREAM_ROUNDS = 40  # rounds timed per size and layout by the calibration (cheap: no scheduler hop a round)
@@ -51,6 +52,10 @@ class Exchange(strategies.Sync):
 
     def apply(self, net, state, total):
         return ModelState(state.params, state.opt_state, total[-1], state.round + 1)
+
+    def partial_bytes(self, net) -> int:
+        """The bytes of a shard's partial sums (what the allreduce's algorithm is chosen by)."""
+        return self.size * np.dtype(self.dtype).itemsize
 
 
 EXCHANGE_PHASES = ("transfer", "idle", "reduce", "head")  # a streamed round beyond its gradient and update
@@ -94,7 +99,7 @@ def floor_rows(client, workers, p: int, size: int, rounds: int, *, warmup: int =
 
 @dataclass(frozen=True)
 class LinksFit:
-    """``Tl(p) = tl0 + (p - 1)(tl1 + tlw w)`` and the floors it was fitted to."""
+    """``Tl(p) = tl0 + m tl1 + v tlw`` and the floors it was fitted to."""
 
     tl0_seconds: float
     tl1_seconds: float
@@ -117,8 +122,10 @@ def measure_links(client, sizes, workers=None, *, rounds: int = 40, warmup: int 
     for p in range(2, len(workers) + 1):
         samples += [(p, w, links_floor(client, workers, p, w, rounds, warmup=warmup, dtype=dtype)) for w in sizes]
     more = [s for s in samples if s[0] > 1]
+    itemsize = np.dtype(dtype).itemsize  # the messages and values of the algorithm each floor ran
     tl1, tlw = (0.0, 0.0) if not more else modelfit.fit_links(
-        [s[0] for s in more], [s[1] for s in more], [max(s[2] - tl0, 0.0) for s in more])
+        [s[0] for s in more], [s[1] for s in more], [max(s[2] - tl0, 0.0) for s in more],
+        terms=[allreduce_terms(s[0], s[1], itemsize) for s in more])
     return LinksFit(tl0, tl1, tlw, tuple(samples))
 
 

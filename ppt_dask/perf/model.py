@@ -37,10 +37,10 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   given it replaces ``tc + rows (Tf + Tb)``: the cost per pattern is not constant on a
   real machine. A task of k calls costs ``first(rows) + (k - 1) more(rows)``, times
   ``call_shared_factor(rows)`` when more than one worker computes.
-* streamed rounds (:mod:`ppt_dask.engine.stream`, what ``ppt.train`` runs by default below
-  8 workers): no task per round, so no ``Th``; each loop computes, sends its partial sums to
-  the other p - 1 loops over direct links and adds theirs: ``Tl(p) = tl0 + (p - 1)(tl1 +
-  tlw w)`` (:func:`links_seconds`, calibrated from the links floor of
+* streamed rounds (:mod:`ppt_dask.engine.stream`, what ``ppt.train`` runs by default at any
+  number of workers): no task per round, so no ``Th``; each loop computes and allreduces its
+  partial sums over direct links, ``m`` messages of ``v`` values in all: ``Tl(p) = tl0 +
+  m tl1 + v tlw`` (:func:`links_seconds`, calibrated from the links floor of
   ``graphs/exchange_floor.py``), and the gradient phase has its own curve timed inside real
   streamed rounds (``stream_*``). Which rounds ``exchange`` runs: :func:`round_parts`.
 * ``cores``: p workers on fewer cores time-slice them, so a round's compute and exchange
@@ -65,6 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ppt_dask.core import allreduce
 from ppt_dask.core.validation import check_int_array_at_least
 from ppt_dask.perf import curves
 from ppt_dask.perf.curves import CALL_CURVE, STREAM_CURVE, check_curves
@@ -101,8 +102,8 @@ class Constants:
     call_more_seconds: tuple = ()  # each further call of such a task (or ())
     call_shared_factor: tuple = ()  # tasks' time factor when all workers compute at once (or ())
     tl0_seconds: float = 0.0  # streamed: a loop's own cost of a round beyond compute and update (p = 1)
-    tl1_seconds: float = 0.0  # streamed: latency of one link message, per other worker
-    tlw_seconds_per_weight: float = 0.0  # streamed: per weight sent to one other worker
+    tl1_seconds: float = 0.0  # streamed: latency of one link message a loop sends
+    tlw_seconds_per_weight: float = 0.0  # streamed: per value a loop sends
     stream_lag_ratio: float = 0.0  # streamed, p >= 2: the wait for the slowest loop per second of gradient
     stream_rows: tuple = ()  # rows of one call at which streamed rounds' gradient phase was timed
     stream_first_seconds: tuple = ()  # a loop's first call of a round, in real streamed rounds
@@ -196,19 +197,37 @@ def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
     return _out(np.where(levels > 0, tr, 0.0))
 
 
-def links_seconds(p, n_weights, c: Constants):
-    """A streamed round's exchange, ``Tl(p) = tl0 + (p - 1)(tl1 + tlw w)``.
+def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
+    """A streamed round's exchange, ``Tl(p) = tl0 + m(p) tl1 + v(p, w) tlw``.
 
-    Each loop sends its partial sums (w values) to each of the p - 1 other loops and takes
-    theirs over direct links (:mod:`ppt_dask.engine.links`), then adds them and leaves the
-    round for the head: what ``graphs/exchange_floor.py``'s ``links`` way measures, fitted by
-    :func:`ppt_dask.perf.loops.measure_links`. The all-to-all of 001's eq. (4) with no tree:
-    linear in p - 1 where eq. (4) is logarithmic. Broadcasts ``p`` against ``n_weights``.
+    Each loop sends ``m`` messages of ``v`` values in all over direct links
+    (:mod:`ppt_dask.engine.allreduce`), takes the others', adds them and leaves the round for
+    the head. The algorithm is the one ``ppt.train`` picks for ``w`` values of ``itemsize``
+    bytes (:func:`ppt_dask.core.allreduce.choose`): sending whole sums to every other loop,
+    ``m = p - 1`` and ``v = (p - 1) w`` (``tl0 + (p - 1)(tl1 + tlw w)``), or a reduce-scatter
+    and all-gather, ``m = 2 (p - 1)`` and ``v = 2 (p - 1) w / p``: MPI's bandwidth-optimal
+    allreduce (Thakur, Rabenseifner and Gropp 2005), where 001's eq. (4) charges
+    ``w ceil(log2 p)``. Calibrated from the links floor of ``graphs/exchange_floor.py``
+    (:func:`ppt_dask.perf.loops.measure_links`). Broadcasts ``p`` against ``n_weights``.
+
+    >>> c = Constants(0, 0, 0, 0, 0, 0, tl1_seconds=1e-4, tlw_seconds_per_weight=1e-9)
+    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**5, c), 6)  # direct, scatter
+    (0.0002, 0.001575)
     """
     c = _constants(c)
-    others = check_int_array_at_least("p", p, 1) - 1
+    p = check_int_array_at_least("p", p, 1)
     w = check_int_array_at_least("n_weights", n_weights, 1)
-    return _out(c.tl0_seconds + others * (c.tl1_seconds + c.tlw_seconds_per_weight * w))
+    p, w = np.broadcast_arrays(p, w)
+    terms = [allreduce_terms(int(q), int(n), itemsize) for q, n in zip(p.ravel(), w.ravel())]
+    m = np.array([t[0] for t in terms], dtype=float).reshape(p.shape)
+    v = np.array([t[1] for t in terms], dtype=float).reshape(p.shape)
+    return _out(c.tl0_seconds + m * c.tl1_seconds + v * c.tlw_seconds_per_weight)
+
+
+def allreduce_terms(p: int, n_weights: int, itemsize: int = 8, algorithm: str = "auto") -> tuple[int, float]:
+    """Messages and values one loop sends a streamed round: ``(m, v)`` of :func:`links_seconds`."""
+    used = allreduce.choose(algorithm, p, n_weights * itemsize)
+    return allreduce.messages(used, p), allreduce.sent_values(used, p, n_weights)
 
 
 def lag_seconds(p, compute, c: Constants):

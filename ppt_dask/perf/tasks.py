@@ -116,21 +116,16 @@ def streamed(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
     """Whether ``ppt.train(..., exchange=exchange)`` runs p workers' rounds streamed (one loop
     per worker, :mod:`ppt_dask.engine.stream`) rather than as a per-round graph, as
     :func:`ppt_dask.engine.rounds.choose_exchange` decides for the synchronous strategies:
-    "stream" always, "auto" unless the workers combine by recursive doubling (from
-    ``DOUBLING_FROM`` aligned workers on), the graphs never. Shape of ``p`` (bools).
+    "stream" and "auto" always, the graphs never. Shape of ``p`` (bools).
 
     >>> [bool(streamed(p, n_shards=max(p, 8))) for p in (1, 2, 4, 8, 16, 12)]
-    [True, True, True, False, False, True]
+    [True, True, True, True, True, True]
     """
-    p, k = check_int_array_at_least("p", p, 1), check_fan_in(fan_in)
+    p = check_int_array_at_least("p", p, 1)
+    check_fan_in(fan_in)
     if exchange not in ROUND_EXCHANGES:
         raise ValueError(f"exchange must be one of {ROUND_EXCHANGES}, got {exchange!r}")
-    if exchange != "auto":
-        out = np.full(p.shape, exchange == "stream")
-    else:
-        out = np.array([not _doubles(min(int(q), s), k, s)
-                        for q in p.ravel() for s in [int(q) if n_shards is None else int(n_shards)]],
-                       dtype=bool).reshape(p.shape)
+    out = np.full(p.shape, exchange in ("auto", "stream"))
     return out if out.ndim else bool(out)
 
 

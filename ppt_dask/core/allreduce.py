@@ -1,0 +1,112 @@
+"""The allreduce of the streamed rounds, as pure functions: which algorithm, and its pieces.
+
+Every loop of a synchronous round holds the values of its block's subtrees of the fixed
+shard tree (:mod:`ppt_dask.core.tree`) and needs the root's value, added in the tree's order,
+as an ``MPI_Allreduce`` gives every rank the sum. Two algorithms, as MPI's own (Thakur,
+Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH",
+IJHPCA 19(1), 2005, section 4.4; Patarasuk and Yuan, JPDC 69(2), 2009, for the bandwidth bound):
+
+* ``"direct"``: every loop sends its subtree values whole to every other loop and adds them
+  all. One message latency a round, but ``(p - 1) w`` values sent by each loop: the bytes
+  grow with the workers.
+* ``"scatter"``: a reduce-scatter, then an all-gather. The vector is cut into ``p`` parts
+  (:func:`bounds`); loop ``j`` owns part ``j``. Each loop sends part ``j`` of its subtree
+  values to loop ``j`` (:func:`scatter_parts`), each owner adds the ``p`` loops' parts of
+  its own part along the tree (:func:`ppt_dask.core.tree.evaluate_owned` on the slices) and
+  sends the reduced part to every other loop, and every loop joins the ``p`` reduced parts
+  (:func:`gather`). Two message latencies a round, ``2 (p - 1) / p · w`` values sent by each
+  loop (times the subtrees a loop holds: one where its block of shards is a subtree, as
+  with power-of-two worker and shard counts), at most twice the weights whatever ``p`` is.
+
+Addition is elementwise: each element of the total is the same additions in the same order
+whichever loop adds it and however the vector is cut, so both algorithms give bitwise the
+same total as :func:`ppt_dask.core.tree.reduce_serial`, on any number of workers.
+
+>>> import numpy as np
+>>> bounds(10, 3)
+[(0, 3), (3, 6), (6, 10)]
+>>> parts = [{(0, s): (np.arange(4.0) + s,)} for s in range(2)]  # two loops, one shard each
+>>> own = [tree_sum([scatter_parts(p, 2)[j] for p in parts], 2, 2) for j in range(2)]
+>>> gather(own, [(4,)])[0]
+array([1., 3., 5., 7.])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ppt_dask.core import tree
+
+ALGORITHMS = ("auto", "direct", "scatter")
+# "auto" sends whole partial sums while what a loop would send to all the others stays under
+# this many bytes: there the second message latency of "scatter" costs more than the bytes it
+# saves (graphs/exchange_floor.py's allreduce table, 2026-11-28).
+DIRECT_BYTES = 256 * 2**10
+
+
+def choose(algorithm: str, p: int, nbytes: int) -> str:
+    """The algorithm of a round of ``p`` loops whose partial sums take ``nbytes`` bytes.
+
+    At ``p <= 2`` both send the same bytes and "direct" one latency less; beyond, "direct"
+    while ``(p - 1) * nbytes`` stays under :data:`DIRECT_BYTES`."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"allreduce algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if algorithm != "auto":
+        return algorithm
+    return "direct" if p <= 2 or (p - 1) * nbytes <= DIRECT_BYTES else "scatter"
+
+
+def messages(algorithm: str, p: int) -> int:
+    """Messages one loop sends a round: ``p - 1`` direct, ``2 (p - 1)`` by reduce-scatter and
+    all-gather."""
+    return 0 if p <= 1 else (p - 1) * (1 if algorithm == "direct" else 2)
+
+
+def sent_values(algorithm: str, p: int, n_values: int, subtrees: int = 1) -> float:
+    """Values one loop sends a round: ``(p - 1) w`` direct, ``2 (p - 1) / p · w`` per subtree
+    it holds by reduce-scatter and all-gather (``w = n_values``)."""
+    if p <= 1:
+        return 0.0
+    if algorithm == "direct":
+        return float((p - 1) * n_values * subtrees)
+    return (p - 1) / p * n_values * (subtrees + 1)
+
+
+def bounds(n: int, p: int) -> list[tuple[int, int]]:
+    """The ``p`` parts ``[start, stop)`` of ``n`` elements; sizes differ by at most one."""
+    edges = [(j * n) // p for j in range(p + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _flat(a) -> np.ndarray:
+    a = np.asarray(a)
+    return a.reshape(-1)  # a view for the contiguous arrays of a partial
+
+
+def scatter_parts(partial: dict, p: int) -> list[dict]:
+    """A loop's subtree values cut for the ``p`` owners: element ``j`` maps each subtree to
+    the tuple of its arrays' part ``j`` (views, no copy)."""
+    out: list[dict] = [{} for _ in range(p)]
+    for node, value in partial.items():
+        flats = [_flat(a) for a in value]
+        cuts = [bounds(f.size, p) for f in flats]
+        for j in range(p):
+            out[j][node] = tuple(f[c[j][0]:c[j][1]] for f, c in zip(flats, cuts))
+    return out
+
+
+def tree_sum(parts: list[dict], fan_in: int, n_shards: int) -> tuple:
+    """The root's value from every loop's subtree values (whole, or one owner's parts of
+    them), added along the fixed shard tree."""
+    return tree.evaluate_owned(tree.merged(parts), fan_in, n_shards)
+
+
+def shapes_of(partial: dict) -> list[tuple]:
+    """The shapes of the arrays of a partial (every subtree's are the same)."""
+    value = next(iter(partial.values()))
+    return [np.shape(a) for a in value]
+
+
+def gather(owned: list[tuple], shapes: list[tuple]) -> tuple:
+    """The total from the ``p`` owners' reduced parts (in owner order), arrays of ``shapes``."""
+    return tuple(np.concatenate([part[i] for part in owned]).reshape(shape) for i, shape in enumerate(shapes))

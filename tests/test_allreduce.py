@@ -1,0 +1,123 @@
+"""The streamed rounds' allreduce: its pure pieces against the serial tree, then the
+interface over real links between threads (ppt_dask/core/allreduce.py,
+ppt_dask/engine/allreduce.py). Runs on the cluster: tests/test_engine.py and tests/test_scaling.py."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppt_dask.core import allreduce, tree
+from ppt_dask.engine.allreduce import Allreduce
+from ppt_dask.engine.links import Links
+
+
+def _partials(n_shards: int, p: int, fan_in: int, size: int, seed: int) -> tuple[list, list]:
+    """Every shard's partial (a vector and a stats triple) and each of p loops' subtree values."""
+    rng = np.random.default_rng(seed)
+    leaves = [(rng.standard_normal(size).astype(np.float32), rng.standard_normal(3)) for _ in range(n_shards)]
+    loops = []
+    for a, b in tree.split_shards(n_shards, p):
+        nodes = tree.decompose(a, b, fan_in, n_shards)
+        loops.append({n: tree.evaluate(n, leaves.__getitem__, fan_in, n_shards) for n in nodes})
+    return leaves, loops
+
+
+@settings(deadline=None, max_examples=60)
+@given(p=st.integers(1, 9), extra=st.integers(0, 9), fan_in=st.integers(2, 4), size=st.integers(1, 300),
+       seed=st.integers(0, 2**16))
+def test_reduce_scatter_and_all_gather_give_the_serial_trees_bits(p, extra, fan_in, size, seed):
+    n_shards = p + extra
+    leaves, loops = _partials(n_shards, p, fan_in, size, seed)
+    expected = tree.reduce_serial(leaves, fan_in)
+    owned = [allreduce.tree_sum([allreduce.scatter_parts(loop, p)[j] for loop in loops], fan_in, n_shards)
+             for j in range(p)]
+    total = allreduce.gather(owned, allreduce.shapes_of(loops[0]))
+    assert all(t.tobytes() == e.tobytes() for t, e in zip(total, expected))
+    direct = allreduce.tree_sum(loops, fan_in, n_shards)
+    assert all(t.tobytes() == e.tobytes() for t, e in zip(direct, expected))
+
+
+def test_the_choice_and_the_bound_on_what_a_loop_sends():
+    assert allreduce.choose("auto", 2, 10**6) == "direct"  # the same bytes, one latency less
+    assert allreduce.choose("auto", 8, 1000) == "direct"  # 7 kB: latency-bound
+    assert allreduce.choose("auto", 8, 220_200) == "scatter"  # MNIST's 784-64-64-10 in float32
+    assert allreduce.choose("scatter", 2, 8) == "scatter"  # asked for: taken
+    with pytest.raises(ValueError, match="allreduce algorithm must be one of .* got 'ring'"):
+        allreduce.choose("ring", 4, 8)
+    for p in (2, 3, 4, 8, 12, 16, 64):
+        assert allreduce.sent_values("scatter", p, 1000) < 2 * 1000  # under twice the weights at any p
+        assert allreduce.sent_values("direct", p, 1000) == (p - 1) * 1000
+        assert allreduce.messages("scatter", p) == 2 * allreduce.messages("direct", p) == 2 * (p - 1)
+    assert allreduce.bounds(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+
+
+def _linked(p: int) -> list:
+    links = [Links(i, "tcp://127.0.0.1:1") for i in range(p)]
+    failed: list = []
+
+    def connect(i):
+        try:
+            links[i].connect({j: links[j].address for j in range(p) if j != i}, timeout=20)
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=connect, args=(i,)) for i in range(p)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not failed and not any(t.is_alive() for t in threads), failed
+    return links
+
+
+@pytest.mark.parametrize("p, algorithm", [(2, "direct"), (3, "scatter"), (4, "scatter"), (8, "scatter"),
+                                          (8, "direct")])
+def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, algorithm):
+    """p loops (threads) allreduce three rounds each, two rounds in flight as local SGD has
+    them: every loop's total is bitwise the serial tree's; by reduce-scatter each loop sends
+    at most 2 (p - 1) / p of the partial sums' bytes and its messages' framing."""
+    n_shards, size, rounds = 16, 5000, 3
+    links = _linked(p)
+    results: dict = {}
+    errors: list = []
+
+    def loop(i):
+        try:
+            exchange = Allreduce(links[i], i, p, 2, n_shards, algorithm, wait=30)
+            sent = {r: exchange.start(r, _partials(n_shards, p, 2, size, seed=r)[1][i]) for r in (0, 1)}
+            for r in range(rounds):
+                phases: dict = {}
+                total, more = exchange.finish(r, phases)
+                if r + 2 < rounds:
+                    sent[r + 2] = exchange.start(r + 2, _partials(n_shards, p, 2, size, seed=r + 2)[1][i])
+                results[i, r] = total, sent[r] + more, phases
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(p)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        for links_i in links:
+            links_i.close()
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    payload = size * 4 + 3 * 8
+    for r in range(rounds):
+        expected = tree.reduce_serial(_partials(n_shards, p, 2, size, seed=r)[0], 2)
+        for i in range(p):
+            total, sent, phases = results[i, r]
+            assert all(t.tobytes() == e.tobytes() for t, e in zip(total, expected)), (i, r)
+            assert set(phases) <= {"idle", "reduce", "transfer"}
+            framing = 512 * allreduce.messages(algorithm, p)
+            subtrees = len(_partials(n_shards, p, 2, 1, 0)[1][i])  # unaligned blocks (p = 3) hold several
+            assert sent <= allreduce.sent_values(algorithm, p, payload, subtrees) + subtrees * framing
+            if algorithm == "scatter" and subtrees == 1:
+                assert sent <= 2 * (p - 1) / p * payload + framing < 2.2 * payload
