@@ -25,6 +25,12 @@ import _common as c
 PRESET_TARGET = 0.97  # the mnist preset's --target-error 0.03
 
 
+def _sent(s: dict):
+    """What one worker sent a round (median), in the weights' bytes; None where not recorded."""
+    sent, weights = s.get("transfer_bytes_per_round"), s.get("weights_bytes")
+    return sent / s["workers"] / weights if sent is not None and weights else None
+
+
 def main():
     spec, out = c.load_spec()
     summary_path = Path(out).with_suffix(".cli.json")
@@ -41,7 +47,8 @@ def main():
            "stopped_because": s.get("stopped_because"), "test_accuracy": s["test_accuracy"],
            "rounds": s["rounds"], "command": " ".join(["ppt-dask", *args]),
            "breakdown": {"percent_not_gradient": s.get("percent_not_gradient"),
-                         "median_round_ms": 1e3 * s["median_round_seconds"]},
+                         "median_round_ms": 1e3 * s["median_round_seconds"],
+                         "bytes_a_worker_per_weights": _sent(s)},
            "phases": s.get("phases"), "settings": {k: s.get(k) for k in ("strategy", "lr", "momentum", "block")},
            "history": [], "t_ready": time.time() - s["wall_seconds"]}
     c.write_result(out, spec, run, None, [], processes=spec["p"])

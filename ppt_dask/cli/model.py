@@ -102,7 +102,7 @@ def add_model_parser(subparsers) -> None:
         q.add_argument("--fan-in", type=_positive, default=None)
         q.add_argument("--exchange", choices=ROUND_EXCHANGES, default="auto",
                        help="the rounds to predict, as ppt-dask train --exchange (default auto: streamed "
-                            "below 8 workers, as train runs them)")
+                            "at any number of workers, as train runs them)")
         q.add_argument("--cores", type=_cores, default=_CALIBRATED,
                        help="cores the workers share in all (hosts x cores each; default: the calibrated "
                             "machine's; 'none': a core per worker, a cluster to book)")

@@ -149,9 +149,10 @@ def _network_flags(t) -> None:
     t.add_argument("--dtype", choices=["float64", "float32"], default=None,
                    help="default: the data set's preset (mnist: float32; the others float64)")
     t.add_argument("--exchange", choices=["auto", "all", "doubling", "tree", "stream"], default="auto",
-                   help="the round graph: all (one hop, the default), doubling (log2 p hops), "
-                        "tree (the papers' reduce tasks, three hops); local: stream (one long "
-                        "task per worker, its default) or all")
+                   help="how a round's sums meet: auto (the default) and stream run one long task "
+                        "per worker whose sums go worker to worker (an allreduce, no scheduler hop); "
+                        "the per-round graphs: all (one scheduler hop), doubling (log2 p hops), "
+                        "tree (the papers' reduce tasks, three hops); local: stream or all")
     t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=_int_at_least(0), default=0)
