@@ -4,7 +4,8 @@ Seed 001, section V-B: the constants are measured "by running it on a single pro
 the clusters for a few iterations and by running a small test program" for the
 communication; then real runs over block and cluster sizes are compared with the model
 (Table VI: mean errors of about 5%). Here: calibrate (ppt_dask.perf.calibrate), run
-``ppt.train`` with ``Sync(block=b)`` and its default exchange (streamed rounds) for a few dozen rounds at each block size and p in {1, 2} workers (and, marked
+``ppt.train`` with ``Sync(block=b)`` and its default exchange (streamed rounds) for a few
+dozen rounds at each block size and p in {1, 2} workers (and, marked
 oversubscribed, 4 workers on the 2 cores), take the median seconds per round after a
 warm-up (the loops' own timing, ``result.breakdown()``), and compare with
 ``perfmodel.round_parts`` for the same exchange and the machine's cores. The serial program
