@@ -43,17 +43,28 @@ def test_reduce_scatter_and_all_gather_give_the_serial_trees_bits(p, extra, fan_
 
 
 def test_the_choice_and_the_bound_on_what_a_loop_sends():
-    assert allreduce.choose("auto", 2, 10**6) == "direct"  # the same bytes, one latency less
+    assert allreduce.choose("auto", 2, 10**6) == "direct"  # the same bytes, fewer messages
     assert allreduce.choose("auto", 8, 1000) == "direct"  # 7 kB: latency-bound
-    assert allreduce.choose("auto", 8, 220_200) == "scatter"  # MNIST's 784-64-64-10 in float32
+    assert allreduce.choose("auto", 8, 220_200) == "halving"  # MNIST's 784-64-64-10 in float32
+    assert allreduce.choose("auto", 8, 220_200, halves=False) == "scatter"  # unaligned blocks
     assert allreduce.choose("scatter", 2, 8) == "scatter"  # asked for: taken
     with pytest.raises(ValueError, match="allreduce algorithm must be one of .* got 'ring'"):
         allreduce.choose("ring", 4, 8)
+    with pytest.raises(ValueError, match="'halving' needs a power-of-two number of workers"):
+        allreduce.choose("halving", 6, 10**6, halves=False)
     for p in (2, 3, 4, 8, 12, 16, 64):
-        assert allreduce.sent_values("scatter", p, 1000) < 2 * 1000  # under twice the weights at any p
+        for algorithm in ("scatter", "halving"):
+            assert allreduce.sent_values(algorithm, p, 1000) < 2 * 1000  # under twice the weights at any p
         assert allreduce.sent_values("direct", p, 1000) == (p - 1) * 1000
         assert allreduce.messages("scatter", p) == 2 * allreduce.messages("direct", p) == 2 * (p - 1)
+    assert [allreduce.messages("halving", p) for p in (2, 4, 8, 16)] == [2, 4, 6, 8]
     assert allreduce.bounds(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    # the halving adds as the tree only where the loops' subtrees are the perfect tree's leaves
+    blocks = lambda p, s, k=2: [tree.decompose(a, b, k, s) for a, b in tree.split_shards(s, p)]  # noqa: E731
+    assert allreduce.can_halve(8, blocks(8, 16), 2) and allreduce.can_halve(4, blocks(4, 4), 2)
+    assert not allreduce.can_halve(4, blocks(4, 12), 2)  # blocks of 3 shards: not subtrees
+    assert not allreduce.can_halve(3, blocks(3, 3), 2) and not allreduce.can_halve(4, blocks(4, 16, 4), 4)
+    assert allreduce.halving_steps(8, 5) == [(4, False), (7, True), (1, False)]
 
 
 def _linked(p: int) -> list:
@@ -76,7 +87,7 @@ def _linked(p: int) -> list:
 
 
 @pytest.mark.parametrize("p, algorithm", [(2, "direct"), (3, "scatter"), (4, "scatter"), (8, "scatter"),
-                                          (8, "direct")])
+                                          (8, "direct"), (2, "halving"), (4, "halving"), (8, "halving")])
 def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, algorithm):
     """p loops (threads) allreduce three rounds each, two rounds in flight as local SGD has
     them: every loop's total is bitwise the serial tree's; by reduce-scatter each loop sends
@@ -119,5 +130,5 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
             framing = 512 * allreduce.messages(algorithm, p)
             subtrees = len(_partials(n_shards, p, 2, 1, 0)[1][i])  # unaligned blocks (p = 3) hold several
             assert sent <= allreduce.sent_values(algorithm, p, payload, subtrees) + subtrees * framing
-            if algorithm == "scatter" and subtrees == 1:
+            if algorithm != "direct" and subtrees == 1:
                 assert sent <= 2 * (p - 1) / p * payload + framing < 2.2 * payload

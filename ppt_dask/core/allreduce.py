@@ -9,6 +9,15 @@ IJHPCA 19(1), 2005, section 4.4; Patarasuk and Yuan, JPDC 69(2), 2009, for the b
 * ``"direct"``: every loop sends its subtree values whole to every other loop and adds them
   all. One message latency a round, but ``(p - 1) w`` values sent by each loop: the bytes
   grow with the workers.
+* ``"halving"``: the same two halves by recursive halving, then recursive doubling
+  (Rabenseifner's algorithm, MPICH's for long vectors): ``log2 p`` steps each way, each a
+  message to one partner (slots ``s`` and ``s ^ d`` for ``d = 1, 2, 4, ...``): loop ``s``
+  keeps one half of what it holds, sends the other half to its partner and adds the
+  partner's half of its own; then the halves travel back, doubling. ``2 log2 p`` messages a
+  loop where the reduce-scatter sends ``2 (p - 1)``, the same bytes. It adds as the fixed
+  shard tree does only where that tree's top is the perfect binary tree over the loops:
+  ``p`` a power of two, fan-in 2, and loop ``s`` holding the one subtree ``(level, s)``
+  (:func:`can_halve`: ``n_shards = p 2^level`` shards in equal blocks).
 * ``"scatter"``: a reduce-scatter, then an all-gather. The vector is cut into ``p`` parts
   (:func:`bounds`); loop ``j`` owns part ``j``. Each loop sends part ``j`` of its subtree
   values to loop ``j`` (:func:`scatter_parts`), each owner adds the ``p`` loops' parts of
@@ -37,29 +46,70 @@ import numpy as np
 
 from ppt_dask.core import tree
 
-ALGORITHMS = ("auto", "direct", "scatter")
+ALGORITHMS = ("auto", "direct", "halving", "scatter")
 # "auto" sends whole partial sums while what a loop would send to all the others stays under
-# this many bytes: there the second message latency of "scatter" costs more than the bytes it
-# saves (graphs/exchange_floor.py's allreduce table, 2026-11-28).
+# this many bytes: there the further message latencies of the others cost more than the bytes
+# they save (graphs/allreduce_floor.py).
 DIRECT_BYTES = 256 * 2**10
 
 
-def choose(algorithm: str, p: int, nbytes: int) -> str:
-    """The algorithm of a round of ``p`` loops whose partial sums take ``nbytes`` bytes.
+def choose(algorithm: str, p: int, nbytes: int, halves: bool = True) -> str:
+    """The algorithm of a round of ``p`` loops whose partial sums take ``nbytes`` bytes;
+    ``halves``: whether the layout allows "halving" (:func:`can_halve`).
 
-    At ``p <= 2`` both send the same bytes and "direct" one latency less; beyond, "direct"
-    while ``(p - 1) * nbytes`` stays under :data:`DIRECT_BYTES`."""
+    At ``p <= 2`` every algorithm sends the same bytes and "direct" the fewest messages;
+    beyond, "direct" while ``(p - 1) * nbytes`` stays under :data:`DIRECT_BYTES`, then
+    "halving" where the layout allows it (``2 log2 p`` messages a loop), else "scatter"."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if algorithm == "halving" and not halves:
+        raise ValueError("allreduce 'halving' needs a power-of-two number of workers, fan_in 2 and "
+                         "equal blocks of shards (n_shards = workers x a power of two)")
     if algorithm != "auto":
         return algorithm
-    return "direct" if p <= 2 or (p - 1) * nbytes <= DIRECT_BYTES else "scatter"
+    if p <= 2 or (p - 1) * nbytes <= DIRECT_BYTES:
+        return "direct"
+    return "halving" if halves else "scatter"
+
+
+def can_halve(p: int, blocks: list, fan_in: int) -> bool:
+    """Whether recursive halving adds as the fixed shard tree: ``blocks`` gives each loop's
+    subtrees in slot order; ``p`` a power of two, fan-in 2, loop ``s`` holding ``(level, s)``."""
+    if fan_in != 2 or p < 2 or p & (p - 1) or any(len(nodes) != 1 for nodes in blocks):
+        return False
+    level = blocks[0][0][0]
+    return all(tuple(nodes[0]) == (level, s) for s, nodes in enumerate(blocks))
+
+
+def halving_steps(p: int, slot: int) -> list[tuple[int, bool]]:
+    """Loop ``slot``'s steps of recursive halving: ``(partner, keeps the lower half)`` at
+    distances 1, 2, 4, ...: after step ``k`` it holds node ``(level + k + 1, slot >> k + 1)``
+    of the tree on its part of the vector (the doubling runs them backwards)."""
+    steps, d = [], 1
+    while d < p:
+        steps.append((slot ^ d, not slot & d))
+        d *= 2
+    return steps
+
+
+def halve(ranges: list[tuple[int, int]], lower: bool) -> tuple[list, list]:
+    """Each array's range ``[lo, hi)`` cut in two: (the half kept, the half sent)."""
+    keep, send = [], []
+    for lo, hi in ranges:
+        mid = lo + (hi - lo) // 2
+        keep.append((lo, mid) if lower else (mid, hi))
+        send.append((mid, hi) if lower else (lo, mid))
+    return keep, send
 
 
 def messages(algorithm: str, p: int) -> int:
     """Messages one loop sends a round: ``p - 1`` direct, ``2 (p - 1)`` by reduce-scatter and
-    all-gather."""
-    return 0 if p <= 1 else (p - 1) * (1 if algorithm == "direct" else 2)
+    all-gather, ``2 log2 p`` by recursive halving and doubling."""
+    if p <= 1:
+        return 0
+    if algorithm == "halving":
+        return 2 * (p - 1).bit_length()
+    return (p - 1) * (1 if algorithm == "direct" else 2)
 
 
 def sent_values(algorithm: str, p: int, n_values: int, subtrees: int = 1) -> float:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ppt_dask.core import allreduce
 
 
@@ -32,8 +34,9 @@ class Allreduce:
         This loop's worker slot and the number of loops (slots ``0 .. n_loops - 1``).
     fan_in, n_shards : int
         The fixed shard tree.
-    algorithm : {"auto", "direct", "scatter"}
-        See :func:`ppt_dask.core.allreduce.choose`.
+    algorithm : {"auto", "direct", "halving", "scatter"}
+        See :func:`ppt_dask.core.allreduce.choose` ("auto" here: as if the layout allowed
+        "halving"; the head resolves it with the layout, :func:`ppt_dask.engine.rounds.choose_allreduce`).
     wait : float
         The longest it waits for the other loops' messages of one phase, in seconds.
     stopped : callable
@@ -63,6 +66,12 @@ class Allreduce:
         if self.algorithm == "direct":
             self._own[r] = partial
             return self.links.send((("whole", r), partial))
+        if self.algorithm == "halving":
+            (value,) = partial.values()  # one subtree a loop (allreduce.can_halve)
+            flats = [np.asarray(a).reshape(-1) for a in value]
+            held = (flats, [(0, f.size) for f in flats])
+            self._own[r] = held
+            return self._halve_send(r, 0, *held)
         parts = allreduce.scatter_parts(partial, self.p)
         self._own[r] = parts[self.slot]
         return self.links.send_each({j: parts[j] for j in self.links.outgoing}, ("scatter", r))
@@ -83,6 +92,8 @@ class Allreduce:
             total = allreduce.tree_sum([own, *parts], self.fan_in, self.n_shards)
             _add(phases, "reduce", time.perf_counter() - t0)
             return total, 0
+        if self.algorithm == "halving":
+            return self._halving(r, *own, phases)
         parts = self._take(("scatter", r), phases)
         t0 = time.perf_counter()
         mine = allreduce.tree_sum([own, *parts], self.fan_in, self.n_shards)
@@ -98,12 +109,51 @@ class Allreduce:
         _add(phases, "transfer", t2 - t1)
         return total, sent
 
-    def _take(self, tag, phases: dict) -> list:
-        """Every other loop's payload tagged ``tag``, in slot order (the wait is ``idle``)."""
+    def _take(self, tag, phases: dict, slots=None) -> list:
+        """Every other loop's payload tagged ``tag`` (or those of ``slots``), in slot order
+        (the wait is ``idle``)."""
         t0 = time.perf_counter()
-        payloads = self.links.receive(self.wait, self.stopped, tag=tag)
+        payloads = self.links.receive(self.wait, self.stopped, tag=tag, slots=slots)
         _add(phases, "idle", time.perf_counter() - t0)
         return payloads
+
+    def _halve_send(self, r: int, k: int, held: list, ranges: list) -> int:
+        """Step ``k`` of the halving: the half this loop gives away of what it holds (``held``:
+        arrays covering ``ranges`` of the whole vectors), to its partner."""
+        partner, lower = allreduce.halving_steps(self.p, self.slot)[k]
+        _keep, give = allreduce.halve(ranges, lower)
+        part = tuple(a[g0 - r0:g1 - r0] for a, (r0, _), (g0, g1) in zip(held, ranges, give))
+        return self.links.send_each({partner: part}, ("half", r, k))
+
+    def _halving(self, r: int, held: list, ranges: list, phases: dict) -> tuple[tuple, int]:
+        """Recursive halving (step 0 was sent by :meth:`start`), then recursive doubling: each
+        step adds the partner's half as the tree adds two siblings (left + right)."""
+        steps, sent, before = allreduce.halving_steps(self.p, self.slot), 0, []
+        for k, (partner, lower) in enumerate(steps):
+            t0 = time.perf_counter()
+            if k:
+                sent += self._halve_send(r, k, held, ranges)
+            t1 = time.perf_counter()
+            (theirs,) = self._take(("half", r, k), phases, [partner])
+            t2 = time.perf_counter()
+            keep, _give = allreduce.halve(ranges, lower)
+            mine = [a[k0 - r0:k1 - r0] for a, (r0, _), (k0, k1) in zip(held, ranges, keep)]
+            before.append(ranges)
+            held, ranges = [m + t if lower else t + m for m, t in zip(mine, theirs)], keep
+            _add(phases, "transfer", t1 - t0)
+            _add(phases, "reduce", time.perf_counter() - t2)
+        for k in reversed(range(len(steps))):
+            partner, lower = steps[k]
+            t0 = time.perf_counter()
+            sent += self.links.send_each({partner: tuple(held)}, ("double", r, k))
+            t1 = time.perf_counter()
+            (theirs,) = self._take(("double", r, k), phases, [partner])
+            t2 = time.perf_counter()
+            held = [np.concatenate((m, t) if lower else (t, m)) for m, t in zip(held, theirs)]
+            ranges = before[k]
+            _add(phases, "transfer", t1 - t0)
+            _add(phases, "reduce", time.perf_counter() - t2)
+        return tuple(a.reshape(shape) for a, shape in zip(held, self._shapes)), sent
 
 
 def _add(phases: dict, name: str, seconds: float) -> None:

@@ -26,6 +26,7 @@ that send each other large messages at once never wait on each other; :meth:`Lin
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import selectors
 import socket
@@ -40,6 +41,11 @@ from distributed.comm import get_address_host
 CONNECT_SECONDS = 30.0  # the longest a loop waits for the others to connect
 POLL_SECONDS = 0.1  # how often a waiting loop looks whether the head stopped the run
 CHUNK = 1 << 20  # bytes read from a socket at a time
+# Frames under this many bytes are joined before they are written, and up to GATHER frames go
+# in one sendmsg: a message of 4 frames took 4 send calls, 70 of its 77 microseconds of CPU
+# between two processes here (2026-11-28, a round trip of 16 floats), where the copies cost less
+JOIN_BYTES = 64 * 2**10
+GATHER = 64
 _COUNT = struct.Struct("!Q")
 _SLOT = struct.Struct("!q")
 
@@ -64,12 +70,28 @@ def _split(address: str) -> tuple[str, int]:
 
 def frames_of(message) -> list:
     """``message`` as the bytes that go on a socket: a header (the number of frames and their
-    lengths), the pickle, the out-of-band buffers of its arrays."""
+    lengths), the pickle, the out-of-band buffers of its arrays. Neighbouring frames under
+    ``JOIN_BYTES`` go joined (a copy of a few kB costs less than a system call each: the
+    header, the pickle and a stats vector are one write, not three); the reader splits them
+    by the header's lengths all the same."""
     buffers: list = []
     body = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
     frames = [memoryview(body)] + [b.raw() for b in buffers]
     header = struct.pack(f"!{len(frames) + 1}Q", len(frames), *(f.nbytes for f in frames))
-    return [memoryview(header), *frames]
+    out, run = [], []
+    for frame in [memoryview(header), *frames]:
+        if frame.nbytes < JOIN_BYTES:
+            run.append(frame)
+            continue
+        if run:
+            out.append(_joined(run))
+            run = []
+        out.append(frame)
+    return [*out, _joined(run)] if run else out
+
+
+def _joined(frames: list) -> memoryview:
+    return frames[0] if len(frames) == 1 else memoryview(b"".join(frames))
 
 
 def message_of(buffer: bytearray):
@@ -105,21 +127,32 @@ class _Out:
         self.messages += 1
 
     def write(self, sock) -> bool:
-        """Write what the socket takes now; True once everything queued is written."""
+        """Write what the socket takes now; True once everything queued is written. Up to
+        ``GATHER`` frames go in one system call (``sendmsg``; TLS sockets have none: one each)."""
+        gather = not isinstance(sock, ssl.SSLSocket)
         while self.frames:
-            frame = self.frames[0]
-            if frame is None:
+            if self.frames[0] is None:
                 self.frames.popleft()
                 self.messages -= 1
                 continue
+            batch = list(itertools.islice((f for f in self.frames if f is not None), GATHER if gather else 1))
             try:
-                n = sock.send(frame)
+                n = sock.sendmsg(batch) if len(batch) > 1 else sock.send(batch[0])
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 return False
-            if n < frame.nbytes:
-                self.frames[0] = frame[n:]
+            whole = n == sum(f.nbytes for f in batch)
+            while n:
+                frame = self.frames[0]
+                if frame is None:
+                    self.frames.popleft()
+                    self.messages -= 1
+                elif n >= frame.nbytes:
+                    n -= frame.nbytes
+                    self.frames.popleft()
+                else:
+                    self.frames[0], n = frame[n:], 0
+            if not whole:
                 return False
-            self.frames.popleft()
         return True
 
 
@@ -246,16 +279,17 @@ class Links:
         """Messages queued for ``slot`` and not yet wholly written."""
         return self._out[slot].messages
 
-    def receive(self, timeout: float, stopped=lambda: False, tag=None) -> list:
+    def receive(self, timeout: float, stopped=lambda: False, tag=None, slots=None) -> list:
         """The next message of every other loop (in slot order), once this loop's own writes
         have ended too, waiting at most ``timeout`` seconds; raises ``stopped()``'s error (when
         it gives one) if the run stops meanwhile, :class:`LinkLost` if a link breaks.
 
-        With ``tag``, the messages are ``(tag, payload)`` pairs (see :meth:`send`'s ``tag``):
-        the payload tagged ``tag`` of every other loop, whatever came before it on the link
-        (kept for a later call with its own tag)."""
+        With ``tag``, the messages are ``(tag, payload)`` pairs (see :meth:`send_each`): the
+        payload tagged ``tag`` of every other loop (or of those in ``slots``), whatever came
+        before it on the link (kept for a later call with its own tag)."""
         if not self.incoming:
             return []
+        waited = sorted(self.incoming if slots is None else slots)
         deadline = time.monotonic() + timeout
         next_look = time.monotonic() + POLL_SECONDS
         while True:
@@ -263,11 +297,11 @@ class Links:
             if tag is not None:
                 self._file()
             have = (lambda s: bool(self._inbox[s])) if tag is None else (lambda s: (s, tag) in self._stash)
-            if all(have(s) for s in self.incoming) and not any(o.frames for o in self._out.values()):
+            if all(have(s) for s in waited) and not any(o.frames for o in self._out.values()):
                 if tag is None:
-                    return [self._inbox[s].popleft() for s in sorted(self.incoming)]
-                return [self._stash.pop((s, tag)) for s in sorted(self.incoming)]
-            gone = [s for s in self.ended if not have(s) and not self._inbox[s]]
+                    return [self._inbox[s].popleft() for s in waited]
+                return [self._stash.pop((s, tag)) for s in waited]
+            gone = [s for s in self.ended if s in waited and not have(s) and not self._inbox[s]]
             if gone:
                 stopped()  # a peer that ended because the run stopped: this loop stops too
                 raise LinkLost(f"worker slot {self.slot}: slot {gone[0]} closed its link before its next message")

@@ -55,7 +55,8 @@ def choose_allreduce(exchange: str, algorithm: str, plan: graph.Plan, strategy, 
         return None
     own = getattr(strategy, "partial_bytes", None)  # a strategy whose sums are not the weights' size
     nbytes = own(net) if own is not None else int(net.n_params) * np.dtype(net.dtype).itemsize
-    return allreduce.choose(algorithm, len(plan.blocks), nbytes)
+    halves = allreduce.can_halve(len(plan.blocks), [nodes for *_, nodes in plan.blocks], plan.fan_in)
+    return allreduce.choose(algorithm, len(plan.blocks), nbytes, halves)
 
 
 def choose_graph(plan: graph.Plan) -> str:
