@@ -6,8 +6,10 @@ along the fixed shard tree; a local-SGD loop needs it too, two rounds later. Bot
 :meth:`Allreduce.finish` when they need the total (the waits, the adds, and for the
 reduce-scatter its all-gather), as Horovod's collective ops are one call whatever runs below.
 The algorithm (:mod:`ppt_dask.core.allreduce`: whole partial sums to every loop, or a
-reduce-scatter then an all-gather whose bytes per loop stay under twice the weights) is
-chosen once, on the first round's size; both give bitwise the same total as the serial tree.
+reduce-scatter then an all-gather whose bytes per loop stay under twice the weights, by
+recursive halving and doubling or pairwise) is chosen by the head for the run's layout
+(:func:`ppt_dask.engine.rounds.choose_allreduce`); all give bitwise the same total as the
+serial tree.
 
 The messages are tagged with their phase and round (:meth:`ppt_dask.engine.links.Links.receive`
 with ``tag``), so a local-SGD loop may take round ``r - 2``'s reduce-scatter after it has sent

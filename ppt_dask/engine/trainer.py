@@ -156,12 +156,14 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         (:class:`ppt_dask.LocalSGD`), "all" is one task per worker per round whose exchange
         overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`). The
         asynchronous strategy runs on streamed loops only (:mod:`ppt_dask.engine.streamasync`).
-    allreduce : {"auto", "direct", "scatter"}
+    allreduce : {"auto", "direct", "halving", "scatter"}
         The streamed rounds' allreduce (:mod:`ppt_dask.core.allreduce`): "direct" sends each
         worker's partial sums whole to every other worker (one message latency, ``(p - 1) w``
-        values sent by each), "scatter" a reduce-scatter then an all-gather (two latencies, at
-        most ``2 w`` values each, whatever ``p``); "auto" takes "direct" at 2 workers and for
-        small networks, "scatter" beyond. The same bits either way. Streamed synchronous and
+        values sent by each); "halving" and "scatter" a reduce-scatter then an all-gather (at
+        most ``2 w`` values each, whatever ``p``), by recursive halving and doubling
+        (``2 log2 p`` messages; a power-of-two number of workers holding equal blocks of
+        shards, fan-in 2) or pairwise (``2 (p - 1)``); "auto" takes "direct" at 2 workers and
+        for small networks, "halving" where it applies beyond, else "scatter". The same bits either way. Streamed synchronous and
         local strategies only (the asynchronous loops send each gradient to every replica).
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
