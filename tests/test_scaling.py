@@ -126,5 +126,7 @@ def test_the_algorithm_is_refused_where_it_does_not_apply(client8):
             ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=1), allreduce="ring")
         with pytest.raises(ValueError, match="allreduce 'direct' applies to the synchronous and local strategies"):
             ppt.train(NET, shards, ppt.Async(lr=0.1), ppt.Stop(max_epochs=1), allreduce="direct")
+        with pytest.raises(ValueError, match="'halving' needs a power-of-two number of workers"):
+            ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=1), fan_in=4, allreduce="halving")
     finally:
         ppt.exit_data(shards)
