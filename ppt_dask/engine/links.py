@@ -189,6 +189,7 @@ class Links:
         self._in: dict = {}  # slot -> bytes read and not yet a whole message
         self._inbox: dict = {}  # slot -> whole messages read, not yet taken
         self._stash: dict = {}  # (slot, tag) -> a tagged message's payload read, not yet taken
+        self._chunk = memoryview(bytearray(CHUNK))  # what a read lands in before its link's buffer
         self._draining = False  # closing: what still arrives is read and dropped, never parsed
         self._selector = selectors.DefaultSelector()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -292,8 +293,9 @@ class Links:
         waited = sorted(self.incoming if slots is None else slots)
         deadline = time.monotonic() + timeout
         next_look = time.monotonic() + POLL_SECONDS
+        readable = self._wait(0.0)  # the sockets with bytes to read (one call, not one read each)
         while True:
-            self._pump(strict=True)
+            self._pump(strict=True, readable=readable)
             if tag is not None:
                 self._file()
             have = (lambda s: bool(self._inbox[s])) if tag is None else (lambda s: (s, tag) in self._stash)
@@ -312,7 +314,7 @@ class Links:
             if now > deadline:
                 raise TimeoutError(f"worker slot {self.slot}: the other loops' messages did not "
                                    f"arrive within {timeout} s")
-            self._wait(min(next_look, deadline) - now)
+            readable = self._wait(min(next_look, deadline) - now)
 
     def _file(self) -> None:
         """Move the tagged messages read so far to the stash, by (slot, tag)."""
@@ -334,23 +336,29 @@ class Links:
             self._drop(slot)
         return arrived
 
-    def _wait(self, seconds: float) -> None:
-        """Block until a socket can be read (or one with writes queued written), or ``seconds``."""
+    def _wait(self, seconds: float):
+        """Block until a socket can be read (or one with writes queued written), or ``seconds``;
+        the slots whose sockets have bytes to read (None: look at every one, as TLS keeps
+        bytes of its own that the selector does not see)."""
         writing = [s for s, o in self._out.items() if o.frames and s not in self.lost]
         for slot in writing:
             self._selector.register(self.outgoing[slot], selectors.EVENT_WRITE, ("out", slot))
         try:
-            self._selector.select(max(seconds, 0.0))
+            events = self._selector.select(max(seconds, 0.0))
         finally:
             for slot in writing:
                 self._selector.unregister(self.outgoing[slot])
+        if self._server_tls is not None:
+            return None
+        return {key.data[1] for key, _mask in events if key.data[0] == "in"}
 
-    def _pump(self, *, strict: bool) -> None:
-        """Read what has arrived and write what the sockets take, without blocking."""
+    def _pump(self, *, strict: bool, readable=None) -> None:
+        """Read what has arrived (on the slots of ``readable``, or on every one) and write what
+        the sockets take, without blocking."""
         for slot in list(self.outgoing):
             if slot not in self.lost and self._out[slot].frames:
                 self._guard(slot, strict, self._write, slot)
-        for slot in list(self.incoming):
+        for slot in list(self.incoming) if readable is None else sorted(readable):
             if slot not in self.lost and slot not in self.ended:
                 self._guard(slot, strict, self._read, slot)
 
@@ -366,17 +374,17 @@ class Links:
         self._out[slot].write(self.outgoing[slot])
 
     def _read(self, slot: int) -> None:
-        sock, buffer = self.incoming[slot], self._in[slot]
+        sock, buffer, chunk = self.incoming[slot], self._in[slot], self._chunk
         while True:
             try:
-                data = sock.recv(CHUNK)
+                n = sock.recv_into(chunk)  # into one buffer of the links': no new bytes object a read
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
-            if not data:  # the peer closed its side: keep what came before
+            if not n:  # the peer closed its side: keep what came before
                 self.ended.add(slot)
                 _unregister(sock, self._selector)
                 break
-            buffer += data
+            buffer += chunk[:n]
         if self._draining:  # bytes from the middle of a message are not a header
             buffer.clear()
             return
