@@ -45,8 +45,8 @@ def test_reduce_scatter_and_all_gather_give_the_serial_trees_bits(p, extra, fan_
 def test_the_choice_and_the_bound_on_what_a_loop_sends():
     assert allreduce.choose("auto", 2, 10**6) == "direct"  # the same bytes, fewer messages
     assert allreduce.choose("auto", 8, 1000) == "direct"  # 7 kB: latency-bound
-    assert allreduce.choose("auto", 8, 220_200) == "halving"  # MNIST's 784-64-64-10 in float32
-    assert allreduce.choose("auto", 8, 220_200, halves=False) == "scatter"  # unaligned blocks
+    assert allreduce.choose("auto", 8, 220_200) == "scatter"  # MNIST's 784-64-64-10 in float32
+    assert allreduce.choose("halving", 8, 220_200) == "halving"  # asked for, where the layout allows
     assert allreduce.choose("scatter", 2, 8) == "scatter"  # asked for: taken
     with pytest.raises(ValueError, match="allreduce algorithm must be one of .* got 'ring'"):
         allreduce.choose("ring", 4, 8)

@@ -543,16 +543,15 @@ def test_hand_computed_streamed_round_beside_the_graph_and_oversubscribed():
     graph = 4 * 200 * 2e-5 + 0.1e-3 + (1e-8 * 1000 + 1e-4) + (2e-3 + 2 * 1e-4)
     assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, exchange="all") == pytest.approx(graph)
     # "auto" streams at every p, 8 and 12 workers too; from 3 loops on, 8-byte sums of 1000
-    # values over 256 KiB a loop go by reduce-scatter and all-gather, 2 (p - 1) / p w values in
-    # all (whole sums to every other loop would be (p - 1) w): by recursive halving and
-    # doubling at a power of two (2 log2 p messages), pairwise otherwise (2 (p - 1))
+    # values over 256 KiB a loop go by a pairwise reduce-scatter and all-gather: 2 (p - 1)
+    # messages of 2 (p - 1) / p w values in all (whole sums to every other loop would be (p - 1) w)
     for p in (8, 12, 16):
         assert pm.round_parts(p, 1600, 1000, c, n_shards=16)["streamed"]
     assert pm.links_seconds(3, 1000, c) == pytest.approx(0.05e-3 + 2 * (1e-3 + 1e-8 * 1000))  # 16 kB: direct
-    halving = 0.05e-3 + 2 * 3 * 1e-3 + 2 * 7 / 8 * 10**5 * 1e-8
-    assert pm.links_seconds(8, 10**5, c) == pytest.approx(halving)
-    pairwise = 0.05e-3 + 2 * 11 * 1e-3 + 2 * 11 / 12 * 10**5 * 1e-8
-    assert pm.links_seconds(12, 10**5, c) == pytest.approx(pairwise)
+    for p in (8, 12):
+        pairwise = 0.05e-3 + 2 * (p - 1) * 1e-3 + 2 * (p - 1) / p * 10**5 * 1e-8
+        assert pm.links_seconds(p, 10**5, c) == pytest.approx(pairwise)
+    assert pm.allreduce_terms(8, 10**5, algorithm="halving") == (6, pytest.approx(2 * 7 / 8 * 10**5))
     # 4 workers on 2 cores: the loops time-slice, compute and exchange take twice as long
     one_each = pm.round_parts(4, 1600, 1000, c, n_shards=8)
     shared = pm.round_parts(4, 1600, 1000, c, n_shards=8, cores=2)

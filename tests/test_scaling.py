@@ -16,8 +16,8 @@ from ppt_dask.algorithms.serial import train_serial
 from conftest import sigkill_at
 
 # 6,147 weights of 8 bytes: 7 others x 49 kB is past the 256 KiB that "auto" sends whole, so
-# 8 workers reduce-scatter and all-gather (by recursive halving and doubling: 8 workers, 8 or 16
-# shards), as MNIST's 784-64-64-10 does; 12 workers pairwise
+# 8 workers reduce-scatter and all-gather (pairwise, or by recursive halving and doubling when
+# asked), as MNIST's 784-64-64-10 does
 NET = ppt.MLP((20, 256, 3), hidden="tanh", output="softmax")
 SYNC = ppt.Sync(lr=0.2, momentum=0.9, block=64)
 BOUND = 2.2  # bytes a worker sends a round, in weights' bytes (2 (p - 1) / p and the framing)
@@ -55,13 +55,13 @@ def test_eight_worker_processes_stream_and_end_bitwise_as_serial_within_the_boun
         result = ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))), seed=4)
     finally:
         ppt.exit_data(shards)
-    assert result.settings["exchange"] == "stream" and result.settings["allreduce"] == "halving"
+    assert result.settings["exchange"] == "stream" and result.settings["allreduce"] == "scatter"
     assert result.settings["workers"] == 8 and result.rounds == rounds
     assert result.params.tobytes() == expected.tobytes()
     _within_bound(result, 8)
 
 
-def test_local_sgd_on_eight_workers_reduce_scatters_two_rounds_in_flight_bitwise(client8):
+def test_local_sgd_on_eight_workers_halves_and_doubles_two_rounds_in_flight_bitwise(client8):
     X, y = _data()
     strategy = ppt.LocalSGD(lr=0.1, momentum=0.9, block=8, interval=16, ema=0.5)
     rounds = 7
@@ -69,7 +69,8 @@ def test_local_sgd_on_eight_workers_reduce_scatters_two_rounds_in_flight_bitwise
     shards = ppt.enter_data(client8, X, y, n_shards=8)
     try:
         result = ppt.train(NET, shards, strategy,
-                           ppt.Stop(max_epochs=rounds / strategy.check([32] * 8).rounds_per_epoch(len(X))), seed=2)
+                           ppt.Stop(max_epochs=rounds / strategy.check([32] * 8).rounds_per_epoch(len(X))), seed=2,
+                           allreduce="halving")
     finally:
         ppt.exit_data(shards)
     assert result.settings["allreduce"] == "halving" and result.rounds == rounds
@@ -93,7 +94,7 @@ def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8
         while len(ppt.cluster.worker_addresses(client8)) < 8 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert killed["killed_at"] is not None and result.settings["recoveries"] >= 1
-    assert result.settings["allreduce"] == "halving"
+    assert result.settings["allreduce"] == "scatter"
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()
 

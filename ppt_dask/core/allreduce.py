@@ -59,7 +59,12 @@ def choose(algorithm: str, p: int, nbytes: int, halves: bool = True) -> str:
 
     At ``p <= 2`` every algorithm sends the same bytes and "direct" the fewest messages;
     beyond, "direct" while ``(p - 1) * nbytes`` stays under :data:`DIRECT_BYTES`, then
-    "halving" where the layout allows it (``2 log2 p`` messages a loop), else "scatter"."""
+    "scatter": two phases a round, where "halving" has ``2 log2 p`` one after the other. With
+    more loops than cores (8 loops on this project's 2 cores, graphs/allreduce_floor.py) each
+    phase waits for the other loops to be given a core, and the pairwise exchange's two phases
+    took 17-36 ms a round of MNIST block 1000 against 21-69 for the halving's six and 32-61
+    for whole sums (2026-11-28, interleaved, a loaded machine); "halving" is there to ask for
+    (fewer messages where every loop has a core of its own)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if algorithm == "halving" and not halves:
@@ -67,9 +72,7 @@ def choose(algorithm: str, p: int, nbytes: int, halves: bool = True) -> str:
                          "equal blocks of shards (n_shards = workers x a power of two)")
     if algorithm != "auto":
         return algorithm
-    if p <= 2 or (p - 1) * nbytes <= DIRECT_BYTES:
-        return "direct"
-    return "halving" if halves else "scatter"
+    return "direct" if p <= 2 or (p - 1) * nbytes <= DIRECT_BYTES else "scatter"
 
 
 def can_halve(p: int, blocks: list, fan_in: int) -> bool:

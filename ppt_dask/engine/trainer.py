@@ -162,8 +162,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         values sent by each); "halving" and "scatter" a reduce-scatter then an all-gather (at
         most ``2 w`` values each, whatever ``p``), by recursive halving and doubling
         (``2 log2 p`` messages; a power-of-two number of workers holding equal blocks of
-        shards, fan-in 2) or pairwise (``2 (p - 1)``); "auto" takes "direct" at 2 workers and
-        for small networks, "halving" where it applies beyond, else "scatter". The same bits
+        shards, fan-in 2) or pairwise (``2 (p - 1)`` in two phases); "auto" takes "direct" at
+        2 workers and for small networks, "scatter" beyond. The same bits
         every way. Streamed synchronous and local strategies only (the asynchronous loops send
         each gradient to every replica).
     recorder : callable, optional

@@ -205,15 +205,15 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
     the head. The algorithm is the one ``ppt.train`` picks for ``w`` values of ``itemsize``
     bytes (:func:`ppt_dask.core.allreduce.choose`): sending whole sums to every other loop,
     ``m = p - 1`` and ``v = (p - 1) w`` (``tl0 + (p - 1)(tl1 + tlw w)``), or a reduce-scatter
-    and all-gather, ``v = 2 (p - 1) w / p`` in ``m = 2 log2 p`` messages (recursive halving and
-    doubling, a power-of-two p) or ``m = 2 (p - 1)`` (pairwise): MPI's bandwidth-optimal
+    and all-gather, ``v = 2 (p - 1) w / p`` in ``m = 2 (p - 1)`` messages (pairwise, the choice
+    of "auto") or ``m = 2 log2 p`` (recursive halving and doubling): MPI's bandwidth-optimal
     allreduce (Thakur, Rabenseifner and Gropp 2005), where 001's eq. (4) charges
     ``w ceil(log2 p)``. Calibrated from the links floor of ``graphs/exchange_floor.py``
     (:func:`ppt_dask.perf.loops.measure_links`). Broadcasts ``p`` against ``n_weights``.
 
     >>> c = Constants(0, 0, 0, 0, 0, 0, tl1_seconds=1e-4, tlw_seconds_per_weight=1e-9)
-    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**5, c), 6)  # direct, halving
-    (0.0002, 0.000775)
+    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**5, c), 6)  # direct, scatter
+    (0.0002, 0.001575)
     """
     c = _constants(c)
     p = check_int_array_at_least("p", p, 1)
@@ -227,7 +227,8 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
 
 def allreduce_terms(p: int, n_weights: int, itemsize: int = 8, algorithm: str = "auto") -> tuple[int, float]:
     """Messages and values one loop sends a streamed round: ``(m, v)`` of :func:`links_seconds`
-    (a power-of-two p is taken to hold equal aligned blocks, as ``ppt-dask train``'s shards do)."""
+    (a power-of-two p is taken to hold equal aligned blocks, as ``ppt-dask train``'s shards do,
+    where ``algorithm`` asks for "halving")."""
     used = allreduce.choose(algorithm, p, n_weights * itemsize, halves=p & (p - 1) == 0)
     return allreduce.messages(used, p), allreduce.sent_values(used, p, n_weights)
 
