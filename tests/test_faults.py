@@ -42,7 +42,13 @@ def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy, exchan
     rounds = 60
     expected, _ = train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
     shards = ppt.enter_data(client2, X, y, n_shards=4)
-    progress, killed = _killer(client2, at_round=25)
+    kill, killed = _killer(client2, at_round=25)
+    read = []  # the rounds the head read before the first recovery (generation 0)
+
+    def progress(record):
+        if record["gen"] == 0:
+            read.append(record["round"])
+        kill(record)
     epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
     result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
                        checkpoint_every=10, progress=progress, exchange=exchange)
@@ -53,7 +59,20 @@ def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy, exchan
     if exchange == "stream":  # the surviving loop still held the whole state after the rounds read:
         assert event["rolled_back_to"] >= 24  # the run went on from there, a round replayed
     else:  # the round graph's state went with the worker: back to the head's last copy
-        assert event["rolled_back_to"] in (9, 19)
+        # The head copies the state after rounds 9, 19, 29, ... as it reads them. It reads a
+        # batch of rounds at once (as many as take about 0.2 s: the rounds' own pace sets the
+        # batch), and the batch's stats come from worker 0's task of the round after it, so
+        # every round of the batch had ended on both workers before the kill, which lands
+        # while the head goes through round 25's record. When that batch reaches round 29,
+        # the copy after 29 comes from the surviving worker and the run rolls back there
+        # (seen with a busy core: "assert 29 in (9, 19)"). The copy is the newest the head
+        # took: the one after the last round it read, or the one before when the loss broke
+        # the copying of that very round.
+        last = max(read)
+        copies = list(range(9, last + 1, 10))
+        assert last >= 25 and copies[-1] >= 19
+        assert event["rolled_back_to"] == copies[-1] or (
+            copies[-1] == last and event["rolled_back_to"] == copies[-2]), (event, last)
     assert event["moved"][0]["resent"] is True
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()  # bitwise as undisturbed
