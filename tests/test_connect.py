@@ -86,14 +86,24 @@ def test_connect_timeout_is_refused_without_a_scheduler():
     assert out.returncode == 2 and "--connect-timeout applies with --scheduler" in out.stderr
 
 
-def test_a_wait_that_times_out_says_what_it_waited_for(threads_client):
-    import time as _time
+GATES: dict = {}  # name -> threading.Event: tasks on the threads client wait for the test
 
+
+def _gated(name: str) -> str:
+    assert GATES[name].wait(120), "the test never opened the gate"
+    return name
+
+
+def test_a_wait_that_times_out_says_what_it_waited_for(threads_client):
     from ppt_dask.engine import waits
 
-    slow = threads_client.submit(_time.sleep, 3, pure=False)
-    t0 = _time.monotonic()
-    with pytest.raises(TimeoutError, match=r"^waited 0.5 s for the test's slow task; it did not come"):
-        waits.result(slow, 0.5, "the test's slow task")
-    assert _time.monotonic() - t0 < 2.5
-    assert waits.result(slow, 10, "the test's slow task") is None  # it does come in the end
+    GATES["slow"] = threading.Event()
+    slow = threads_client.submit(_gated, "slow", pure=False)  # it cannot end before the gate opens
+    try:
+        with pytest.raises(TimeoutError, match=r"^waited 0.5 s for the test's slow task; it did not come"):
+            waits.result(slow, 0.5, "the test's slow task")
+        # the wait gave up while the task still ran: causally, not by a clock (was: in under 2.5 s)
+        assert not slow.done()
+    finally:
+        GATES["slow"].set()
+    assert waits.result(slow, 60, "the test's slow task") == "slow"  # it does come in the end

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -16,8 +15,8 @@ from ppt_dask.data import datasets, files
 from ppt_dask.engine import checkpoint
 from ppt_dask.engine.result import Outcome
 
-from conftest import LASTING_PARITY8, scheduler_keys  # SIGKILLs the second worker at a round
-from conftest import sigkill_at as _killer
+from conftest import LASTING_PARITY8, scheduler_keys, wait_for_checkpoints
+from conftest import sigkill_at as _killer  # SIGKILLs the second worker at a round
 
 
 def _data(n=400, seed=0):
@@ -145,11 +144,9 @@ def test_head_killed_and_resumed_ends_bitwise_identical(tmp_path, scheduler_addr
                    timeout=300, capture_output=True)
     head = subprocess.Popen(_cli(scheduler_address, "--checkpoint", str(cut), "--checkpoint-every", "20"),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not (cut / checkpoint.FILE).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
-    assert head.poll() is None  # still training
+    # two checkpoints written and the head still running: it is past its first copy, in its
+    # rounds (waited for, not a fixed 0.5 s after the first)
+    wait_for_checkpoints(cut, head, count=2)
     os.killpg(head.pid, signal.SIGKILL)  # the head, at once
     head.wait(timeout=30)
     with np.load(cut / checkpoint.FILE) as ck:
