@@ -4,8 +4,15 @@ import gc
 import time
 
 import pytest
+from hypothesis import settings
 
 import ppt_dask as ppt
+
+# hypothesis fails an example that runs longer than 200 ms by default: a measure of how fast
+# this shared machine was, not of the property. Every property test here runs without that
+# deadline (the suite's timeout still ends a hang); a test's own settings add to this profile.
+settings.register_profile("ppt-dask", deadline=None)
+settings.load_profile("ppt-dask")
 
 # A test that uses one of these fixtures needs that part of the system (a browser, sshd,
 # Slurm) and runs long: it gets the marker, so the default suite leaves it out (pyproject's
@@ -121,6 +128,38 @@ def scheduler_keys(client, timeout=10.0):
         if not keys or time.monotonic() > deadline:
             return keys
         time.sleep(0.1)
+
+
+def checkpoint_round(directory):
+    """The round the checkpoint in ``directory`` holds, or None while there is none (it is
+    written to a temporary file and renamed, so a file there is whole)."""
+    import json
+
+    import numpy as np
+
+    from ppt_dask.engine import checkpoint
+
+    path = directory / checkpoint.FILE
+    if not path.exists():
+        return None
+    with np.load(path) as ck:
+        return json.loads(ck["header"].tobytes())["round"]
+
+
+def wait_for_checkpoints(directory, process, count: int = 2, timeout: float = 120.0) -> list:
+    """Wait until ``process`` has written checkpoints of ``count`` different rounds in
+    ``directory``, and is still running: it went on training past a copy it wrote, so a
+    signal sent now lands during its rounds (an event, not a fixed delay). The rounds seen."""
+    deadline = time.monotonic() + timeout
+    seen: list = []
+    while len(seen) < count:
+        assert process.poll() is None, f"the run ended (status {process.returncode}) after checkpoints {seen}"
+        assert time.monotonic() < deadline, f"checkpoints {seen} in {timeout} s, waited for {count}"
+        r = checkpoint_round(directory)
+        if r is not None and r not in seen:
+            seen.append(r)
+        time.sleep(0.05)
+    return seen
 
 
 def sigkill_at(client, at_round: int, slot: int = 1):

@@ -164,8 +164,9 @@ def test_live_page_shows_the_run_while_it_trains(browser, tmp_path):
         got = wait_for(browser, SOURCE_LENGTHS, lambda v: v["rounds"] >= 10 and v["losses"] >= 10,
                        timeout=45)
         assert got["phases"] == 9
-        time.sleep(1.5)  # one more redraw, so the screenshot shows a run in progress
-        assert browser.execute_script(SOURCE_LENGTHS)["rounds"] > got["rounds"]  # live
+        # live: the page draws rounds that came after the ones it had (an event, waited for;
+        # a fixed 1.5 s was how fast the machine was, not whether the page follows the run)
+        wait_for(browser, SOURCE_LENGTHS, lambda v: v["rounds"] > got["rounds"], timeout=60)
         summary = browser.execute_script("return Bokeh.documents[0].get_model_by_name('ppt-summary').text")
         assert "of the workers' time not computing gradients" in summary
         keep_screenshot(browser, tmp_path, "dashboard.png")
@@ -191,7 +192,8 @@ return {summary: get('ppt-summary').text,
         bars: finite('ppt-rounds', 'wall_ms').filter((x) => x > 0).length,
         throughput: finite('ppt-throughput', 'patterns_per_second').filter((x) => x > 0).length,
         phases: Array.from(table.phase), percent: Array.from(table.percent).reduce((a, b) => a + b, 0),
-        losses: finite('ppt-curves', 'loss').length};
+        losses: finite('ppt-curves', 'loss').length,
+        last: Array.from(get('ppt-rounds').data.round).reduce((a, b) => Math.max(a, b), -1)};
 """
 
 
@@ -242,8 +244,9 @@ def test_live_page_shows_the_command_lines_streamed_preset_while_it_trains(brows
         assert "scheduler" not in got["phases"] and "gradient" in got["phases"], got
         assert got["percent"] == pytest.approx(100, abs=0.5), got  # the table holds the rounds
         keep_screenshot(browser, tmp_path, f"dashboard-streamed{'-async' if strategy else ''}.png")
-        time.sleep(1.5)
-        assert browser.execute_script(PAGE_STATE)["bars"] > got["bars"] or rounds >= 300  # live
+        # live: a later round among the bars (the page keeps the last 300 bars, and its header
+        # counts those); waited for as an event, not looked for after a fixed 1.5 s
+        wait_for(browser, PAGE_STATE, lambda v: v["last"] > got["last"], timeout=60)
 
 
 PREDICTION = """
@@ -278,8 +281,11 @@ def test_live_page_draws_the_predicted_round_over_the_bars(browser, tmp_path):
         assert got["ms"] == [pytest.approx(expected, rel=1e-9)] * 2, (got, expected)
         assert got["x"][0] < 0 and got["x"][1] >= got["bars"] - 1, got  # across the bars shown
         assert "predicted round" in got["legend"], got
-        # the line sits among the bars it predicts (a broken unit would put it off the plot)
-        assert got["median_bar"] / 5 < expected < 5 * got["median_bar"], got
+        # the line sits among the bars it predicts: a broken unit would put it a thousand times
+        # off. The calibration is a quiet machine's, the bars this minute's: with a busy core and
+        # others' runs (load average 15-17) the bars' median was 6.0 times the line (the test
+        # held 5 times until then), so 30 times either way
+        assert got["median_bar"] / 30 < expected < 30 * got["median_bar"], got
         keep_screenshot(browser, tmp_path, "dashboard-predicted.png")
 
 

@@ -37,7 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 EXAMPLE_CERTS = "/opt/ppt-dask/certs"  # the placeholder path of deploy/dask-config*.yaml
 HAS_DASHBOARD = importlib.util.find_spec(DASHBOARD_PRELOAD) is not None
-REFUSE_WITHIN = 10.0  # seconds a refused client may take to get its error
 
 
 def _say(text: str) -> None:
@@ -121,12 +120,15 @@ def _train_parity8(client, workers) -> ppt.Result:
 
 
 def _refused(call) -> tuple[type, str, float]:
+    """The client's error, refused by the other side: not let in, and not left waiting until
+    its own timeout (an error that says it timed out). The refusals came in 0.02-0.03 s with
+    a busy core and others' runs (load average 10-16); the test bounded them by 10 s."""
     t0 = time.monotonic()
     with pytest.raises((OSError, ValueError)) as info:
         client = call()
         client.close()  # pragma: no cover - only reached when the connection was let in
     took = time.monotonic() - t0
-    assert took < REFUSE_WITHIN, f"refusal took {took:.1f} s"
+    assert not issubclass(info.type, TimeoutError) and "timed out" not in str(info.value).lower(), info.value
     return info.type, str(info.value), took
 
 
@@ -195,19 +197,41 @@ def no_tls_config():
         yield
 
 
-def test_tls_address_without_certificate_is_refused_before_network(no_tls_config, tmp_path):
-    t0 = time.monotonic()
+@pytest.fixture
+def listener():
+    """A port that listens and counts who connected: ``(address, connections)``. A refusal
+    "before network" is one that leaves it untouched (the kernel queues a connection even
+    before it is accepted, so none is missed)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+
+    def connections() -> int:
+        n = 0
+        while True:
+            try:
+                sock.accept()[0].close()
+            except BlockingIOError:
+                return n
+            n += 1
+    yield f"tls://127.0.0.1:{sock.getsockname()[1]}", connections
+    sock.close()
+
+
+def test_tls_address_without_certificate_is_refused_before_network(no_tls_config, tmp_path, listener):
+    address, connections = listener
     with pytest.raises(ValueError, match="no client certificate.*make_certs"):
-        ppt.connect("tls://127.0.0.1:9", timeout=30)
+        ppt.connect(address, timeout=30)
     with pytest.raises(FileNotFoundError, match="make_certs"):
-        ppt.connect("tls://127.0.0.1:9", security=tmp_path / "missing", timeout=30)
+        ppt.connect(address, security=tmp_path / "missing", timeout=30)
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "ca.pem").write_text("")
     with pytest.raises(FileNotFoundError, match="client.pem"):
-        ppt.connect("tls://127.0.0.1:9", security=tmp_path / "half", timeout=30)
+        ppt.connect(address, security=tmp_path / "half", timeout=30)
     with pytest.raises(TypeError, match="security"):
-        ppt.connect("tls://127.0.0.1:9", security=42, timeout=30)
-    assert time.monotonic() - t0 < 5
+        ppt.connect(address, security=42, timeout=30)
+    assert connections() == 0  # refused before any connection (was: in under 5 s)
 
 
 def test_security_from_a_certs_directory(certs, no_tls_config):
@@ -228,16 +252,16 @@ def test_security_from_a_certs_directory(certs, no_tls_config):
         assert ppt.cluster.resolve_security(None, "tls://node1:8786") is None  # Client reads it
 
 
-def test_cli_train_checks_security_first(no_tls_config, tmp_path, capsys):
+def test_cli_train_checks_security_first(no_tls_config, tmp_path, capsys, listener):
     from ppt_dask.cli import commands as cli
 
-    t0 = time.monotonic()
-    assert cli.main(["train", "parity8", "--scheduler", "tls://127.0.0.1:9", "--quiet"]) == 2
+    address, connections = listener
+    assert cli.main(["train", "parity8", "--scheduler", address, "--quiet"]) == 2
     assert "certificate" in capsys.readouterr().err
-    assert cli.main(["train", "parity8", "--scheduler", "tls://127.0.0.1:9", "--security",
+    assert cli.main(["train", "parity8", "--scheduler", address, "--security",
                      str(tmp_path / "missing"), "--quiet"]) == 2
     assert "make_certs" in capsys.readouterr().err
-    assert time.monotonic() - t0 < 10
+    assert connections() == 0  # checked before any connection (was: in under 10 s)
 
 
 def test_host_files_and_remote_settings(tmp_path, certs, no_tls_config):

@@ -263,43 +263,91 @@ def _run(client, workers, delay, slots=None, rounds=7, exchange="auto"):
     return result, rows
 
 
+def _round_end(tasks, r: int) -> float:
+    """When the scheduler heard the last of round ``r``'s tasks (its clock): a round's end."""
+    return max(t.done for t in tasks if t.round == r and t.prefix != "ppt-loop")
+
+
 @pytest.mark.parametrize("exchange", ["tree", "all", "stream"])
 def test_breakdown_is_honest_with_a_known_compute_cost(client4, workers4, exchange):
-    """Each gradient task sleeps 0.15 s: the reported gradient time and share match that
-    cost within 10%, and the parts add up to the wall time the head measured within 5%.
+    """Each gradient task sleeps 0.15 s: the reported gradient time holds that cost, and the
+    rows tile the run's rounds, checked against the run's own timings.
 
-    With the one-hop graph ("all") the head reads round r's scalars when round r+1's fused
-    task (which also computes round r+1's gradient) ends, so the head's rounds 1..R-1 span
-    the tasks' rounds 2..R (the last read waits only for the final update)."""
+    The rows of task graphs cover, on the scheduler's clock, the time from the end of
+    round 0 to the end of the last round (the last report of their tasks); the rows of
+    streamed rounds the loops' own clocks, on which each round starts where the one before
+    ended. Either way no time is lost between rounds nor counted twice, and the rounds lie
+    inside the run the head timed. (The test compared the parts with the head's clock within
+    5% and the gradient with the sleep within 10%: the head reads a round a message or, on
+    the one-hop graph, a final update after it ends, and with a busy core that put the
+    parts 10.8% under the head's wall in one of twelve runs, four of each exchange.)"""
     delay = 0.15
     result, rows = _run(client4, workers4, delay, rounds=13, exchange=exchange)
-    lag = 1 if exchange == "all" else 0
-    head_wall = sum(r["head_wall_seconds"] for r in rows)
-    wall = sum(r["wall"] for r in rows[lag:])
+    records = result.diagnostics
     for r in rows:
         assert sum(r[p] for p in PHASES) == pytest.approx(r["wall"], rel=1e-9)
-    assert abs(wall - head_wall) / head_wall < 0.05, (wall, head_wall)
-    assert statistics.median(r["gradient"] for r in rows) == pytest.approx(delay, rel=0.10)
-    share = sum(r["gradient"] for r in rows[lag:]) / wall
-    expected_share = delay * len(rows[lag:]) / head_wall
-    assert share == pytest.approx(expected_share, rel=0.10), (share, expected_share)
-    all_share = sum(r["gradient"] for r in rows) / sum(r["wall"] for r in rows)
+    wall = sum(r["wall"] for r in rows)
+    if exchange == "stream":
+        heads = {h["round"]: h["loops"] for h in records.heads}
+        spans = []
+        for j in range(4):  # each loop: its rounds follow one another on its own clock
+            timings = [heads[r["round"]][j] for r in rows]
+            for a, b in zip(timings, timings[1:]):
+                assert b["at"] == pytest.approx(a["at"] + sum(a["phases"].values()), abs=1e-9)
+            spans.append(timings[-1]["at"] + sum(timings[-1]["phases"].values()) - timings[0]["at"])
+        assert wall == pytest.approx(sum(spans) / 4, rel=1e-9)
+    else:
+        assert wall == pytest.approx(_round_end(records.tasks, rows[-1]["round"]) - _round_end(records.tasks, 0),
+                                     rel=1e-9)
+    assert wall < result.wall_seconds  # the rounds lie inside the run (durations, one host)
+    # the sleep is the gradient's: each worker slept 0.15 s in each round's gradient. A
+    # streamed row holds each loop's gradient phase whole; a row of a task graph ends at its
+    # round's last report, so a gradient task of the next round that started before that
+    # report (beside the round's stats pick) has that part in the row before: over the rows
+    # the workers lose at most round 0's part, one round's gradient
+    grads = [r["gradient"] for r in rows]
+    if exchange == "stream":
+        assert min(grads) >= delay
+    else:
+        assert sum(grads) >= (len(rows) - 1) * delay
+    # counted once: a sleep counted twice (or summed over the workers) shows 2 (or 4) times
+    # it. Medians of 1.010-1.023 times the sleep were measured with a busy core (12 runs), the
+    # busiest row 1.11 times
+    assert statistics.median(grads) < 1.5 * delay
+    all_share = sum(grads) / wall
     assert summarize(rows)["percent_not_gradient"] == pytest.approx(100 * (1 - all_share))
-    assert result.diagnostics.head_cost_seconds < 1e-3  # the recorder's own head time per round
-    print(f"gradient share {share:.4f} (expected {expected_share:.4f}); parts {wall:.4f} s, "
-          f"head measured {head_wall:.4f} s")
+    # the recorder's own head time (a figure for the reader, 0.01-0.3 ms a round measured with a
+    # busy core): part of the run
+    assert 0 < records.head_cost_seconds * len(records.heads) < result.wall_seconds
+    head_wall = sum(r["head_wall_seconds"] for r in rows)
+    print(f"gradient {statistics.median(grads) / delay:.4f} of the sleep (median); parts {wall:.4f} s, "
+          f"head measured {head_wall:.4f} s; recorder {1e3 * records.head_cost_seconds:.3f} ms a round")
 
 
 def test_a_straggler_shows_as_idle_on_the_other_workers(client4, workers4):
+    """Slot 0 sleeps 0.15 s in each round's gradient; the three others wait for its sums:
+    idle on the others, as long as slot 0's gradient and send less their own, checked
+    against the loops' own timings of each round (the test took 0.9 of 3/4 of the sleep as
+    the least idle: with a busy core the others' own gradients ate into that, 0.94 seen)."""
     delay = 0.15
-    _, rows = _run(client4, workers4, delay, slots=[0], rounds=5)
-    # slot 0 computes for 0.15 s while the three others wait: 3/4 of that is idle on average
-    assert all(r["workers"] == 4 for r in rows)
-    # the mean over the workers: slot 0's sleep, plus the others' real (tiny) gradients, which
-    # four processes on a busy 2-core machine took up to 6 ms each (0.0423 s measured): one
-    # worker's compute, not four (that would be 0.15)
-    assert 0.97 * delay / 4 <= statistics.median(r["gradient"] for r in rows) <= 1.5 * delay / 4
-    assert statistics.median(r["idle"] for r in rows) >= 0.9 * 3 * delay / 4
+    result, rows = _run(client4, workers4, delay, slots=[0], rounds=5)
+    assert all(r["workers"] == 4 and r["streamed"] for r in rows)
+    # the mean over the workers: slot 0's sleep, plus the others' real (tiny) gradients: one
+    # worker's sleep, not four (that would be 0.15); 1.08-1.15 of a quarter measured with a
+    # busy core (4 runs), the others' gradients 3.5-10 ms
+    assert delay / 4 <= statistics.median(r["gradient"] for r in rows) < delay / 2
+    loops_of = {h["round"]: h["loops"] for h in result.diagnostics.heads}
+    loops = [loops_of[r["round"]] for r in rows]
+    g0 = [timing[0]["phases"] for timing in loops]  # the loops come in slot order: slot 0's first
+    assert all(p["gradient"] >= delay for p in g0)
+    for j in (1, 2, 3):
+        other = [timing[j]["phases"] for timing in loops]
+        waited = sum(p["idle"] for p in other)
+        # what the others could not do without slot 0's sums: its gradient and its send, less
+        # their own; the rest is when each loop began the round (a message apart): 0.999-1.004
+        # of it measured with a busy core (12 loops), so 5% leaves that ten times over
+        expected = sum(a["gradient"] + a["transfer"] - b["gradient"] - b["transfer"] for a, b in zip(g0, other))
+        assert waited == pytest.approx(expected, rel=0.05), (j, waited, expected)
 
 
 @pytest.mark.parametrize("exchange, names", [

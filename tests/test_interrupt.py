@@ -18,7 +18,7 @@ import pytest
 
 from ppt_dask.engine import checkpoint, interrupt
 
-from conftest import LASTING_PARITY8
+from conftest import LASTING_PARITY8, wait_for_checkpoints
 
 
 def _cli(*args):
@@ -49,12 +49,10 @@ def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path, s
     subprocess.run(_cli("--quiet", "--checkpoint", str(whole), *shared), check=True, timeout=300, capture_output=True)
     head = subprocess.Popen(_cli("--checkpoint", str(cut)), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (cut / checkpoint.FILE).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    # two checkpoints written and the head still running: it is past its first copy, in its
+    # rounds (waited for, not a fixed 0.5 s after the first)
+    wait_for_checkpoints(cut, head, count=2)
     assert len(_session(head.pid)) >= 3  # the head and its two workers (and more) are running
-    assert head.poll() is None  # still training
     os.killpg(head.pid, signal.SIGINT)
     out, err = head.communicate(timeout=60)
     assert head.returncode == 130, err[-3000:]
@@ -68,7 +66,7 @@ def test_sigint_stops_in_one_line_and_the_checkpoint_resumes_bitwise(tmp_path, s
     assert last.endswith(f"; checkpoint {cut} holds round {cut_round} (go on with --resume)")
     at_round = int(last.split(", round ")[1].split(";")[0])
     assert at_round >= cut_round >= 19 and out == ""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # the processes' exit, waited for (not a bound on its speed)
     while _session(head.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _session(head.pid) == []  # no worker, nanny or helper process left

@@ -112,10 +112,11 @@ def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
     rows = result.breakdown()
     ppt.exit_data(shards)
     by_worker = [sum(r["updates"][w] for r in result.history) for w in (0, 1)]
-    elapsed = result.history[-1]["elapsed_seconds"]
     assert result.stopped_because == "stopped" and by_worker[0] == 3
+    # the fast worker went on while the slow one computed: counted in steps, against the slow
+    # worker's own (the applied gradients below say the same step by step), not in steps per
+    # second of this machine
     assert by_worker[1] > 5 * by_worker[0], by_worker
-    assert by_worker[1] / elapsed > 5  # updates per second from the fast worker
     assert all(row["idle"] == 0 for row in rows)  # no loop ever waited for another
     # a round here is one step (Async's q is 1 on 96 rows), so a round with worker 0's step holds
     # that step's own figures: ``applied`` is the fast worker's gradients that reached worker 0

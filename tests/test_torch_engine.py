@@ -97,18 +97,24 @@ def test_a_random_module_is_bitwise_too(client4, workers4):
 
 
 def test_asynchronous_training_learns(client4, workers4):
+    """Learning as an event the engine checks: the run stops once the whole training set's
+    error, verified every epoch, is at most 0.15 (from 0.69 at the seeded start; the largest
+    class is 48% of the rows), within a generous 200 epochs. The order of the loops' steps
+    differs from run to run, so no reference holds them bitwise, and a threshold on where a
+    run of fixed length ends was noise: after 20 epochs the last rounds' loss over the first
+    was 0.06-0.37 (0.61 once in CI) and the training error 0.05-0.26. With a busy core the
+    target was reached in 6-14 epochs (8 runs)."""
     X, y = _data(192)
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
     try:
-        result = ppt.train(NET, shards, ppt.Async(lr=0.3, momentum=0.5, block=24, staleness=2), ppt.Stop(max_epochs=20))
+        result = ppt.train(NET, shards, ppt.Async(lr=0.3, momentum=0.5, block=24, staleness=2),
+                           ppt.Stop(max_epochs=200, target_error=0.15, screen=False))
     finally:
         ppt.exit_data(shards)
-    # a round's loss is of its 24-row blocks, the loops' order of this run's: one round is noisy
-    # (0.61 of the first once in CI); the last two epochs' rounds over the first epoch's were
-    # 0.17-0.37 in 14 runs beside a busy core
-    first, last = (np.mean([r["loss"] for r in rounds]) for rounds in (result.history[:4], result.history[-8:]))
-    assert last < 0.6 * first
-    assert result.train_error_rate < 0.3
+    start = result.net.stats(result.net.init_params(0), X.astype(result.net.dtype), y)
+    assert start[1] / start[2] > 0.6  # the seeded start: most rows wrong
+    assert result.learned and result.stopped_because == "target_error", result.stopped_because
+    assert result.train_error_rate <= 0.15  # the weights kept are the ones verified
 
 
 def test_images_from_a_dask_array_and_from_a_loader_on_the_workers(client4, workers4):
