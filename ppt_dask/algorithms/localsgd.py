@@ -22,6 +22,23 @@ like synchronous SGD on MNIST (graphs/README.md). The velocity stays with its sh
 (averaging it, 001's section VII practice for weights only, made no difference once the
 weights are pulled together).
 
+With ``compensate=True`` the gap is taken from where the shard *started* round ``r - 1``,
+``st_s^(r-1)`` (its weights after that round's correction), not from where it ended round
+``r - 2``:
+
+    x_s <- x_s + pull * (m^(r) - st_s^(r+1))        (at the start of round r + 2)
+
+With ``pull = 1`` a shard then starts from the average plus its own progress in the round
+it has run since, the update of CoCoD-SGD (Shen et al. 2019, Algorithm 1). The plain
+correction applies the gap of round ``r`` although the shard already closed part of the
+gap of round ``r - 1`` at the start of round ``r + 1``: a shard's offset from the mean
+follows ``d^(r+1) = d^r - pull d^(r-1) + noise``, which decays by at most ``sqrt(pull)``
+a round (for ``pull`` 1 not at all). The compensated one follows
+``d^(r+1) = (1 - pull) d^r + noise``: with ``pull = 1`` the offset is the last round's
+own steps only, as in local SGD that averages without delay. That matters when many
+shards take few steps each (8 shards of MNIST: graphs/README.md, "Settings chosen by
+the number of workers"); the mean of the shards is the same under both.
+
 The model a run reports after round ``r`` is ``m^r``, or with ``ema = b > 0`` the exponential
 moving average of the averages, ``a^r = b a^(r-1) + (1 - b) m^r``: Polyak-Ruppert averaging
 (Polyak & Juditsky, "Acceleration of stochastic approximation by averaging", SIAM J.
@@ -72,7 +89,9 @@ class ShardModel:
     """One shard's own model between rounds.
 
     ``sent`` holds the shard's weights at the end of the last two rounds ``(e^(r-1), e^r)``
-    (None before there were any): the correction of round ``r + 1`` needs ``e^(r-1)``.
+    (None before there were any): the correction of round ``r + 1`` needs ``e^(r-1)``; with
+    ``compensate`` its first entry is instead where the shard started round ``r``,
+    ``st^r``, the anchor of that correction.
     With Adam, ``velocity`` is the first moment, ``second`` the second and ``steps`` the
     steps taken (the bias correction's ``t``).
     """
@@ -109,6 +128,10 @@ class LocalSGD(_Base):
         Walk each pass over a shard in a new random order (seeded by the run's seed, the
         shard and the pass: the same on any worker), as scikit-learn's ``shuffle=True``;
         else in the shard's order, every pass alike.
+    compensate : bool
+        Take the gap to the average from where the shard started the round it has run
+        since (CoCoD-SGD's update with ``pull = 1``; see the module docstring), not from
+        where it ended the averaged round.
     """
 
     block: int = 100
@@ -117,6 +140,7 @@ class LocalSGD(_Base):
     ema: float = 0.0
     solver: str = "sgd"
     shuffle: bool = False
+    compensate: bool = False
 
     name = "local"
     shard_models = True  # every shard keeps a model of its own (ppt_dask.engine.stream, .overlap)
@@ -134,6 +158,8 @@ class LocalSGD(_Base):
             raise ValueError(f"solver must be 'sgd' or 'adam', got {self.solver!r}")
         if not isinstance(self.shuffle, bool):
             raise ValueError(f"shuffle must be True or False, got {self.shuffle!r}")
+        if not isinstance(self.compensate, bool):
+            raise ValueError(f"compensate must be True or False, got {self.compensate!r}")
 
     def check(self, shard_rows, seed: int = 0, replicated: bool = False) -> LocalSGD:
         if replicated:
@@ -173,6 +199,7 @@ class LocalSGD(_Base):
             params = params + params.dtype.type(self.pull) * (average - model.sent[0])
         else:
             params = params.copy()
+        start = params.copy() if self.compensate else None  # the anchor of round r + 2's correction
         velocity = model.velocity.copy()  # the model passed in stays as it was (a replay reads it)
         second = None if model.second is None else model.second.copy()
         mask = netmodel.weight_mask(net) if self.l2 else None
@@ -188,7 +215,8 @@ class LocalSGD(_Base):
             else:
                 adam_step(params, velocity, second, model.steps + i + 1, grad_sum, step_stats[2], self.lr,
                           self.momentum, self.l2, mask)
-        done = ShardModel(params, velocity, (model.sent[1], params), second, model.steps + steps)
+        done = ShardModel(params, velocity, (start if self.compensate else model.sent[1], params), second,
+                          model.steps + steps)
         return done, (params * params.dtype.type(stats[2]), stats)
 
     def _walk(self, n_rows: int, s: int):

@@ -21,15 +21,17 @@ import numpy as np
 
 from ppt_dask.cli import errors as clierrors
 from ppt_dask.cli import flags as cliflags
-from ppt_dask.cli import owndata, paths, runmodel, textout, usermodel
+from ppt_dask.cli import owndata, paths, presets, runmodel, textout, usermodel
 from ppt_dask.cli.parser import build_parser
 from ppt_dask.cli.presets import MODULE_PRESETS, PRESETS, STRATEGY_PRESETS
 from ppt_dask.core import applicability
 from ppt_dask.data import datasets
 
 SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
+LOCAL_KEYS = ("interval", "pull", "ema", "compensate")  # the local strategy's own, in the summary
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
-                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "solver", "shuffle")
+                 "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "solver", "shuffle",
+                 "compensate")
 
 
 def _checkpoints(text: str) -> tuple[float, ...]:
@@ -76,13 +78,15 @@ def _settings(args, kind: str = "preset") -> dict:
         strategy = args.strategy or s["strategy"]
         if not args.model:
             s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
+        if strategy == s["strategy"]:  # the preset's own strategy: its settings for this many shards
+            s.update(presets.for_shards(s, _shard_count(args, strategy)))
         for name in [k for k in s if k in applicability.TABLE]:  # the preset's values for another strategy
             if not applicability.applies(name, strategy):
                 del s[name]
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
                  "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "dtype", "check_every", "screen",
-                 "window_epochs", "solver"):
+                 "window_epochs", "solver", "compensate"):
         value = getattr(args, name)
         if value is not None:
             s[name] = value
@@ -107,6 +111,8 @@ def train_command(args) -> int:
         data = datasets.load(args.dataset, data_dir=args.data_dir, seed=args.seed, dtype=dtype)
         data, net, stop = _network_and_stop(args, s, data, dtype)
         n_shards = _n_shards(args, s, len(data.X))
+        if args.interval is None and presets.round_within_check(s, len(data.X), n_shards):
+            strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})  # a shorter round
         beside = None if args.splits else runmodel.for_network(beside, net, s["strategy"])
     else:  # the metadata checked here; the rows are read on the workers
         reading = owndata.open_data(args, dtype)
@@ -209,15 +215,20 @@ def _network_and_stop(args, s: dict, data, dtype: str):
     return data, net, stop
 
 
-def _n_shards(args, s: dict, n_rows: int) -> int:
+def _shard_count(args, strategy: str) -> int:
     """ppt, average and local: one shard per worker, as in 000 (local epoch per node) and
     001/004 (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8
-    workers)."""
+    workers). ``--shards`` wins."""
+    workers = args.workers
+    per_worker = strategy in ("ppt", "average", "local")
+    return args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
+
+
+def _n_shards(args, s: dict, n_rows: int) -> int:
+    """The number of shards (:func:`_shard_count`), checked against the rows."""
     from ppt_dask.core import validation
 
-    workers = args.workers
-    per_worker = s["strategy"] in ("ppt", "average", "local")
-    n_shards = args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
+    n_shards = _shard_count(args, s["strategy"])
     try:
         validation.check_n_shards(n_shards, n_rows)
     except ValueError as exc:  # name the flag when the count is the user's
@@ -294,6 +305,7 @@ def _summary(args, s: dict, net, result) -> dict:
     summary = {"dataset": args.dataset or f"{args.x} and {args.y}", "network": describe(net)["network"],
                **result.summary(),
                "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
+               **({k: getattr(result.strategy, k) for k in LOCAL_KEYS} if s["strategy"] == "local" else {}),
                "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
     times = result.diagnostics.summary() if result.diagnostics is not None else {}
     summary["percent_not_gradient"] = times.get("percent_not_gradient")

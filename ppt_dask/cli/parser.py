@@ -91,6 +91,9 @@ def _strategy_flags(t) -> None:
                    help="average, local: patterns per shard between averages (001's a)")
     t.add_argument("--pull", type=_positive_float, default=None,
                    help="local: the share of the gap to the (one round late) average a shard closes, in (0, 1]")
+    t.add_argument("--compensate", action=argparse.BooleanOptionalAction, default=None,
+                   help="local: take the gap to the late average from where a shard started the round it ran "
+                        "since (CoCoD-SGD), not from where it ended the averaged round")
     t.add_argument("--ema", type=_fraction, default=None,
                    help="local: report the running mean of the averages, the old mean weighted EMA "
                         "in [0, 1) (0: the last average)")

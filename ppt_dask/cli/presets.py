@@ -87,3 +87,66 @@ MODULE_PRESETS = {
     "mnist": dict(strategy="local", block=64, interval=1280, pull=0.5, ema=0.0, lr=0.05, momentum=0.9,
                   epochs=10, target_error=0.02, check_every=0.25, window_epochs=0.25, dtype="float32"),
 }
+
+
+
+# The local strategy's settings by the number of shards S (one per worker: S is the number of
+# workers p unless --shards says otherwise), over the preset; the flags still win. The presets
+# were tuned at p = 1 and 2: 60 local steps of 100 rows between averages. At p = 8 that is 0.8
+# epoch a round and 97% MNIST took 17.6 epochs (2.5 at p = 1). What brought it back
+# (graphs/README.md, "Settings chosen by the number of workers"; serial sweeps, the same bits as
+# the command line):
+# - The steps' rows over all shards (the global batch a step, S * block) held at twice the
+#   preset's block, and the learning rate scaled with it, the linear scaling rule of Goyal et al.,
+#   "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour", 2017 (MNIST MLP: 200 rows a step
+#   at lr 0.4, against the preset's 100 at 0.2; 400 rows at lr 0.5 took 3.1-3.4 epochs).
+# - One local step a round. More drove the shards' models apart: at S = 8, 50-row steps at lr 0.4,
+#   one / two steps a round took 4.3 / 6.0 epochs; at S = 4, 100-row steps at lr 0.5, 1 / 2 / 4
+#   steps a round 3.1 / 4.1 / more than 6 epochs. So a round is short, and the check cadence (a
+#   check every 0.2 epoch) holds at every p.
+# - The correction of CoCoD-SGD (Shen et al., IJCAI 2019; LocalSGD(compensate=True, pull=1)):
+#   a shard starts from the late average plus its own last round. The preset's half pull of the
+#   gap took 4.5 epochs at S = 8 (one 50-row step a round, lr 0.5) against 3.4.
+# - The running mean's horizon in epochs kept: ema = 0.5 ** (rows a round / 6000), the preset's
+#   0.5 a round of 6000 rows (modules: no running mean, as their preset).
+# No warm-up: lr 0.4 at 200 rows a step did not diverge. At S = 1 the preset stays (one shard:
+# no average). At S = 2 it stays too: one 100-row step a round reaches 97% at 2.9 epochs against
+# 4.4, but in 880 rounds against 22, and on 2 cores the preset's rounds cost less than the epochs
+# it saves.
+SCALED_FROM_SHARDS = 3
+GLOBAL_BLOCKS = 2  # the global batch of a step: this many preset blocks
+SMALLEST_BLOCK = 8  # rows; past 2 * preset block / 8 shards the global batch grows with S instead
+
+
+def for_shards(preset: dict, n_shards: int) -> dict:
+    """The settings of a local-strategy ``preset`` that depend on the number of shards
+    (empty for 1 and 2 shards, and for other strategies).
+
+    >>> for_shards(PRESETS["mnist"], 8)
+    {'block': 25, 'interval': 25, 'lr': 0.4, 'pull': 1.0, 'compensate': True, 'ema': 0.9772}
+    >>> for_shards(MODULE_PRESETS["mnist"], 8)
+    {'block': 16, 'interval': 16, 'lr': 0.1, 'pull': 1.0, 'compensate': True, 'ema': 0.0}
+    """
+    if preset.get("strategy") != "local" or n_shards < SCALED_FROM_SHARDS:
+        return {}
+    rows = GLOBAL_BLOCKS * preset["block"]
+    block = max(SMALLEST_BLOCK, round(rows / n_shards))
+    ema = round(0.5 ** (block * n_shards / preset["interval"]), 4) if preset.get("ema") else 0.0
+    return dict(block=block, interval=block, lr=round(preset["lr"] * rows / preset["block"], 6), pull=1.0,
+                compensate=True, ema=ema)
+
+
+def round_within_check(s: dict, n_rows: int, n_shards: int) -> bool:
+    """Cut the local strategy's round to at most one test-set check: the stopping rule
+    checks at the end of a round, so a round longer than ``check_every`` epochs would
+    check less often than the preset says (``interval * n_shards`` patterns a round
+    against ``check_every * n_rows`` a check). ``s["interval"]`` becomes the largest whole
+    number of blocks that fits (at least one block); True when it changed."""
+    if s.get("strategy") != "local" or s.get("target_error") is None or not s.get("interval"):
+        return False
+    fits = int(s.get("check_every", 1.0) * n_rows / n_shards)
+    block = s.get("block") or 100
+    if s["interval"] <= fits:
+        return False
+    s["interval"] = max(block, fits // block * block)
+    return True

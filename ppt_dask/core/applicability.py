@@ -27,6 +27,7 @@ TABLE: dict[str, tuple[str, ...]] = {
     "ema": ("local",),
     "solver": ("local",),  # the local steps' optimizer: sgd or adam
     "shuffle": ("local",),  # a new order of each shard's rows each pass
+    "compensate": ("local",),  # the gap to the late average from the shard's last start (CoCoD-SGD)
     "local_epochs": ("average",),
     "sample_fraction": ("average",),
     "momentum_policy": ("average",),
@@ -44,11 +45,11 @@ TABLE: dict[str, tuple[str, ...]] = {
 
 # the rows that are arguments of a strategy object (choose.make), not of train
 STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs", "sample_fraction",
-                "momentum_policy", "staleness", "solver", "shuffle")
+                "momentum_policy", "staleness", "solver", "shuffle", "compensate")
 
 # values that say "not given" for every strategy (the defaults of train and the CLI)
 NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": (False,), "solver": ("sgd",),
-           "shuffle": (False,), "snapshot_epochs": ((),)}
+           "shuffle": (False,), "compensate": (False,), "snapshot_epochs": ((),)}
 # values that apply beyond the table's row: the local strategy's graph is all to all, and it
 # streams its rounds as the others do; the asynchronous strategy has streamed loops only
 ALSO: dict[tuple[str, str], tuple[str, ...]] = {("exchange", "all"): ("local",),
