@@ -89,7 +89,6 @@ MODULE_PRESETS = {
 }
 
 
-
 # The local strategy's settings by the number of shards S (one per worker: S is the number of
 # workers p unless --shards says otherwise), over the preset; the flags still win. The presets
 # were tuned at p = 1 and 2: 60 local steps of 100 rows between averages. At p = 8 that is 0.8
@@ -108,14 +107,14 @@ MODULE_PRESETS = {
 #   a shard starts from the late average plus its own last round. The preset's half pull of the
 #   gap took 4.5 epochs at S = 8 (one 50-row step a round, lr 0.5) against 3.4.
 # - The running mean's horizon in epochs kept: ema = 0.5 ** (rows a round / 6000), the preset's
-#   0.5 a round of 6000 rows (modules: no running mean, as their preset).
+#   0.5 a round of its 6000 rows at S = 1 (modules: no running mean, as their preset).
 # No warm-up: lr 0.4 at 200 rows a step did not diverge. At S = 1 the preset stays (one shard:
 # no average). At S = 2 it stays too: one 100-row step a round reaches 97% at 2.9 epochs against
 # 4.4, but in 880 rounds against 22, and on 2 cores the preset's rounds cost less than the epochs
 # it saves.
 SCALED_FROM_SHARDS = 3
 GLOBAL_BLOCKS = 2  # the global batch of a step: this many preset blocks
-SMALLEST_BLOCK = 8  # rows; past 2 * preset block / 8 shards the global batch grows with S instead
+SMALLEST_BLOCK = 8  # rows a local step at least: from 2 * block / 8 shards on, the global batch grows with S
 
 
 def for_shards(preset: dict, n_shards: int) -> dict:
@@ -131,7 +130,7 @@ def for_shards(preset: dict, n_shards: int) -> dict:
         return {}
     rows = GLOBAL_BLOCKS * preset["block"]
     block = max(SMALLEST_BLOCK, round(rows / n_shards))
-    ema = round(0.5 ** (block * n_shards / preset["interval"]), 4) if preset.get("ema") else 0.0
+    ema = round(preset["ema"] ** (block * n_shards / preset["interval"]), 4) if preset.get("ema") else 0.0
     return dict(block=block, interval=block, lr=round(preset["lr"] * rows / preset["block"], 6), pull=1.0,
                 compensate=True, ema=ema)
 
