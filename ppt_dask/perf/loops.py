@@ -67,17 +67,19 @@ def exchange_phases(row: dict) -> float:
 
 
 def links_floor(client, workers, p: int, size: int, rounds: int, *, warmup: int = WARMUP,
-                dtype: str = "float64", n_shards: int | None = None) -> float:
+                dtype: str = "float64", n_shards: int | None = None, allreduce: str = "auto") -> float:
     """Median seconds of a streamed round's exchange of ``size`` values on the first ``p`` of
     ``workers`` with no compute (the loops' own timing, rounds after ``warmup``). One shard a
     worker by default; with ``n_shards`` (at least ``p``) the round also adds that many shards'
-    partial sums along the shard tree, as a real round of that layout does."""
-    rows = floor_rows(client, workers, p, size, rounds, warmup=warmup, dtype=dtype, n_shards=n_shards)
+    partial sums along the shard tree, as a real round of that layout does. ``allreduce``: the
+    algorithm, as ``ppt.train`` takes it."""
+    rows = floor_rows(client, workers, p, size, rounds, warmup=warmup, dtype=dtype, n_shards=n_shards,
+                      allreduce=allreduce)
     return statistics.median(exchange_phases(r) for r in rows)
 
 
 def floor_rows(client, workers, p: int, size: int, rounds: int, *, warmup: int = WARMUP,
-               dtype: str = "float64", n_shards: int | None = None) -> list[dict]:
+               dtype: str = "float64", n_shards: int | None = None, allreduce: str = "auto") -> list[dict]:
     """The breakdown's rows (after ``warmup``) of :func:`links_floor`'s rounds, each phase
     apart (``graphs/exchange_floor.py`` sets them beside a real round's)."""
     import ppt_dask as ppt
@@ -91,7 +93,7 @@ def floor_rows(client, workers, p: int, size: int, rounds: int, *, warmup: int =
     net = ppt.MLP((1, 2), output="softmax", dtype="float32")
     try:
         result = ppt.train(net, shards, Exchange(block=n, size=int(size), dtype=dtype),
-                           ppt.Stop(max_epochs=(rounds + warmup) / 8), exchange="stream")
+                           ppt.Stop(max_epochs=(rounds + warmup) / 8), exchange="stream", allreduce=allreduce)
     finally:
         ppt.exit_data(shards)
     return result.breakdown()[warmup:]
