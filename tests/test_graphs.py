@@ -24,6 +24,7 @@ SCRIPTS = {  # script -> (tables, figures) it writes
     "estimator_race.py": (("estimator_race",), ()),
     "table_memory.py": (("table_memory",), ()),
     "async_race.py": (("async_race",), ()),
+    "transports.py": (("transports",), ()),
 }
 TIMEOUT = 240  # seconds; a --quick run takes well under a minute on an idle 2-core machine
 
