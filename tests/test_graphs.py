@@ -25,6 +25,7 @@ SCRIPTS = {  # script -> (tables, figures) it writes
     "table_memory.py": (("table_memory",), ()),
     "async_race.py": (("async_race",), ()),
     "scaling.py": (("scaling",), ()),
+    "transports.py": (("transports",), ()),
 }
 TIMEOUT = 240  # seconds; a --quick run takes well under a minute on an idle 2-core machine
 
