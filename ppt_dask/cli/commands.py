@@ -82,7 +82,7 @@ def _settings(args, kind: str = "preset") -> dict:
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
                  "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "dtype", "check_every", "screen",
-                 "window_epochs", "solver"):
+                 "window_epochs", "solver", "shuffle"):
         value = getattr(args, name)
         if value is not None:
             s[name] = value
