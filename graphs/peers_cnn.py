@@ -79,7 +79,8 @@ def cli_args(name: str, cfg: dict) -> list[str]:
             "--check-every", "1", "--screen", "off", "--quiet"]
     if name.endswith("-sync"):
         return args + ["--strategy", "block", "--block", str(2 * BATCH)]
-    return args + ["--block", str(BATCH), "--interval", str(STEPS * BATCH)]
+    # --no-shuffle: each worker walks its half in order, as the PyTorch contenders do (the module default shuffles)
+    return args + ["--block", str(BATCH), "--interval", str(STEPS * BATCH), "--no-shuffle"]
 
 
 def run_cli(name: str, cfg: dict, work: Path, tag: str) -> dict:

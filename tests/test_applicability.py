@@ -20,7 +20,8 @@ CLI_VALUES = {"block": ["--block", "4"], "local_epoch": ["--local-epoch", "4"], 
               "local_epochs": ["--local-epochs", "2"],
               "sample_fraction": ["--sample-fraction", "0.5"], "momentum_policy": ["--momentum-policy", "average"],
               "staleness": ["--staleness", "2"], "exchange": ["--exchange", "tree"], "pipeline": ["--pipeline", "2"],
-              "restarts": ["--restarts", "1"], "solver": ["--solver", "adam"], "compensate": ["--compensate"]}
+              "restarts": ["--restarts", "1"], "solver": ["--solver", "adam"], "compensate": ["--compensate"],
+              "shuffle": ["--shuffle"]}
 OWN_VALUES = {"block": 4, "local_epoch": 4, "interval": 8, "pull": 0.5, "ema": 0.5, "local_epochs": 2.0,
               "sample_fraction": 0.5, "momentum_policy": "average", "staleness": 2, "solver": "adam",
               "shuffle": True, "compensate": True}

@@ -353,6 +353,8 @@ def test_cli_calibrate_writes_a_usable_file(tmp_path, monkeypatch):
     assert cal.network == (256, 8, 256) and cal.n_patterns == 256 and cal.workers == 2
     assert cal.constants.tf_seconds > 0 and cal.constants.th0_seconds + cal.constants.th1_seconds > 0
     assert pm.has_stream_terms(cal.constants) and len(cal.constants.stream_rows) >= 2
+    # a gradient call of the block timed at 1, 2 ... threads (ppt-dask model recommend's workers x threads)
+    assert cal.threads["rows"] == 64 and cal.threads["counts"][0] == 1 and min(cal.threads["seconds"]) > 0
     assert cal.cores == os.cpu_count()  # two workers on this one host share its cores
     assert "Streamed rounds' gradient phase" in proc.stdout and "tl1 (streamed" in proc.stdout
     proc = run_cli("model", "predict", "--calibration", str(out), "--p", "1,2", "--block", "64,256")

@@ -124,3 +124,17 @@ def test_a_wait_that_times_out_says_what_it_waited_for(threads_client):
     finally:
         GATES["slow"].set()
     assert waits.result(slow, 60, "the test's slow task") == "slow"  # it does come in the end
+
+
+def test_a_local_clusters_workers_get_the_threads_asked_whatever_this_process_holds(monkeypatch):
+    """Dask's nanny takes OMP_NUM_THREADS and the like from the starting process's environment
+    over its configuration (where a first cluster, or the shell, left another count): the
+    workers still get threads_per_worker BLAS and OpenMP threads."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    client = ppt.connect(n_workers=1, threads_per_worker=2, dashboard_address=None)
+    try:
+        (settings,) = ppt.cluster.worker_report(client).values()
+    finally:
+        ppt.cluster.close(client)
+    assert settings["OMP_NUM_THREADS"] == "2" and {b["threads"] for b in settings["blas"]} == {2}, settings

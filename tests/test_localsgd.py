@@ -124,6 +124,8 @@ def test_a_shuffled_walk_visits_every_row_once_a_pass_in_a_new_order():
     passes = rows.reshape(7, 30)
     assert all(sorted(p.tolist()) == list(range(30)) for p in passes)
     assert len({tuple(p) for p in passes}) == 7  # a new order each pass
+    for k, order in enumerate(passes):  # pass k walks the permutation drawn from (seed, shard, k)
+        assert np.array_equal(order, np.random.default_rng([5, 0, k]).permutation(30))
     again = dataclasses.replace(ADAM, block=7).check([30], seed=5)._walk(30, 0)
     assert np.array_equal(np.concatenate([again(i) for i in range(30)]), rows)  # seeded: the same
 

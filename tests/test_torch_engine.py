@@ -231,6 +231,48 @@ def test_the_data_must_fit_the_module_before_any_work(client4, workers4):
         ppt.exit_data(images)
 
 
+def _loss_on(threads, out, t):
+    """Cross-entropy per row, refused in a worker unless computed on ``threads`` torch threads
+    and as many of NumPy's BLAS."""
+    import threadpoolctl
+    import torch
+    from distributed import get_worker
+
+    try:
+        in_worker = get_worker().state.nthreads == threads
+    except ValueError:  # the head (the module's probe), the serial path
+        in_worker = False
+    blas = {p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"}
+    if in_worker and (torch.get_num_threads() != threads or blas != {threads}):
+        raise RuntimeError(f"computed on {torch.get_num_threads()} torch threads and BLAS {blas}, not {threads}")
+    return nn.functional.cross_entropy(out, t, reduction="none")
+
+
+@pytest.mark.parametrize("strategy", [LOCAL, ppt.Sync(lr=0.3, momentum=0.5, block=24)], ids=["local", "block"])
+def test_workers_of_two_threads_compute_on_two_and_bitwise_on_1_and_2_workers(strategy):
+    """threads_per_worker=2 (--threads-per-worker 2): each worker's passes run on 2 torch threads
+    and NumPy's BLAS on 2; the weights are the same bits on 1 and 2 such workers and in the serial
+    path run on 2 threads (torch splits its sums by the thread count: the same count, the same bits)."""
+    X, y = _data()
+    rounds = 4
+    net = ppt.TorchNet(conv, loss=functools.partial(_loss_on, 2), task="classification")
+    serial_net = ppt.TorchNet(conv, loss=functools.partial(_loss_on, None), task="classification", threads=2)
+    expected, _ = serial.train_serial(serial_net, X, y, strategy, rounds=rounds, n_shards=4, seed=3)
+    epochs = rounds / strategy.check([24] * 4, 3).rounds_per_epoch(len(X))
+    client = ppt.connect(n_workers=2, threads_per_worker=2, dashboard_address=None)
+    try:
+        workers = ppt.cluster.worker_addresses(client)
+        for p in (1, 2):
+            shards = ppt.enter_data(client, X, y, n_shards=4, workers=workers[:p])
+            try:
+                result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3)
+            finally:
+                ppt.exit_data(shards)
+            assert result.rounds == rounds and result.params.tobytes() == expected.tobytes(), f"p={p}"
+    finally:
+        ppt.cluster.close(client)
+
+
 def test_the_heads_torch_threads_are_the_cores_local_workers_leave_while_a_module_trains(client4, workers4):
     """A module's test checks run on the head in PyTorch's threads (OpenMP's): while a run
     trains on workers of this machine the head keeps to the cores they leave, as for NumPy's

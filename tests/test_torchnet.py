@@ -5,6 +5,7 @@ rows); sums over two halves against the whole; the same pass twice. Every refusa
 line, raised where the TorchNet is made or fixed to a row shape.
 """
 
+import os
 import pickle
 import subprocess
 import sys
@@ -241,18 +242,56 @@ def test_a_global_hook_is_refused():
         handle.remove()
 
 
-def test_it_travels_without_its_weights_and_sets_one_torch_thread():
+@pytest.mark.parametrize("omp, threads, expected", [(None, "auto", 1), ("2", "auto", 2), ("2", 3, 3)])
+def test_it_travels_without_its_weights_and_takes_the_workers_threads(omp, threads, expected):
+    """A process that unpickles the network (a worker) computes with ``OMP_NUM_THREADS`` torch
+    threads (what the nanny sets to the worker's threads; 1 where unset), or the count given; with
+    torch's deterministic kernels, without loading torch's compiler (seconds, inside the run's
+    clock)."""
     net = ppt.TorchNet(lambda: nn.Sequential(nn.Flatten(), nn.Linear(36, 512), nn.Linear(512, 4)).double(),
-                       row_shape=(1, 6, 6))
+                       row_shape=(1, 6, 6), threads=threads)
     assert net.n_params * 8 > 150_000 and len(pickle.dumps(net)) < 20_000  # the weights are the engine's vector
-    X, y = rows()
     code = ("import pickle, sys, numpy as np, torch\n"
             "net = pickle.loads(sys.stdin.buffer.read())\n"
             "X = np.zeros((3, 1, 6, 6)); net.loss_grad_stats(net.init_params(0), X, np.zeros(3, dtype=int))\n"
-            "print(torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())")
-    run = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(net), capture_output=True, timeout=120)
+            "print(torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),\n"
+            "      torch.is_deterministic_algorithms_warn_only_enabled(),\n"
+            "      'torch._inductor.config' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | ({"OMP_NUM_THREADS": omp} if omp else {})
+    run = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(net), capture_output=True, timeout=120,
+                         env=env)
     assert run.returncode == 0, run.stderr.decode()[-2000:]
-    assert run.stdout.decode().split() == ["1", "True"]
+    assert run.stdout.decode().split() == [str(expected), "True", "True", "False"]
+
+
+@pytest.mark.parametrize("threads", [0, 2.0, "all", True])
+def test_threads_are_auto_a_count_or_none(threads):
+    with pytest.raises(ValueError, match=f"threads must be 'auto', an integer >= 1 or None, got {threads!r}"):
+        ppt.TorchNet(conv, threads=threads)
+
+
+def test_one_shard_of_local_sgd_steps_as_pytorchs_own_loop():
+    """One worker's local SGD (one shard: its average is its own weights) is PyTorch's momentum
+    SGD over the same rows: ``torch.optim.SGD`` on the mean loss, the rows the shuffled walk
+    gives, a new order each pass (why it learns as a PyTorch loop does; in the files' order
+    every pass MNIST learns less, graphs/README.md, "A module's step")."""
+    from ppt_dask.algorithms import localsgd
+
+    X, y = rows(48, seed=1)
+    net = ppt.TorchNet(conv, row_shape=(1, 6, 6))
+    strategy = ppt.LocalSGD(lr=0.1, momentum=0.9, block=8, interval=24, shuffle=True).check([48], seed=4)
+    state, _ = localsgd.train_serial(net, [(X, y)], strategy, strategy.init(net.init_params(0)), rounds=5)
+    torch.manual_seed(0)
+    module = conv()
+    opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
+    walk = strategy._walk(48, 0)
+    for step in range(5 * strategy.steps()):  # 15 steps: 2.5 passes, each in a new order
+        i = torch.from_numpy(np.asarray(walk(step)))
+        loss = nn.functional.cross_entropy(module(torch.from_numpy(X)[i]), torch.from_numpy(y)[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    np.testing.assert_allclose(state.params, net.params_of(module), rtol=1e-10, atol=1e-12)
 
 
 def test_rows_of_another_shape_are_refused_and_an_unfixed_net_says_how_to_fix_it():

@@ -227,6 +227,11 @@ class LocalSGD(_Base):
         orders: dict = {}
 
         def rows(step: int) -> np.ndarray:
+            p, offset = divmod(step * self.block, n_rows)
+            if offset + self.block <= n_rows:  # within one pass: a slice of its order
+                if p not in orders:
+                    orders[p] = np.random.default_rng([self.seed, s, p]).permutation(n_rows)
+                return orders[p][offset:offset + self.block]
             at = step * self.block + np.arange(self.block)
             passes, offsets = np.divmod(at, n_rows)
             for p in np.unique(passes).tolist():

@@ -86,7 +86,7 @@ def _settings(args, kind: str = "preset") -> dict:
     for name in ("strategy", "block", "lr", "momentum", "l2", "epochs", "target_error",
                  "hidden", "activation", "local_epoch", "replicate", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "dtype", "check_every", "screen",
-                 "window_epochs", "solver", "compensate"):
+                 "window_epochs", "solver", "compensate", "shuffle"):
         value = getattr(args, name)
         if value is not None:
             s[name] = value

@@ -16,7 +16,7 @@ from ppt_dask.engine import checkpoint
 # the strategy-dependent flags (attribute names of the parsed arguments = table rows)
 STRATEGY_FLAGS = ("block", "local_epoch", "replicate", "interval", "pull", "ema", "local_epochs",
                   "sample_fraction", "momentum_policy", "staleness", "exchange", "pipeline",
-                  "checkpoint", "resume", "restarts", "solver", "compensate")
+                  "checkpoint", "resume", "restarts", "solver", "compensate", "shuffle")
 
 GENERATED = ("parity8", "encoder", "function")  # made by a seeded generator, no files
 

@@ -8,7 +8,8 @@
 ``calibrate`` measures the constants on the cluster (a LocalCluster it starts, or
 ``--scheduler``) and writes them with the sizes they hold for; ``predict`` prints
 speedups like 001's Table VII; ``recommend`` prints the block size and number of workers
-of least time per epoch and the smallest block that gives any speedup. ``--constants``
+of least time per epoch and the smallest block that gives any speedup, and the workers x
+threads per worker the calibrated machine's cores hold (:mod:`ppt_dask.perf.threads`). ``--constants``
 takes a JSON object of :class:`ppt_dask.perf.model.Constants` fields (seconds) for a
 cluster you do not have yet. Only ``calibrate`` needs a cluster (and imports dask).
 """
@@ -218,7 +219,7 @@ def _setting(args) -> dict:
     cores = cal.cores if args.cores == _CALIBRATED else args.cores
     return dict(c=cal.constants, n=int(n), w=int(w), m=int(m), n_shards=shards,
                 fan_in=args.fan_in or cal.fan_in, exchange=args.exchange, cores=cores,
-                cores_given=args.cores != _CALIBRATED)
+                cores_given=args.cores != _CALIBRATED, threads=cal.threads)
 
 
 def _predict(args, s: dict) -> int:
@@ -273,11 +274,37 @@ def _recommend(args, s: dict) -> int:
     print("| workers | smallest block |\n|---:|---:|")
     for p, b in smallest.items():
         print(f"| {p} | {'none up to n' if b is None else b} |")
+    hybrid = _workers_by_threads(s, blocks)
     _write(args.json, {"problem": _problem(s), "recommended": dataclasses.asdict(best), "blocks": blocks.tolist(),
                        "best_p": p_best.tolist(),
                        "best_epoch_seconds": t_best.tolist(), "best_speedup": s_best.tolist(),
-                       "smallest_block_for_speedup": {str(k): v for k, v in smallest.items()}})
+                       "smallest_block_for_speedup": {str(k): v for k, v in smallest.items()},
+                       "workers_by_threads": hybrid})
     return 0
+
+
+def _workers_by_threads(s: dict, blocks) -> dict | None:
+    """Print the workers x threads the cores hold (seed 002's hybrid), the best and why; the
+    numbers for --json (None where the calibration cannot say)."""
+    from ppt_dask.perf import threads as perfthreads
+
+    cores, timed = s["cores"], s.get("threads") or {}
+    if not timed or cores is None:
+        missing = "thread timings (calibrate again)" if not timed else "a core count (--cores)"
+        print(f"\nworkers x threads: not proposed, the calibration has no {missing}")
+        return None
+    kw = {k: v for k, v in _model_kw(s).items() if k != "cores"}
+    options = perfthreads.layouts(s["n"], s["w"], s["c"], cores, timed, blocks, **kw)
+    best = options[0]
+    print(f"\nworkers x threads on {cores} cores (seed 002's hybrid: threads inside each worker), block {best.block}")
+    print("| threads per worker | workers | s/epoch | gradient call x 1 thread |\n|---:|---:|---:|---:|")
+    for t in sorted({o.threads for o in options}):
+        o = min((o for o in options if o.threads == t and o.block == best.block), key=lambda o: o.epoch_seconds)
+        print(f"| {t} | {o.p} | {o.epoch_seconds:.4g} | {o.thread_speedup:.2f} |")
+    reason = perfthreads.why(best, options, timed, cores)
+    print(f"recommended: --workers {best.p} --threads-per-worker {best.threads}: {reason}")
+    return {"recommended": dataclasses.asdict(best), "why": reason, "cores": cores, "timed": timed,
+            "options": [dataclasses.asdict(o) for o in options if o.block == best.block]}
 
 
 # ---- formatting (pure) -----------------------------------------------------------------

@@ -106,6 +106,9 @@ def _strategy_flags(t) -> None:
     t.add_argument("--staleness", type=_int_at_least(0), default=None,
                    help="async: the largest staleness a gradient may have (steps the other replicas took "
                         "that its maker's had not); its maker drops a staler one")
+    t.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=None,
+                   help="local: walk each pass over a shard in a new order, seeded (default: on with --model, "
+                        "as a PyTorch DataLoader's shuffle=True; off for the built-in MLP's mnist preset)")
     t.add_argument("--solver", choices=["sgd", "adam"], default=None,
                    help="local: the local steps' optimizer (default sgd; a table of your own: adam when it "
                         "has fewer than 60 batches of rows, each pass in a new order)")

@@ -55,6 +55,9 @@ WORKER_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 25),
 }
 
+# The variables that set a worker's BLAS and OpenMP (PyTorch's) threads: threads_per_worker.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
 # Tasks pinned to a worker that is gone fail after this long instead of waiting forever.
 NO_WORKERS_TIMEOUT = "60s"
 
@@ -150,7 +153,10 @@ def connect(
     ----------
     address : str, optional
         ``tcp://host:8786``, ``tls://host:8786`` ... When None, start a LocalCluster with
-        ``n_workers`` processes (default: one per core) of ``threads_per_worker`` threads.
+        ``n_workers`` processes (default: one per core) of ``threads_per_worker`` threads,
+        each with as many BLAS and OpenMP threads (``OMP_NUM_THREADS`` and the like, set in
+        this process too, where Dask's nanny would otherwise take them from and writes them):
+        a :class:`ppt_dask.TorchNet` there computes with them.
     dashboard_address : str or None
         Where the LocalCluster's dashboard listens (None: a free port on 127.0.0.1);
         localhost unless asked otherwise.
@@ -191,8 +197,12 @@ def connect(
     n_workers = check_int_at_least("n_workers", n_workers, 1)
     threads_per_worker = check_int_at_least("threads_per_worker", threads_per_worker, 1)
     env = dict(WORKER_ENV)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    for var in THREAD_VARS:
         env[var] = str(threads_per_worker)
+    # Dask's nanny takes a variable this process already has over the configured one (and writes
+    # its own values here when it starts a worker): after a first cluster of other threads, or
+    # with OMP_NUM_THREADS in the shell, the workers got that count instead of threads_per_worker
+    os.environ.update({var: env[var] for var in THREAD_VARS})
     config = {
         "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
         "distributed.nanny.pre-spawn-environ": env,

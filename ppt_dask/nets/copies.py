@@ -15,6 +15,7 @@ import collections
 import contextlib
 import copy
 import math
+import os
 import threading
 import warnings
 
@@ -27,12 +28,34 @@ from ppt_dask.nets import building
 KEPT_NETWORKS = 16  # networks whose module copies a process keeps (least recently used go)
 
 
+def threads_of(threads) -> int | None:
+    """The torch threads a network of ``threads`` computes with in this process: ``"auto"``
+    is the process's ``OMP_NUM_THREADS`` (what a Dask worker's nanny sets: ppt_dask's clusters
+    to each worker's threads, Dask's own to 1), 1 where it is unset or not a count; an int is
+    itself; None leaves torch's setting alone."""
+    if threads != "auto":
+        return threads
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
 def configure(threads, deterministic: bool) -> None:
-    """The process's torch settings (see the module docstring): cheap when already set."""
-    if threads and torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+    """The process's torch settings (:mod:`ppt_dask.nets.torchnet`, "Threads"), in the calling thread (each
+    thread has its own OpenMP thread count): microseconds when already set.
+
+    ``deterministic``: deterministic kernels where torch has them, a warning where it has
+    none, through ``torch.set_deterministic_debug_mode("warn")``, the same switch as
+    ``torch.use_deterministic_algorithms(True, warn_only=True)`` without the latter's import of
+    torch's compiler settings (``torch._inductor.config``, 822 modules: 2.2-2.6 s on the first
+    gradient call of a worker, inside the run's clock; graphs/README.md, "A module's step").
+    """
+    wanted = threads_of(threads)
+    if wanted and torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
     if deterministic and not torch.are_deterministic_algorithms_enabled():
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.set_deterministic_debug_mode("warn")
 
 
 def tensor(a: np.ndarray) -> torch.Tensor:

@@ -23,12 +23,27 @@ Decisions (refusals are one line, before any cluster work; see :mod:`ppt_dask.ne
 * **Frozen parameters and buffers** are constants that travel with the module; a pass that
   changes a buffer (BatchNorm's running statistics) is refused, so are hooks, sparse
   gradients, lazy, non-float or non-CPU parameters.
-* **Threads.** ``threads=1`` (the default) sets ``torch.set_num_threads(1)`` in every
-  process the network computes in, so each worker thread runs one torch thread (two
-  workers on two cores do not fight over them), and the head computes the same bits as
-  the workers; with ``deterministic=True`` (the default),
-  ``torch.use_deterministic_algorithms(True, warn_only=True)`` there too: deterministic
-  kernels where torch has them, a warning where it has none.
+* **Threads.** A network computes with as many torch threads as the worker it runs on has
+  threads (``threads="auto"``, the default): the process's ``OMP_NUM_THREADS``, which
+  ``ppt.connect(threads_per_worker=t)`` (``--threads-per-worker t``) and the ssh deploy set
+  to each worker's ``t`` (so NumPy's BLAS has ``t`` threads there too), and Dask's own
+  workers to 1 (Dask's nanny writes it into the process that starts a local cluster too, so
+  the head computes with the workers' count); where it is unset, one thread. So one worker of ``t``
+  threads on ``t`` cores runs each step on all of them (seed 002's OpenMP threads inside MPI
+  ranks), and ``t`` workers of one thread do not fight over the cores. ``threads=k`` sets
+  ``k`` in every process; None leaves torch's setting alone. The threads are set in the
+  thread that computes, before each pass (OpenMP keeps a count per thread). Runs are bitwise
+  the same on any number of workers when every worker has the same threads (torch splits
+  its sums by the thread count), and the same as the serial path run with those threads.
+* **Deterministic kernels.** With ``deterministic=True`` (the default) those processes run
+  torch's deterministic kernels where it has them, a warning where it has none
+  (``torch.set_deterministic_debug_mode("warn")``, which is
+  ``torch.use_deterministic_algorithms(True, warn_only=True)``); on the CPU they differ from
+  the default ones only for scatter-like operations (``index_put`` with accumulation,
+  ``index_copy``, ``put_``), whose default kernels may add in another order on several
+  threads. The mode cost nothing measurable on a small CNN's step (0.98-1.01x the default
+  kernels', with torch's filling of new tensors; graphs/README.md, "A module's step");
+  ``deterministic=False`` leaves torch's setting.
 * **Initial weights** for seed ``s``: the module's builder (a class or a function given
   instead of a module) called under ``torch.manual_seed(s)``, or, for a module given as an
   object, each submodule's ``reset_parameters()`` under that seed (parameters that no
@@ -95,11 +110,12 @@ class TorchNet:
         Needed for a loss function or a loss module not named above.
     tolerance : float
         Regression: a row counts as wrong when an output is off by more than this.
-    threads : int or None
-        torch threads in every process the network computes in (default 1: one per worker
-        thread); None leaves torch's setting alone.
+    threads : "auto", int or None
+        torch threads in every process the network computes in: "auto" (the default) as many
+        as the worker has threads (``OMP_NUM_THREADS``, 1 where unset); an int that many;
+        None leaves torch's setting alone.
     deterministic : bool
-        ``torch.use_deterministic_algorithms(True, warn_only=True)`` there too.
+        Torch's deterministic kernels there too (``torch.set_deterministic_debug_mode("warn")``).
 
     Attributes
     ----------
@@ -118,7 +134,7 @@ class TorchNet:
     """
 
     def __init__(self, module, loss="cross_entropy", *, row_shape=None, task=None, tolerance: float = 0.1,
-                 threads: int | None = 1, deterministic: bool = True):
+                 threads: int | str | None = "auto", deterministic: bool = True):
         builder = None if isinstance(module, nn.Module) else module
         if builder is not None and not callable(builder):
             raise ValueError(f"module must be a torch.nn.Module or a function that returns one, got {module!r}")
@@ -127,8 +143,11 @@ class TorchNet:
                 torch.manual_seed(0)
                 module = building.built(builder)
         torchcheck.check_module(module, self._what(module, builder))
-        if threads is not None:
-            validation.check_int_at_least("threads", threads, 1)
+        if threads is not None and not (isinstance(threads, str) and threads == "auto"):
+            try:
+                validation.check_int_at_least("threads", threads, 1)
+            except ValueError:
+                raise ValueError(f"threads must be 'auto', an integer >= 1 or None, got {threads!r}") from None
         validation.check_nonneg("tolerance", tolerance)
         self.name = type(module).__name__
         self.module_path = building.path_of(builder) if builder is not None else None

@@ -7,6 +7,7 @@ timing single arithmetic operations out of context gave errors over 20%. So:
   under :func:`calibrate`): Tf, Tb, Ts per pattern as slopes of least-squares lines over
   block sizes (the gradient call's intercept is the Dask model's ``tc``), Tu the real
   update, Tm a copy of the weights, Ta eq. (9)'s averaging, To the rest of a serial epoch;
+  and :func:`ppt_dask.perf.threads.time_threads` the gradient call at 1, 2, 4 ... threads;
 * :func:`ppt_dask.perf.calls.measure_calls` times the real gradient call over a range of row
   counts inside real training rounds on the live cluster, on one worker alone and on all
   workers at once: the model's *call curve* (the cost per pattern is not constant, and
@@ -46,6 +47,7 @@ from ppt_dask.engine import waits
 from ppt_dask.perf import fit as modelfit
 from ppt_dask.perf import loops
 from ppt_dask.perf import model as perfmodel
+from ppt_dask.perf import threads as perfthreads
 from ppt_dask.perf.calls import cluster_workers, measure_calls
 from ppt_dask.perf.measure import measure_constants
 
@@ -282,6 +284,7 @@ class Calibration:
     cores: int | None = None  # the cores those workers share, over their hosts
     measurements: dict = field(default_factory=dict)
     dtype: str | None = None  # the network's floats (float32 computes about twice as fast); None: not recorded
+    threads: dict = field(default_factory=dict)  # a gradient call of "rows" rows: "seconds" at "counts" threads
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)  # the constants become a dict of their fields
@@ -341,18 +344,26 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     gradient phase (the wait for the slower loop, which the floor without compute does not
     have), is what the real streamed rounds of the curve spent beyond their gradient and update
     (:func:`ppt_dask.perf.fit.fit_lag` over the sizes), the floor's own kept in the measurements.
+    The same worker times a gradient call of ``block`` rows at 1, 2, 4 ... threads up to its
+    host's cores (:func:`ppt_dask.perf.threads.time_threads`: ``Calibration.threads``), from
+    which ``ppt-dask model recommend`` proposes workers x threads.
     ``progress``, when given, is called with a line at the start of each of the five steps
     (``step 2/5: ...``).
     """
     check_rounds(rounds)
     say = progress or (lambda line: None)
     workers = cluster_workers(client, workers)
-    say(f"step 1/5: per-pattern constants on one worker ({repeats} repeats)")
+    say(f"step 1/5: per-pattern constants and threads on one worker ({repeats} repeats)")
     n_rows = min(len(X), max(8 * int(block), 16384))
     data = client.scatter([np.asarray(X[:n_rows]), np.asarray(y[:n_rows])], workers=workers[:1], hash=False)
     on_worker = client.submit(measure_constants, net, *data, block=int(block), repeats=repeats,
                               workers=workers[:1], pure=False)
     local = waits.result(on_worker, 600, "the per-pattern constants timed on one worker")
+    counts = perfthreads.thread_counts(worker_cores(client, workers[:1]))
+    on_worker = client.submit(perfthreads.time_threads, net, *data, rows=int(block), counts=counts,
+                              repeats=repeats, workers=workers[:1], pure=False)
+    timed = {"rows": min(int(block), n_rows), "counts": counts,
+             "seconds": waits.result(on_worker, 600, "a gradient call timed at 1, 2 ... threads on one worker")}
     del on_worker, data
     if curve:
         say(f"step 2/5: the call curve of round graphs over {len(workers)} worker(s)")
@@ -418,4 +429,4 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
                         "rounds": dataclasses.asdict(calls) if calls is not None else {},
                         "probe_th0_seconds": head.th0_seconds, "probe_tq_seconds": head.tq_seconds,
                         **stream_seen, "load_average": list(os.getloadavg())},
-                       str(np.dtype(net.dtype)))
+                       str(np.dtype(net.dtype)), timed)
