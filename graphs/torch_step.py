@@ -25,6 +25,7 @@ Usage::
     python graphs/torch_step.py                 # REPEATS (3) interleaved repeats at 1 and 2 threads
     python graphs/torch_step.py --quick         # one repeat of 0.1 epoch
     python graphs/torch_step.py --threads 1     # one thread count
+    python graphs/torch_step.py --quiet-cores 0.3   # on a shared machine: runs again while others were busy
 
 Needs the ``[torch]`` extra. Writes graphs/out/torch_step.md, .csv and .json.
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -54,6 +56,9 @@ DEFAULTS = dict(
     REPEATS=3,
     BATCH=64, LR=0.05, MOMENTUM=0.9, STEPS=20,  # the module defaults of ppt-dask train mnist --model
     SEED=0,
+    # on a shared machine: run a contender again (at most TRIES times) while other processes used
+    # more than QUIET_CORES cores on average during its run (0: keep every run); each run's share is printed
+    QUIET_CORES=0.0, TRIES=10,
 )
 QUICK = dict(EPOCHS=0.1, REPEATS=1)
 N_TRAIN = 60000
@@ -139,6 +144,35 @@ def plain(spec: dict) -> None:
                    f"momentum {spec['momentum']}"}))
 
 
+def _busy_seconds() -> float:
+    """CPU seconds all processes of the machine have used (Linux /proc/stat)."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+def wait_quiet(cores: float, longest: float = 900.0) -> None:
+    """Wait (at most ``longest`` seconds) until the machine's other processes use at most
+    ``cores`` cores over two seconds (nothing of this script runs meanwhile)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < longest:
+        busy = _busy_seconds()
+        time.sleep(2.0)
+        if (_busy_seconds() - busy) / 2.0 <= cores:
+            return
+
+
+def measured(run, *args) -> dict:
+    """``run(*args)`` with the cores other processes used on average while it ran (its own
+    processes' CPU time taken from the machine's)."""
+    busy, ours, t0 = _busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    out = run(*args)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    mine = (after.ru_utime - ours.ru_utime) + (after.ru_stime - ours.ru_stime)
+    out["others_cores"] = max(0.0, (_busy_seconds() - busy - mine) / (time.perf_counter() - t0))
+    return out
+
+
 def table(runs: dict, threads: tuple) -> list[dict]:
     """One row per contender: medians, and the medians of the pairwise ratios."""
     rows = []
@@ -148,6 +182,7 @@ def table(runs: dict, threads: tuple) -> list[dict]:
                "step ms": statistics.median(r["step_ms"] for r in rs),
                "steps": rs[0]["steps"],
                "test accuracy %": 100 * statistics.median(r["test_accuracy"] for r in rs),
+               "others' cores": statistics.median(r["others_cores"] for r in rs),
                "runs": len(rs)}
         if who == "ppt":
             pairs = list(zip(rs, runs[("plain", t)]))
@@ -174,19 +209,28 @@ def main() -> int:
         for rep in range(args.repeats):
             shift = rep % len(contenders)
             for who, t in contenders[shift:] + contenders[:shift]:  # the order rotates
-                run = (ppt_run if who == "ppt" else plain_run)(args, t, work, f"{who}-{t}-{rep}")
+                for attempt in range(args.tries):
+                    if args.quiet_cores:
+                        wait_quiet(args.quiet_cores)
+                    run = measured(ppt_run if who == "ppt" else plain_run, args, t, work, f"{who}-{t}-{rep}")
+                    print(f"repeat {rep} {who:5s} {t} thread(s): epoch {run['epoch_seconds']:.2f} s, step "
+                          f"{run['step_ms']:.2f} ms, test accuracy {run['test_accuracy']:.4f} (others used "
+                          f"{run['others_cores']:.2f} cores, load {os.getloadavg()[0]:.1f})", file=sys.stderr,
+                          flush=True)
+                    loads.append(os.getloadavg()[0])
+                    if not args.quiet_cores or run["others_cores"] <= args.quiet_cores or attempt == args.tries - 1:
+                        break
                 runs[(who, t)].append(run)
-                print(f"repeat {rep} {who:5s} {t} thread(s): epoch {run['epoch_seconds']:.2f} s, step "
-                      f"{run['step_ms']:.2f} ms, test accuracy {run['test_accuracy']:.4f} "
-                      f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-                loads.append(os.getloadavg()[0])
     rows = table(runs, tuple(args.threads))
     commands = sorted({r["command"] for rs in runs.values() for r in rs})
     columns = list(dict.fromkeys(k for r in rows for k in r))
     g.write_table(args.out, "torch_step", rows, columns=columns,
                   title=f"{args.epochs:g} epoch of MNIST, {args.module}: one ppt_dask worker against a plain "
                         f"PyTorch loop, medians of {args.repeats}",
-                  notes=[f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}",
+                  notes=[f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}; others' cores: "
+                         "what other processes used on average during a run (median), the machine's CPU time "
+                         "less the run's own"
+                         + (f"; a run was made again while above {args.quiet_cores:g}" if args.quiet_cores else ""),
                          "ratios repeat by repeat, then the median", *[f"`{c}`" for c in commands]])
     (args.out / "torch_step.json").write_text(json.dumps(
         {"runs": {f"{who}-{t}": rs for (who, t), rs in runs.items()}, "loads": loads}, indent=1))
