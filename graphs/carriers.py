@@ -36,10 +36,10 @@ class Framed:
     def send_each(self, messages: dict, tag) -> int:
         return sum(self.send((tag, message), [slot]) for slot, message in messages.items())
 
-    def receive(self, timeout: float, stopped=lambda: None, tag=None) -> list:
+    def receive(self, timeout: float, stopped=lambda: None, tag=None, slots=None) -> list:
         from ppt_dask.engine.links import message_of
         out = []
-        for slot in sorted(self.incoming):
+        for slot in sorted(self.incoming if slots is None else slots):
             while (slot, tag) not in self._stash:
                 (got, payload), _ = message_of(self._take(slot))
                 self._stash[slot, got] = payload

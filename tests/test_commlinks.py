@@ -76,7 +76,7 @@ def _allreduce(links: list, p: int, algorithm: str, n_shards: int, size: int, ro
     return results
 
 
-@pytest.mark.parametrize("p, algorithm", [(2, "direct"), (2, "scatter"), (4, "scatter"), (4, "direct")])
+@pytest.mark.parametrize("p, algorithm", [(2, "direct"), (2, "scatter"), (4, "scatter"), (4, "direct"), (4, "halving")])
 def test_our_allreduce_over_distributed_comms_gives_the_serial_trees_bits(p, algorithm):
     n_shards, size, rounds = 8, 5000, 4
     results = _allreduce(_linked(p), p, algorithm, n_shards, size, rounds)

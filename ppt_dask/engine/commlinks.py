@@ -177,14 +177,16 @@ class CommLinks:
     def _turn(self) -> None:
         self._run(asyncio.sleep(0))
 
-    def receive(self, timeout: float, stopped=lambda: False, tag=None) -> list:
+    def receive(self, timeout: float, stopped=lambda: False, tag=None, slots=None) -> list:
         """The next message of every other loop (in slot order), once this loop's own writes
         have ended too, waiting at most ``timeout`` seconds; raises ``stopped()``'s error (when
         it gives one) if the run stops meanwhile, :class:`LinkLost` if a link breaks. With
-        ``tag``: the payload tagged ``tag`` of every other loop (messages are ``(tag,
-        payload)`` pairs; what came before it on the link is kept for its own call)."""
+        ``tag``: the payload tagged ``tag`` of every other loop, or of those in ``slots``
+        (messages are ``(tag, payload)`` pairs; what came before it on the link is kept for its
+        own call)."""
         if not self.incoming:
             return []
+        waited = sorted(self.incoming if slots is None else slots)
         deadline = time.monotonic() + timeout
         next_look = time.monotonic() + POLL_SECONDS
         while True:
@@ -194,11 +196,11 @@ class CommLinks:
             if tag is not None:
                 self._file()
             have = (lambda s: bool(self._inbox[s])) if tag is None else (lambda s: (s, tag) in self._stash)
-            if all(have(s) for s in self.incoming) and not self._writes:
+            if all(have(s) for s in waited) and not self._writes:
                 if tag is None:
-                    return [self._inbox[s].popleft() for s in sorted(self.incoming)]
-                return [self._stash.pop((s, tag)) for s in sorted(self.incoming)]
-            gone = [s for s in self.ended if not have(s) and not self._inbox[s]]
+                    return [self._inbox[s].popleft() for s in waited]
+                return [self._stash.pop((s, tag)) for s in waited]
+            gone = [s for s in self.ended if s in waited and not have(s) and not self._inbox[s]]
             if gone:
                 stopped()
                 raise LinkLost(f"worker slot {self.slot}: slot {gone[0]} closed its link before its next message")
