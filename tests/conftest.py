@@ -111,12 +111,29 @@ def client2(_processes2):
     by the tests of a module: each test starts with exactly two live workers, however the
     one before left them (a worker killed and restarting, a third one that joined)."""
     client = _processes2
-    client.cluster.scale(2)
+    client.cluster.scale(2)  # closes the extra worker later, on the cluster's loop
+    kept = {str(name) for name in client.cluster.worker_spec}
     deadline = time.monotonic() + 60
-    while len(ppt.cluster.worker_addresses(client)) != 2:
-        assert time.monotonic() < deadline, "the shared cluster did not come back to two workers"
+    # two workers listed is not enough: a third worker that scale(2) is about to close, or a
+    # worker SIGKILLed by the test before whose loss the scheduler has not yet seen, is listed
+    # too (a test placed its shards there, and the scatter failed with KeyError or the shards
+    # left mid-run); wait for the two workers the cluster keeps, each answering
+    while not _two_kept_and_alive(client, kept):
+        assert time.monotonic() < deadline, "the shared cluster did not come back to its two workers"
         time.sleep(0.1)
     return client
+
+
+def _two_kept_and_alive(client, kept: set) -> bool:
+    import os
+
+    listed = ppt.cluster.workers(client)
+    if sorted(str(w["name"]) for w in listed.values()) != sorted(kept):
+        return False
+    try:  # a killed worker's port refuses at once
+        return set(client.run(os.getpid, workers=list(listed))) == set(listed)
+    except (OSError, KeyError):
+        return False
 
 
 def scheduler_keys(client, timeout=10.0):
