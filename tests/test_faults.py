@@ -309,3 +309,43 @@ def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
         ppt.exit_data(shards)
     finally:
         ppt.cluster.close(client)
+
+
+def test_a_replacement_killed_before_its_shards_arrive_is_replaced_in_turn():
+    """Repair gives a lost worker's slot to a worker that no slot holds; when that one is
+    SIGKILLed just before (the scheduler still lists it for a moment, then drops it), repair
+    goes round again: every slot ends on a live worker, holding its shards' rows bitwise."""
+    import time
+
+    from distributed import Client, LocalCluster, wait
+
+    X, y = _data(200, seed=7)
+    with LocalCluster(n_workers=0, dashboard_address=None) as cluster, Client(cluster) as client:
+        procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+                                   "--nthreads", "1", "--host", "127.0.0.1", "--no-nanny"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
+        try:
+            client.wait_for_workers(3, timeout=60)
+            a, b, c = ppt.cluster.worker_addresses(client)
+            pids = client.run(os.getpid)
+            shards = ppt.enter_data(client, X, y, n_shards=4, workers=[a, b])
+            os.kill(pids[b], signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while b in ppt.cluster.worker_addresses(client):
+                assert time.monotonic() < deadline, "the scheduler kept the killed worker"
+                time.sleep(0.05)
+            os.kill(pids[c], signal.SIGKILL)  # the only worker without a slot: the first choice
+            events = shards.repair(timeout=60)
+            alive = ppt.cluster.worker_addresses(client)
+            assert alive == [a] and shards.workers == [a, a] and shards.lost_workers() == []
+            assert events and events[-1]["replacement"] == a and events[-1]["shards"] == [2, 3]
+            wait(shards.futures, timeout=60)
+            held = client.gather(shards.futures)
+            for info, (Xs, ys) in zip(shards.info, held):
+                assert Xs.tobytes() == X[info.start:info.stop].tobytes()
+                assert ys.tobytes() == y[info.start:info.stop].tobytes()
+            ppt.exit_data(shards)
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait(timeout=30)
