@@ -51,9 +51,14 @@ class SSHServer:
     point ``DASK_CONFIG`` at the dask configuration of the "host".
     """
 
-    host = "127.0.0.1"
-
-    def __init__(self, directory, env: dict | None = None):
+    def __init__(self, directory, env: dict | None = None, *, host: str = "127.0.0.1", port: int | None = None,
+                 prefix: tuple[str, ...] = ()):
+        """``host``, ``port``: where it listens (default 127.0.0.1 and a free high port); ``prefix``:
+        the command sshd runs under (tests/hosts.py: in a network namespace, its data folders
+        hidden). A host key and client key already in ``directory`` are kept."""
+        self.host = host
+        self.fixed_port = port
+        self.prefix = tuple(prefix)
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(env or {})
@@ -81,8 +86,10 @@ class SSHServer:
             self._keygen(self.client_key, "ppt-dask-test-client")
             (self.dir / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
         host_pub = Path(f"{self.host_key}.pub").read_text().split()
-        self.known_hosts.write_text(
-            f"[127.0.0.1]:{self.port},[localhost]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        names = [self.host if self.port == 22 else f"[{self.host}]:{self.port}"]
+        if self.host == "127.0.0.1":
+            names.append(f"[localhost]:{self.port}")
+        self.known_hosts.write_text(f"{','.join(names)} {host_pub[0]} {host_pub[1]}\n")
         env = {TOKEN_VAR: self.token, **self.env}
         for key, value in env.items():
             if any(c.isspace() or c == '"' for c in f"{key}{value}"):
@@ -118,10 +125,10 @@ class SSHServer:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         last_error = ""
         for _ in range(3):  # another process may take the free port first
-            self.port = free_port(self.host)
+            self.port = self.fixed_port or free_port(self.host)
             config = self._write_config()
             with open(self.log, "ab") as log:
-                self.proc = subprocess.Popen([self.sshd, "-D", "-e", "-f", str(config)],
+                self.proc = subprocess.Popen([*self.prefix, self.sshd, "-D", "-e", "-f", str(config)],
                                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                              start_new_session=True)
             deadline = time.monotonic() + timeout

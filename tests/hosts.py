@@ -1,0 +1,221 @@
+"""Test hosts: machines of our own, as Linux network namespaces on a bridge.
+
+Each host ``ppth-<i>`` has its own address (10.77.0.1<i>; the head, in the machine's own
+namespace, is 10.77.0.1 on the bridge ``ppth-br``), its own OpenSSH server on port 22 of
+that address (tests/sshd.py), a link to the bridge limited by ``tc tbf`` on both ends
+(1 Gbit/s unless told otherwise), and its own mount namespace in which the data folder
+(PPT_DASK_DATA) and ``~/.cache`` are empty tmpfs: a worker there has no data of its own.
+Everything a session on a host starts is a child of its sshd, in its namespaces.
+
+All hosts share one host key and one client key, so one ``known_hosts`` file and one
+``--ssh-key`` reach them all (what ``ppt-dask cluster ssh`` takes).
+
+As a script (root; iproute2 and openssh-server)::
+
+    python tests/hosts.py up /tmp/ppth           # 3 hosts at 1 Gbit/s until Ctrl-C; prints the ssh flags
+    python tests/hosts.py up /tmp/ppth --rate 100mbit --hosts 4
+    python tests/hosts.py down                   # removes every ppth-* namespace, link and process
+
+``up`` removes its hosts on Ctrl-C or SIGTERM; ``down`` is for a run killed harder than that.
+
+``down`` is also what :func:`hosts` does on the way out, and on the way in when an earlier
+run was killed before it could clean up (names carry the fixed prefix ``ppth``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sshd import SSHServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graphs"))
+from netns import qdisc, sh, why_not  # noqa: E402
+
+PREFIX = "ppth"
+BRIDGE = f"{PREFIX}-br"
+HEAD = "10.77.0.1"  # the bridge's address: where the head is seen from the hosts
+NET = "10.77.0.0/24"  # a private test range, not routed anywhere else
+RATE = "1gbit"
+DATA_DIR = Path(os.environ.get("PPT_DASK_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
+def address(i: int) -> str:
+    return f"10.77.0.{10 + i}"
+
+
+@dataclass
+class Host:
+    name: str  # the network namespace
+    address: str
+    link: str  # the bridge end of its veth pair, in the head's namespace
+    server: SSHServer
+
+
+@dataclass
+class Hosts:
+    hosts: list[Host]
+    client_key: Path
+    known_hosts: Path
+    user: str
+
+    @property
+    def addresses(self) -> list[str]:
+        return [h.address for h in self.hosts]
+
+    def ssh_flags(self) -> list[str]:
+        """The ``ppt-dask cluster ssh`` flags that reach every host."""
+        return ["--ssh-user", self.user, "--ssh-key", str(self.client_key), "--known-hosts", str(self.known_hosts)]
+
+    def stop(self) -> list[str]:
+        """Stop every sshd and what it started; return what had to be killed."""
+        killed = []
+        for host in self.hosts:
+            killed += host.server.stop()
+        return killed
+
+
+def _hidden(paths: list[Path]) -> tuple[str, ...]:
+    """The command prefix that runs sshd in its namespace with ``paths`` empty: ``ip netns exec``
+    gives each command a mount namespace of its own, so the tmpfs mounts are seen by sshd and
+    its sessions only, and go with them."""
+    mounts = " && ".join(f"mount -t tmpfs {PREFIX}-empty {p}" for p in paths)
+    return ("sh", "-c", f'{mounts} && exec "$@"', "sh")
+
+
+def leftovers() -> list[str]:
+    """Namespaces, links and processes of test hosts still there."""
+    found = [f"netns {n}" for n in _namespaces()]
+    found += [f"link {n}" for n in _links()]
+    return found
+
+
+def _namespaces() -> list[str]:
+    return [line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines()
+            if line.startswith(f"{PREFIX}-")]
+
+
+def _links() -> list[str]:
+    names = [line.split(":")[1].strip().split("@")[0] for line in sh("ip", "-o", "link").stdout.splitlines()]
+    return [n for n in names if n.startswith(PREFIX)]
+
+
+def down() -> list[str]:
+    """Kill every process in a ``ppth-*`` namespace, delete the namespaces (their veth pairs go
+    with them) and the bridge; return what was removed."""
+    removed = []
+    for ns in _namespaces():
+        for attempt in (signal.SIGTERM, signal.SIGKILL):
+            pids = [int(p) for p in sh("ip", "netns", "pids", ns, check=False).stdout.split()]
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, attempt)
+            deadline = time.monotonic() + 5
+            while pids and time.monotonic() < deadline:
+                pids = [int(p) for p in sh("ip", "netns", "pids", ns, check=False).stdout.split()]
+                time.sleep(0.1)
+            if not pids:
+                break
+        sh("ip", "netns", "del", ns, check=False)
+        removed.append(f"netns {ns}")
+    for link in _links():
+        sh("ip", "link", "del", link, check=False)
+        removed.append(f"link {link}")
+    return removed
+
+
+def _up_host(i: int, rate: str, directory: Path, keys_from: SSHServer | None) -> Host:
+    ns, ip = f"{PREFIX}-{i}", address(i)
+    outer, inner = f"{PREFIX}{i}b", f"{PREFIX}{i}h"
+    sh("ip", "netns", "add", ns)
+    sh("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+    sh("ip", "link", "set", inner, "netns", ns)
+    sh("ip", "link", "set", outer, "master", BRIDGE)
+    sh("ip", "link", "set", outer, "up")
+    sh("ip", "link", "set", "lo", "up", ns=ns)
+    sh("ip", "link", "set", inner, "name", "eth0", ns=ns)
+    sh("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=ns)
+    sh("ip", "link", "set", "eth0", "up", ns=ns)
+    sh("ip", "route", "add", "default", "via", HEAD, ns=ns)  # dask finds its own address by the route
+    if rate != "none":  # both ends: a byte from one host to another crosses two limited links
+        sh("tc", "qdisc", "add", "dev", outer, "root", *qdisc(rate))
+        sh("tc", "qdisc", "add", "dev", "eth0", "root", *qdisc(rate), ns=ns)
+    folder = directory / ns
+    folder.mkdir(parents=True, exist_ok=True)
+    if keys_from is not None:  # one host key and one client key for all hosts
+        for key in (keys_from.host_key, keys_from.client_key):
+            for path in (key, Path(f"{key}.pub")):
+                shutil.copy(path, folder / path.name)
+        shutil.copy(keys_from.dir / "authorized_keys", folder / "authorized_keys")
+    hidden = [DATA_DIR, Path.home() / ".cache"]
+    server = SSHServer(folder, host=ip, port=22,
+                       prefix=("ip", "netns", "exec", ns, *_hidden([p for p in hidden if p.is_dir()])))
+    server.start()
+    return Host(ns, ip, outer, server)
+
+
+@contextlib.contextmanager
+def hosts(directory, n: int = 3, rate: str = RATE):
+    """``with hosts(tmp_path) as h:`` ... ``h.addresses``, ``h.ssh_flags()``: ``n`` test hosts,
+    all removed on the way out, whatever happened (and any an earlier run left, on the way in)."""
+    reason = why_not()
+    if reason:
+        raise RuntimeError(reason)
+    stale = down()
+    if stale:
+        print(f"removed what an earlier run left: {', '.join(stale)}", file=sys.stderr)
+    directory = Path(directory)
+    made: list[Host] = []
+    try:
+        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", f"{HEAD}/24", "dev", BRIDGE)
+        sh("ip", "link", "set", BRIDGE, "up")
+        for i in range(1, n + 1):
+            made.append(_up_host(i, rate, directory, made[0].server if made else None))
+        first = made[0].server
+        pub = Path(f"{first.host_key}.pub").read_text().split()
+        known = directory / "known_hosts"
+        known.write_text(f"{','.join(h.address for h in made)} {pub[0]} {pub[1]}\n")
+        yield Hosts(made, first.client_key, known, first.user)
+    finally:
+        for host in made:
+            host.server.stop()
+        down()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=("up", "down"))
+    parser.add_argument("directory", nargs="?", default="/tmp/ppth", help="keys and sshd files (up)")
+    parser.add_argument("--hosts", type=int, default=3)
+    parser.add_argument("--rate", default=RATE, help="each link's rate: 1gbit, 100mbit, or none")
+    args = parser.parse_args(argv)
+    if args.action == "down":
+        removed = down()
+        print("removed: " + (", ".join(removed) or "nothing"))
+        return 0
+    with contextlib.ExitStack() as stack:
+        h = stack.enter_context(hosts(args.directory, args.hosts, args.rate))
+        for host in h.hosts:
+            print(f"{host.name}  {host.address}  sshd pid {host.server.proc.pid}")
+        print(f"head       {HEAD}")
+        print("ssh flags  " + " ".join(h.ssh_flags()))
+        print("Ctrl-C removes them.", flush=True)
+        try:
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
