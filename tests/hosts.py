@@ -8,7 +8,8 @@ that address (tests/sshd.py), a link to the bridge limited by ``tc tbf`` on both
 Everything a session on a host starts is a child of its sshd, in its namespaces.
 
 All hosts share one host key and one client key, so one ``known_hosts`` file and one
-``--ssh-key`` reach them all (what ``ppt-dask cluster ssh`` takes).
+``--ssh-key`` reach them all (what ``ppt-dask cluster ssh`` takes): ``DIR/known_hosts``,
+``DIR/id_ed25519`` and the host file ``DIR/hosts``, in the folder given.
 
 As a script (root; iproute2 and openssh-server)::
 
@@ -183,7 +184,10 @@ def hosts(directory, n: int = 3, rate: str = RATE):
         pub = Path(f"{first.host_key}.pub").read_text().split()
         known = directory / "known_hosts"
         known.write_text(f"{','.join(h.address for h in made)} {pub[0]} {pub[1]}\n")
-        yield Hosts(made, first.client_key, known, first.user)
+        key = directory / first.client_key.name
+        shutil.copy(first.client_key, key)
+        (directory / "hosts").write_text("".join(f"{h.address}\n" for h in made))  # the first runs the scheduler
+        yield Hosts(made, key, known, first.user)
     finally:
         for host in made:
             host.server.stop()

@@ -1,7 +1,10 @@
 """A cluster across hosts, as users deploy it: ``ppt-dask cluster ssh`` over three test hosts
 (tests/hosts.py: network namespaces on a bridge, each with its own address, sshd and
 1 Gbit/s link, and no data folder of its own), TLS on; ``ppt-dask train mnist`` from the head
-gives the weights a LocalCluster gives with the same shards, bit for bit.
+gives the weights a LocalCluster gives with the same shards, bit for bit. The commands are
+those deploy/README.md prints in its section 10, run as printed (one epoch of the preset:
+4.3 s on a LocalCluster of 3 workers on 2 shared cores; the weights are compared, so the run
+need not learn more).
 
 Needs root, iproute2 and OpenSSH: skipped with the reason elsewhere, failed when CI is set
 (tests/system.py). Nothing of the hosts is left afterwards, even when a test fails.
@@ -11,6 +14,8 @@ from __future__ import annotations
 
 import os
 import queue
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -31,9 +36,19 @@ from sshd import INSTALL_HINT, find_sshd
 pytestmark = pytest.mark.hosts
 
 REPO = Path(__file__).resolve().parents[1]
-# one epoch of the preset (its local SGD, one shard a worker: 3 shards; 4.3 s on a LocalCluster
-# of 3 workers on 2 shared cores): the weights after it are compared, so it need not learn more
-TRAIN = ("--workers", "3", "--epochs", "1", "--seed", "0")
+DOC = REPO / "deploy" / "README.md"
+SECTION = "## 10. Deploying across machines"
+FOLDER = "/tmp/ppth"  # the printed commands' folder; the test's own folder takes its place
+
+
+def printed_commands(folder: Path) -> list[list[str]]:
+    """The commands of deploy/README.md's section 10, as printed (continuation lines joined,
+    comments dropped), with ``folder`` for /tmp/ppth."""
+    section = DOC.read_text().split(SECTION, 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    block = re.sub(r"\\\n\s*", " ", block)
+    return [[w.replace(FOLDER, str(folder)) for w in shlex.split(line, comments=True)]
+            for line in block.splitlines() if line.strip()]
 
 
 def _say(text: str) -> None:
@@ -42,6 +57,8 @@ def _say(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def three_hosts(tmp_path_factory):
+    """The first printed command, ``python tests/hosts.py up /tmp/ppth``, as a fixture: the hosts
+    are removed afterwards whatever happened, and nothing of them is left."""
     try:
         find_sshd()
     except RuntimeError:
@@ -49,28 +66,20 @@ def three_hosts(tmp_path_factory):
     reason = testhosts.why_not()
     if reason:
         system.missing(f"the test hosts are network namespaces: {reason}")
-    with testhosts.hosts(tmp_path_factory.mktemp("hosts"), n=3) as made:
-        yield made
+    folder = tmp_path_factory.mktemp("ppth")
+    with testhosts.hosts(folder, n=3) as made:
+        yield folder, made
     left = testhosts.leftovers()
     assert not left, f"left behind: {left}"
-
-
-@pytest.fixture(scope="module")
-def host_certs(tmp_path_factory, three_hosts):
-    out = tmp_path_factory.mktemp("tls") / "certs"
-    run = subprocess.run([sys.executable, str(REPO / "deploy" / "make_certs.py"), str(out),
-                          "--hosts", *three_hosts.addresses], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    return out
 
 
 def _env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
 
 
-def _ppt_dask(*args, timeout=300) -> subprocess.CompletedProcess:
+def _ppt_dask(*args, cwd, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ppt_dask.cli", *args], capture_output=True, text=True,
-                          env=_env(), timeout=timeout, stdin=subprocess.DEVNULL)
+                          env=_env(), cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def _lines(stream, sink: queue.Queue, log: list) -> None:
@@ -122,42 +131,42 @@ def _weights(path: Path) -> dict:
 
 
 @pytest.mark.timeout(600)
-def test_mnist_across_three_hosts_over_ssh_with_tls_is_bitwise_a_local_run(three_hosts, host_certs, tmp_path):
-    h = three_hosts
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("\n".join(h.addresses) + "\n")
-    command = [sys.executable, "-m", "ppt_dask.cli", "cluster", "ssh", str(hostfile), "--certs", str(host_certs),
-               "--scheduler-port", "0", "--dashboard-address", ":0", *h.ssh_flags(),
-               "--idle-timeout", "10m", "--death-timeout", "30s"]
+def test_mnist_across_three_hosts_over_ssh_with_tls_is_bitwise_a_local_run(three_hosts, tmp_path):
+    folder, h = three_hosts
+    up, certs, start, across, local = printed_commands(folder)
+    assert up[:4] == ["python", "tests/hosts.py", "up", str(folder)] and h.addresses == certs[-3:]
+    assert [*start[start.index("--ssh-user"):]] == h.ssh_flags()
+    run = subprocess.run([sys.executable, *certs[1:]], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    certs_dir = Path(certs[2])
     t0 = time.monotonic()
-    cluster = _Cluster(command)
+    cluster = _Cluster([sys.executable, "-m", "ppt_dask.cli", *start[1:]])
     try:
         address = cluster.wait_up(120)
         _say(f"ppt-dask cluster ssh on {' '.join(h.addresses)} up in {time.monotonic() - t0:.1f} s: "
              + " | ".join(line.strip() for line in cluster.log if line.split(" ", 1)[0] in ("scheduler", "dashboard",
                                                                                            "workers")))
-        assert address.startswith(f"tls://{h.addresses[0]}:"), address
-        client = ppt.connect(address, security=host_certs, timeout=30)
+        assert address == across[across.index("--scheduler") + 1], address
+        client = ppt.connect(address, security=certs_dir, timeout=30)
         try:  # one worker on each host, and none of them sees a data folder or a cache
             workers = ppt.cluster.worker_addresses(client)
             assert sorted(w.split("://")[1].rsplit(":", 1)[0] for w in workers) == h.addresses, workers
-            for folder in (testhosts.DATA_DIR, Path.home() / ".cache"):
-                seen = client.run(os.listdir, str(folder))
-                assert seen.keys() == set(workers) and not any(seen.values()), (folder, seen)
+            for where in (testhosts.DATA_DIR, Path.home() / ".cache"):
+                seen = client.run(os.listdir, str(where))
+                assert seen.keys() == set(workers) and not any(seen.values()), (where, seen)
         finally:
             client.close()
         t1 = time.monotonic()
-        run = _ppt_dask("train", "mnist", "--scheduler", address, "--security", str(host_certs), *TRAIN,
-                        "--save", str(tmp_path / "hosts.npz"))
+        run = _ppt_dask(*across[1:], cwd=tmp_path)
         took = time.monotonic() - t1
         assert run.returncode == 0, run.stderr[-3000:]
-        _say(f"ppt-dask train mnist --scheduler {address}: {run.stdout.strip()} [{took:.1f} s]")
+        _say(f"{' '.join(across)}: {run.stdout.strip()} [{took:.1f} s]")
         assert "3 workers" in run.stdout, run.stdout
         # the live page's link: the scheduler host's address, and a browser on the head opens it
         link = next(line.split(": ", 1)[1].strip() for line in run.stderr.splitlines()
                     if line.startswith("time breakdown, live: "))
-        assert link.startswith(f"http://{h.addresses[0]}:"), link
-        with urllib.request.urlopen(link.rsplit("/", 1)[0] + "/status", timeout=10) as page:
+        assert link == f"http://{h.addresses[0]}:8787/ppt", link
+        with urllib.request.urlopen(link, timeout=30) as page:
             assert page.status == 200
     finally:
         cluster.stop()
@@ -166,11 +175,11 @@ def test_mnist_across_three_hosts_over_ssh_with_tls_is_bitwise_a_local_run(three
     assert not left, [" ".join(p.cmdline())[:120] for p in left]
 
     t2 = time.monotonic()
-    local = _ppt_dask("train", "mnist", *TRAIN, "--save", str(tmp_path / "local.npz"), "--quiet")
-    assert local.returncode == 0, local.stderr[-3000:]
-    _say(f"ppt-dask train mnist (LocalCluster): {local.stdout.strip()} [{time.monotonic() - t2:.1f} s]")
-    across, here = _weights(tmp_path / "hosts.npz"), _weights(tmp_path / "local.npz")
-    assert across and across.keys() == here.keys()
-    for name in across:
-        assert across[name].tobytes() == here[name].tobytes(), name
-    _say(f"the weights are bitwise equal: {', '.join(f'{k} {v.shape}' for k, v in across.items())}")
+    run = _ppt_dask(*local[1:], "--quiet", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    _say(f"{' '.join(local)} --quiet (LocalCluster): {run.stdout.strip()} [{time.monotonic() - t2:.1f} s]")
+    a, b = _weights(tmp_path / across[-1]), _weights(tmp_path / local[-1])
+    assert a and a.keys() == b.keys()
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    _say(f"the weights are bitwise equal: {', '.join(f'{k} {v.shape}' for k, v in a.items())}")
