@@ -4,7 +4,8 @@
 gives the weights a LocalCluster gives with the same shards, bit for bit. The commands are
 those deploy/README.md prints in its section 10, run as printed (one epoch of the preset:
 4.3 s on a LocalCluster of 3 workers on 2 shared cores; the weights are compared, so the run
-need not learn more).
+need not learn more). Then one host's link is set down mid-run: the run goes on with the
+other two and still ends bitwise as the LocalCluster run ends.
 
 Needs root, iproute2 and OpenSSH: skipped with the reason elsewhere, failed when CI is set
 (tests/system.py). Nothing of the hosts is left afterwards, even when a test fails.
@@ -12,6 +13,7 @@ Needs root, iproute2 and OpenSSH: skipped with the reason elsewhere, failed when
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -125,6 +127,14 @@ class _Cluster:
             self.proc.wait(10)
 
 
+def _with(argv: list[str], *pairs: str) -> list[str]:
+    """``argv`` with other values for flags it has: ``_with(argv, "--epochs", "2")``."""
+    argv = list(argv)
+    for flag, value in zip(pairs[::2], pairs[1::2]):
+        argv[argv.index(flag) + 1] = value
+    return argv
+
+
 def _weights(path: Path) -> dict:
     with np.load(path) as f:
         return {k: f[k] for k in f.files if f[k].dtype.kind == "f"}
@@ -183,3 +193,54 @@ def test_mnist_across_three_hosts_over_ssh_with_tls_is_bitwise_a_local_run(three
     for name in a:
         assert a[name].tobytes() == b[name].tobytes(), name
     _say(f"the weights are bitwise equal: {', '.join(f'{k} {v.shape}' for k, v in a.items())}")
+
+
+@pytest.mark.timeout(600)
+def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_hosts, tmp_path):
+    """The last host's link is set down (``ip link set ... down``) once the run has written its
+    first checkpoint: the scheduler drops that host's worker, its shard is placed again on the
+    others from the head's copy, and the run ends as a LocalCluster run with the same shards
+    ends, bit for bit (the shards are logical: where one lives does not change the sums)."""
+    folder, h = three_hosts
+    _, certs, start, across, local = printed_commands(folder)
+    if not Path(certs[2], "ca.pem").exists():
+        run = subprocess.run([sys.executable, *certs[1:]], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+    # two epochs (the printed one is over before the scheduler drops a silent host), the shards
+    # of the printed run, and a checkpoint every 20 rounds: the first one says the run is going
+    train = [*_with(across[1:], "--epochs", "2", "--save", "cut.npz"), "--json", "cut.json",
+             "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "20"]
+    cut = h.hosts[-1]
+    cluster = _Cluster([sys.executable, "-m", "ppt_dask.cli", *start[1:]])
+    try:
+        cluster.wait_up(120)
+        (tmp_path / "ck").mkdir()
+        proc = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", *train], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while not any((tmp_path / "ck").iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proc.poll() is None, proc.communicate()
+            testhosts.sh("ip", "link", "set", cut.link, "down")
+            t0 = time.monotonic()
+            out, err = proc.communicate(timeout=400)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            testhosts.sh("ip", "link", "set", cut.link, "up", check=False)
+        _say(f"{cut.name} ({cut.address}) cut after the first checkpoint; the run ended "
+             f"{time.monotonic() - t0:.1f} s later: {out.strip().splitlines()[:2]}")
+        assert proc.returncode == 0, err[-3000:]
+        summary = json.loads((tmp_path / "cut.json").read_text())
+        assert summary["recoveries"] >= 1, summary
+    finally:
+        cluster.stop()
+    run = _ppt_dask(*_with(local[1:], "--epochs", "2", "--save", "local2.npz"), "--quiet", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    a, b = _weights(tmp_path / "cut.npz"), _weights(tmp_path / "local2.npz")
+    assert a and a.keys() == b.keys()
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    _say(f"{summary['recoveries']} recovery; the weights are bitwise those of the LocalCluster run")
