@@ -211,7 +211,8 @@ def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_
     train = [*_with(across[1:], "--epochs", "2", "--save", "cut.npz"), "--json", "cut.json",
              "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "20"]
     cut = h.hosts[-1]
-    cluster = _Cluster([sys.executable, "-m", "ppt_dask.cli", *start[1:]])
+    i = start.index("--dashboard-address")  # the default here: the page on 127.0.0.1 of the first host
+    cluster = _Cluster([sys.executable, "-m", "ppt_dask.cli", *start[1:i], *start[i + 2:]])
     try:
         cluster.wait_up(120)
         (tmp_path / "ck").mkdir()
@@ -233,6 +234,10 @@ def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_
         _say(f"{cut.name} ({cut.address}) cut after the first checkpoint; the run ended "
              f"{time.monotonic() - t0:.1f} s later: {out.strip().splitlines()[:2]}")
         assert proc.returncode == 0, err[-3000:]
+        first = h.addresses[0]  # the page's link does not open from the head: the line says how it does
+        assert (f"time breakdown, live: http://{first}:8787/ppt\n  it does not answer from here (the dashboard "
+                f"listens on {first}'s 127.0.0.1?): ssh -L 8787:127.0.0.1:8787 {first}, then "
+                "http://127.0.0.1:8787/ppt\n") in err, err[:1000]
         summary = json.loads((tmp_path / "cut.json").read_text())
         assert summary["recoveries"] >= 1, summary
     finally:

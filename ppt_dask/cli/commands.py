@@ -128,7 +128,7 @@ def train_command(args) -> int:
             raise
     url = None if args.quiet else ppt.cluster.page_url(client)
     if url:
-        print(f"time breakdown, live: {url}", file=sys.stderr)
+        print("\n".join(_page_lines(url)), file=sys.stderr)
     with warnings.catch_warnings():  # said below in one line, naming the flag
         warnings.simplefilter("ignore", asynchronous.StaleGradientsWarning)
         result = _run_on(client, args, s, net, data, strategy, stop, n_shards, checkpoints, beside)
@@ -286,6 +286,28 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         if client is not None:
             ppt.cluster.close(client)
     return result
+
+
+def _page_lines(url: str, timeout: float = 2.0) -> list[str]:
+    """The live page's address, and how to reach it when it does not answer from here: the
+    dashboard of a scheduler on another machine listens on that machine's 127.0.0.1 unless
+    it was started with ``--dashboard-address :8787`` (deploy/README.md, section 7)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from ppt_dask.engine.addresses import LOOPBACK
+
+    lines = [f"time breakdown, live: {url}"]
+    parts = urlsplit(url)
+    if parts.hostname in LOOPBACK or parts.port is None:
+        return lines
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=timeout).close()
+    except OSError:
+        local = parts._replace(netloc=f"127.0.0.1:{parts.port}").geturl()
+        lines.append(f"  it does not answer from here (the dashboard listens on {parts.hostname}'s 127.0.0.1?): "
+                     f"ssh -L {parts.port}:127.0.0.1:{parts.port} {parts.hostname}, then {local}")
+    return lines
 
 
 def _recorder_with(more: dict):
