@@ -87,8 +87,8 @@ def _hidden(paths: list[Path]) -> tuple[str, ...]:
     """The command prefix that runs sshd in its namespace with ``paths`` empty: ``ip netns exec``
     gives each command a mount namespace of its own, so the tmpfs mounts are seen by sshd and
     its sessions only, and go with them."""
-    mounts = " && ".join(f"mount -t tmpfs {PREFIX}-empty {p}" for p in paths)
-    return ("sh", "-c", f'{mounts} && exec "$@"', "sh")
+    mounts = "".join(f"mount -t tmpfs {PREFIX}-empty {p} && " for p in paths)
+    return ("sh", "-c", f'{mounts}exec "$@"', "sh")
 
 
 def leftovers() -> list[str]:

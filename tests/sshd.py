@@ -1,4 +1,5 @@
-"""A throwaway OpenSSH server on 127.0.0.1 for the deployment tests.
+"""A throwaway OpenSSH server on 127.0.0.1 for the deployment tests (or on a test host's
+address, in its namespaces: tests/hosts.py).
 
 It listens on a free high port with a host key and a client key generated for it, accepts
 only that client key, and tags every session it starts with an environment variable
