@@ -75,6 +75,12 @@ class Hosts:
         """The ``ppt-dask cluster ssh`` flags that reach every host."""
         return ["--ssh-user", self.user, "--ssh-key", str(self.client_key), "--known-hosts", str(self.known_hosts)]
 
+    def set_rate(self, rate: str) -> None:
+        """Every link at ``rate`` (``1gbit``, ``100mbit``), both ends, as ``--rate`` sets them."""
+        for host in self.hosts:
+            sh("tc", "qdisc", "replace", "dev", host.link, "root", *qdisc(rate))
+            sh("tc", "qdisc", "replace", "dev", "eth0", "root", *qdisc(rate), ns=host.name)
+
     def stop(self) -> list[str]:
         """Stop every sshd and what it started; return what had to be killed."""
         killed = []

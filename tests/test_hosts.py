@@ -197,10 +197,11 @@ def test_mnist_across_three_hosts_over_ssh_with_tls_is_bitwise_a_local_run(three
 
 @pytest.mark.timeout(600)
 def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_hosts, tmp_path):
-    """The last host's link is set down (``ip link set ... down``) once the run has written its
-    first checkpoint: the scheduler drops that host's worker, its shard is placed again on the
-    others from the head's copy, and the run ends as a LocalCluster run with the same shards
-    ends, bit for bit (the shards are logical: where one lives does not change the sums)."""
+    """On 100 Mbit/s links, the last host's link is set down (``ip link set ... down``) once the
+    run has written its first checkpoint: the scheduler drops that host's worker, its shard is
+    placed again on the others from the head's copy, and the run ends as a LocalCluster run
+    with the same shards ends, bit for bit (the shards are logical: where one lives does not
+    change the sums)."""
     folder, h = three_hosts
     _, certs, start, across, local = printed_commands(folder)
     if not Path(certs[2], "ca.pem").exists():
@@ -212,6 +213,7 @@ def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_
              "--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "20"]
     cut = h.hosts[-1]
     i = start.index("--dashboard-address")  # the default here: the page on 127.0.0.1 of the first host
+    h.set_rate("100mbit")  # the slower of the two links of seed 001's clusters
     cluster = _Cluster([sys.executable, "-m", "ppt_dask.cli", *start[1:i], *start[i + 2:]])
     try:
         cluster.wait_up(120)
@@ -231,7 +233,7 @@ def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_
                 proc.kill()
                 proc.wait(10)
             testhosts.sh("ip", "link", "set", cut.link, "up", check=False)
-        _say(f"{cut.name} ({cut.address}) cut after the first checkpoint; the run ended "
+        _say(f"links at 100 Mbit/s; {cut.name} ({cut.address}) cut after the first checkpoint; the run ended "
              f"{time.monotonic() - t0:.1f} s later: {out.strip().splitlines()[:2]}")
         assert proc.returncode == 0, err[-3000:]
         first = h.addresses[0]  # the page's link does not open from the head: the line says how it does
@@ -242,6 +244,7 @@ def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_
         assert summary["recoveries"] >= 1, summary
     finally:
         cluster.stop()
+        h.set_rate(testhosts.RATE)
     run = _ppt_dask(*_with(local[1:], "--epochs", "2", "--save", "local2.npz"), "--quiet", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     a, b = _weights(tmp_path / "cut.npz"), _weights(tmp_path / "local2.npz")
