@@ -241,7 +241,7 @@ class SerialProcess:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        from ppt_dask.engine.cluster import WORKER_ENV
+        from ppt_dask.engine.placement.cluster import WORKER_ENV
 
         saved = {k: os.environ.get(k) for k in WORKER_ENV}
         os.environ.update(WORKER_ENV)

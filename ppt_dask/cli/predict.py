@@ -123,7 +123,7 @@ def _confusion_lines(classes, counts) -> list[str]:
 
 
 def predict_command(args) -> int:
-    from ppt_dask.engine.modelfile import load_model
+    from ppt_dask.engine.saving.modelfile import load_model
 
     _check(args)
     module = None

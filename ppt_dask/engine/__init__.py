@@ -1,2 +1,3 @@
-"""The engine: the cluster and the shards placed on it, the round graphs, the synchronous
-and asynchronous loops, the result, checkpoints and recovery."""
+"""The engine: the cluster and the shards placed on it (``placement/``), the round kinds and
+the transports that carry them (``rounds/``), the head's round loop (``trainer``), the result,
+checkpoints and model files (``saving/``), and recovery."""

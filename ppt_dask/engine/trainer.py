@@ -26,9 +26,11 @@ from ppt_dask.core import applicability, keys, model, validation
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import checkpoint, graph, headblas, rounds, waits, watch
+from ppt_dask.engine import headblas, waits, watch
+from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
-from ppt_dask.engine.shards import ShardSet
+from ppt_dask.engine.rounds import choose, graph
+from ppt_dask.engine.saving import checkpoint
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
 
@@ -147,15 +149,15 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     exchange : {"auto", "all", "doubling", "tree", "stream"}
         How a round's partial sums meet. "stream" (the "auto" choice at any number of workers)
         runs one long task per worker for the whole run, whose sums go straight to the other
-        workers (:mod:`ppt_dask.engine.stream`, no scheduler hop a round). The per-round graphs stay
+        workers (:mod:`ppt_dask.engine.rounds.stream`, no scheduler hop a round). The per-round graphs stay
         selectable to see what the head-worker arrangement costs: "all" and "doubling" run the
         reduce and the update inside the next round's gradient tasks (one scheduler hop per
         round; "doubling" pairs workers over ``log2 p`` hops,
-        see :mod:`ppt_dask.engine.onehop`); "tree" is the explicit graph of map, reduce and
-        update tasks (:mod:`ppt_dask.engine.graph`, three hops). For the local strategy
+        see :mod:`ppt_dask.engine.rounds.onehop`); "tree" is the explicit graph of map, reduce and
+        update tasks (:mod:`ppt_dask.engine.rounds.graph`, three hops). For the local strategy
         (:class:`ppt_dask.LocalSGD`), "all" is one task per worker per round whose exchange
-        overlaps the next round's local steps (:mod:`ppt_dask.engine.overlap`). The
-        asynchronous strategy runs on streamed loops only (:mod:`ppt_dask.engine.streamasync`).
+        overlaps the next round's local steps (:mod:`ppt_dask.engine.rounds.overlap`). The
+        asynchronous strategy runs on streamed loops only (:mod:`ppt_dask.engine.rounds.streamasync`).
     allreduce : {"auto", "direct", "halving", "scatter"}
         The streamed rounds' allreduce (:mod:`ppt_dask.core.allreduce`): "direct" sends each
         worker's partial sums whole to every other worker (one message latency, ``(p - 1) w``
@@ -188,8 +190,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     fan_in = check_int_at_least("fan_in", fan_in, 2)
     pipeline = check_int_at_least("pipeline", pipeline, 0)
     checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
-    if exchange not in rounds.EXCHANGES:
-        raise ValueError(f"exchange must be one of {rounds.EXCHANGES}, got {exchange!r}")
+    if exchange not in choose.EXCHANGES:
+        raise ValueError(f"exchange must be one of {choose.EXCHANGES}, got {exchange!r}")
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")
     if checkpoint_dir:
@@ -201,7 +203,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     validation.check_test_set(net, stop.test)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if allreduce == "halving":  # refused here, not at the first round, where the layout does not allow it
-        rounds.choose_allreduce("stream", allreduce, graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in),
+        choose.choose_allreduce("stream", allreduce, graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in),
                                 strategy, net)
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
@@ -250,7 +252,7 @@ def _with_display(call: dict) -> Result:
     if progress is not True:
         raise ValueError("progress must be True (show the progress), False or None (nothing), or a callable "
                          f"taking each round's record; got {progress!r}")
-    from ppt_dask.engine.cluster import page_url
+    from ppt_dask.engine.placement.cluster import page_url
     from ppt_dask.progress import Training
 
     client = call["shards"].client
@@ -325,11 +327,11 @@ def _salvage(run: _Run, attempt: int, engine) -> _Kept | None:
 def _engine(run: _Run, kept: _Kept):
     """The round graph of a new generation, starting from the kept state."""
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
-    run.used_exchange = rounds.choose_exchange(run.exchange, plan, run.strategy)
-    run.used_allreduce = rounds.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net)
+    run.used_exchange = choose.choose_exchange(run.exchange, plan, run.strategy)
+    run.used_allreduce = choose.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net)
     run.last_kept = kept
     del run.history[kept.n_history:]
-    return rounds.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,
+    return choose.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,
                         keys.generation(run.run_id, run.gen), kept.state, kept.round + 1, run.max_rounds - 1,
                         run.used_allreduce)
 

@@ -46,7 +46,7 @@ with rounds submitted ahead it overlaps the workers' compute.
 
 Streamed rounds
 ---------------
-On streamed rounds (:mod:`ppt_dask.engine.stream`) one task per worker runs many rounds, so
+On streamed rounds (:mod:`ppt_dask.engine.rounds.stream`) one task per worker runs many rounds, so
 the scheduler sees no round at all. Each loop times its own rounds and the head's record of
 a round carries those timings (``loops``: per worker, seconds per phase, on that worker's
 clock, durations only). The row of such a round gives each phase as the mean over the
@@ -113,7 +113,7 @@ class TaskRecord(NamedTuple):
     holds ``(action, seconds, source)`` for each transfer, deserialization or spill the
     worker recorded for it; ``phases`` holds ``(phase, seconds)`` pairs, in the order they
     ran, that a task doing several things timed itself (a one-hop task: reduce, update,
-    gradient; see :mod:`ppt_dask.engine.onehop`).
+    gradient; see :mod:`ppt_dask.engine.rounds.onehop`).
     """
 
     key: str

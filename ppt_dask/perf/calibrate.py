@@ -117,15 +117,14 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
     ``n_virtual`` gradient slots, each owning one shard, are pinned in contiguous blocks
     onto the real ``workers`` (so ``n_virtual == len(workers)`` is the real layout); the
     busiest real worker spins ``spin_seconds`` in all per round. The rounds are the per-round
-    graph :func:`ppt_dask.train` runs with ``exchange="all"`` (:func:`ppt_dask.engine.rounds.choose_graph`:
+    graph :func:`ppt_dask.train` runs with ``exchange="all"`` (:func:`ppt_dask.engine.rounds.choose.choose_graph`:
     one hop, by recursive doubling where it applies), all submitted ahead; the head reads the
     stats every ``READ_EVERY`` rounds, and each value returned is the seconds per round
     between two reads.
     """
     from ppt_dask.core import keys
-    from ppt_dask.engine import graph
-    from ppt_dask.engine import rounds as round_graphs
-    from ppt_dask.engine.shards import enter_data, exit_data
+    from ppt_dask.engine.placement.shards import enter_data, exit_data
+    from ppt_dask.engine.rounds import choose, graph
 
     if rounds <= warmup:
         raise ValueError(f"rounds must be > warmup = {warmup} (the first {warmup} rounds are "
@@ -140,7 +139,7 @@ def probe_rounds(client, workers, n_virtual: int, n_weights: int, spin_seconds: 
                                n_virtual, fan_in)
         probe = _Probe(int(n_weights), spin_seconds / -(-n_virtual // n_real))
         params = np.zeros(int(n_weights))
-        engine = round_graphs.start(round_graphs.choose_graph(plan), client, plan, shards.futures,
+        engine = choose.start(choose.choose_graph(plan), client, plan, shards.futures,
                                     probe, None, keys.generation(uuid.uuid4().hex[:8], 0),
                                     strategies.ModelState(params, np.zeros_like(params)), 0, rounds - 1)
         engine.submit(0, rounds - 1)

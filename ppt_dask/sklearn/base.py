@@ -21,9 +21,9 @@ from ppt_dask.core.model import describe
 from ppt_dask.core.network import MLP
 from ppt_dask.core.stopping import Stop
 from ppt_dask.core.tree import split_rows
-from ppt_dask.engine import cluster
+from ppt_dask.engine.placement import cluster
+from ppt_dask.engine.placement.shards import enter_data, exit_data
 from ppt_dask.engine.result import Outcome
-from ppt_dask.engine.shards import enter_data, exit_data
 from ppt_dask.progress import Training
 from ppt_dask.sklearn.contract import (
     BaseEstimator,
@@ -261,7 +261,7 @@ class PPTBase(BaseEstimator):
     def from_model(cls, model, **params):
         """A fitted estimator holding a saved model's weights (a :class:`ppt_dask.Model` or
         the path of a model file); ``params`` are constructor parameters for later fits."""
-        from ppt_dask.engine.modelfile import fitted_estimator
+        from ppt_dask.engine.saving.modelfile import fitted_estimator
         return fitted_estimator(cls, model, **params)
 
     # -- the cluster --

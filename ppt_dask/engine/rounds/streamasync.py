@@ -1,10 +1,10 @@
 """Asynchronous training on streamed loops: a replica per worker, no barrier, no task a step.
 
 The asynchronous strategy (:class:`ppt_dask.algorithms.asynchronous.Async`) runs as a third
-kind of streamed loop (:mod:`ppt_dask.engine.stream`): one long task per worker slot for a
+kind of streamed loop (:mod:`ppt_dask.engine.rounds.stream`): one long task per worker slot for a
 generation of the run, whose steps go to the head through the slot's mailbox. Each loop
 keeps its own replica (weights and momentum). A step: the gradient of its shards at its
-replica; then, over its links (:mod:`ppt_dask.engine.links`), whatever the other loops' have
+replica; then, over its links (:mod:`ppt_dask.engine.placement.links`), whatever the other loops' have
 sent meanwhile, each applied as one step; then its own gradient, applied and sent to the
 others, unless all of them are already more than the bound past it (then it is dropped,
 everywhere). It never waits for another loop (:class:`Exchange` only takes what has
@@ -36,9 +36,9 @@ from dataclasses import replace
 import numpy as np
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
-from ppt_dask.engine.links import LinkLost
-from ppt_dask.engine.mailbox import WAIT_SECONDS, Mailbox, Stopped
-from ppt_dask.engine.stream import STOP_SECONDS, StreamStep, loop_timing, start_loops, stop_loops
+from ppt_dask.engine.placement.links import LinkLost
+from ppt_dask.engine.placement.mailbox import WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.rounds.stream import STOP_SECONDS, StreamStep, loop_timing, start_loops, stop_loops
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
 # head may still ask for (the last of each loop's steps in a round). A loop runs at most this
@@ -86,7 +86,7 @@ class AsyncBox(Mailbox):
 class Exchange:
     """A loop's gradients to the other loops and theirs to it, never waiting for a peer.
 
-    Uses the loop's links (:class:`ppt_dask.engine.links.Links`) in the loop's thread, for a
+    Uses the loop's links (:class:`ppt_dask.engine.placement.links.Links`) in the loop's thread, for a
     moment after each step: :meth:`send` queues the gradient for every peer and writes what the
     sockets take at once, :meth:`arrived` writes on and takes whatever the peers' writes have
     put in the sockets meanwhile. A thread of its own for the links, reading and writing all
@@ -197,7 +197,7 @@ class _FirstAnswer:
 class AsyncRounds:
     """The head's side of the asynchronous loops for one generation of a run.
 
-    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds`), plus
+    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds.choose`), plus
     :meth:`record_fields`: what a round's steps did (updates per slot, the gradients of the
     others applied and dropped, the largest staleness applied)."""
 

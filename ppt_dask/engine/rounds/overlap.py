@@ -1,7 +1,7 @@
 """Rounds of the local strategy: the shards run on while the last average travels.
 
 A task graph of :class:`ppt_dask.algorithms.localsgd.LocalSGD` (``exchange="all"``; the default is one
-long task per worker, :mod:`ppt_dask.engine.stream`). Each worker's task of round ``r``
+long task per worker, :mod:`ppt_dask.engine.rounds.stream`). Each worker's task of round ``r``
 takes its own task of round ``r - 1`` (its shards' models) and the other workers' tasks of
 round ``r - 2``: it combines round ``r - 2``'s partial sums along the fixed shard tree
 (every worker adds in the same order, so all get bitwise the same average), pulls its
@@ -23,10 +23,10 @@ from typing import Any
 
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
 from ppt_dask.core import keys, tree
-from ppt_dask.engine import taskmeta
-from ppt_dask.engine.graph import GenerationGraphs, Plan
-from ppt_dask.engine.onehop import LOG_ROUNDS, PICK_PRIORITY
-from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
+from ppt_dask.engine.rounds import taskmeta
+from ppt_dask.engine.rounds.graph import GenerationGraphs, Plan
+from ppt_dask.engine.rounds.onehop import LOG_ROUNDS, PICK_PRIORITY
+from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 
 @dataclass
@@ -104,7 +104,7 @@ def local_state_task(strategy, r: int, fan_in: int, n_shards: int, *carries):
 class OverlapRounds(GenerationGraphs):
     """The head's side of the local strategy's rounds for one generation of a run.
 
-    Same interface as :class:`ppt_dask.engine.onehop.OneHopRounds` (``submit``, ``read_stats``,
+    Same interface as :class:`ppt_dask.engine.rounds.onehop.OneHopRounds` (``submit``, ``read_stats``,
     ``state_after``, ``state_before``, ``release``, ``cancel``)."""
 
     lag = 0  # a round's stats are read from its own tasks

@@ -1,11 +1,11 @@
 """Streamed rounds: one long task per worker for a generation of the run, no scheduler hop a round.
 
-A round graph (:mod:`ppt_dask.engine.onehop`, :mod:`ppt_dask.engine.overlap`) sends one task per
+A round graph (:mod:`ppt_dask.engine.rounds.onehop`, :mod:`ppt_dask.engine.rounds.overlap`) sends one task per
 worker per round, and each waits for the scheduler to hand it over and for the fetch of the
 other workers' results: a scheduler hop on every round's critical path. Here each worker slot
 runs one task for a whole generation of the run, a loop over the rounds of its shards, and the
 loops send their partial sums straight to each other over links of their own
-(:mod:`ppt_dask.engine.links`: sockets, thread to thread). Two kinds of loop:
+(:mod:`ppt_dask.engine.placement.links`: sockets, thread to thread). Two kinds of loop:
 
 * ``"sync"`` (:class:`~ppt_dask.Sync` by epoch or block, :class:`~ppt_dask.PPT`,
   :class:`~ppt_dask.Average`): round ``r`` computes its shards' partial sums at the state after
@@ -51,11 +51,11 @@ from distributed import get_worker, secede, wait
 
 from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
 from ppt_dask.core import keys, tree
-from ppt_dask.engine import taskmeta
-from ppt_dask.engine.allreduce import Allreduce
-from ppt_dask.engine.graph import local_task
-from ppt_dask.engine.links import LinkLost, Links
-from ppt_dask.engine.mailbox import AHEAD, BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.placement.links import LinkLost, Links
+from ppt_dask.engine.placement.mailbox import AHEAD, BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.rounds import taskmeta
+from ppt_dask.engine.rounds.allreduce import Allreduce
+from ppt_dask.engine.rounds.graph import local_task
 
 KEEP_BYTES = 256 * 2**20  # what a loop may keep for the head (a state a round) bounds that for large models
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it
@@ -79,7 +79,7 @@ class StreamStep:
     n_loops: int = 1  # the generation's loops (worker slots holding shards)
     allreduce: str = "auto"  # the exchange's algorithm (ppt_dask.core.allreduce.choose)
     wait: float = WAIT_SECONDS
-    # the loop of a kind defined elsewhere (ppt_dask.engine.streamasync), called as the two
+    # the loop of a kind defined elsewhere (ppt_dask.engine.rounds.streamasync), called as the two
     # here are: loop(step, first, last, start, shards, links, box, seconds)
     loop: Any = None
 
@@ -138,7 +138,7 @@ def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
 
 
 def _exchange(step: StreamStep, links: Links | None, box: Mailbox) -> Allreduce:
-    """The loop's allreduce over its links (:mod:`ppt_dask.engine.allreduce`)."""
+    """The loop's allreduce over its links (:mod:`ppt_dask.engine.rounds.allreduce`)."""
     return Allreduce(links, step.slot, step.n_loops, step.fan_in, step.n_shards, step.allreduce, step.wait,
                      box.stopped)
 
@@ -227,7 +227,7 @@ class _State:
 class StreamRounds:
     """The head's side of the streamed rounds for one generation of a run.
 
-    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds`); the loops start at the
+    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds.choose`); the loops start at the
     first ``submit`` and run to ``last_round`` unless stopped. ``kind`` is "sync" or "local"."""
 
     lag = 0

@@ -33,8 +33,8 @@ from distributed import Client, Future, wait
 
 from ppt_dask.core import keys, validation
 from ppt_dask.core.tree import split_rows, split_shards
-from ppt_dask.engine import labels
-from ppt_dask.engine.cluster import worker_addresses
+from ppt_dask.engine.placement import labels
+from ppt_dask.engine.placement.cluster import worker_addresses
 
 SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
 REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor

@@ -1,10 +1,10 @@
-"""The loops' links over distributed's comms: :class:`ppt_dask.engine.links.Links`'s interface
+"""The loops' links over distributed's comms: :class:`ppt_dask.engine.placement.links.Links`'s interface
 on ``distributed.comm.connect`` and ``listen`` (TCP, TLS, and UCX where it is installed).
 
-:mod:`ppt_dask.engine.links` is a transport of our own: plain sockets written and read in the
+:mod:`ppt_dask.engine.placement.links` is a transport of our own: plain sockets written and read in the
 loop's thread. This is the maintained alternative, measured beside it by
 ``graphs/transports.py`` (graphs/README, "Transports for the allreduce"): the same tagged
-messages of :class:`ppt_dask.engine.allreduce.Allreduce`, carried by the comms Dask's own
+messages of :class:`ppt_dask.engine.rounds.allreduce.Allreduce`, carried by the comms Dask's own
 workers talk over, so a cluster's ``tls://`` settings (``distributed.security.Security``)
 and, with distributed-ucxx, ``ucxx://`` (InfiniBand on an HPC cluster) come with them.
 
@@ -35,7 +35,7 @@ from distributed.comm import listen as comm_listen
 from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
-from ppt_dask.engine.links import CONNECT_SECONDS, POLL_SECONDS, LinkLost
+from ppt_dask.engine.placement.links import CONNECT_SECONDS, POLL_SECONDS, LinkLost
 
 SCHEMES = ("tcp", "tls", "ucxx")  # a worker's scheme kept (ucxx://: distributed-ucxx); inproc:// listens on tcp
 
@@ -73,7 +73,7 @@ class CommLinks:
         The address of the worker it runs on: the comms listen on its host with its scheme.
     security : distributed.security.Security, optional
         The worker's security settings (required for ``tls://``): the comms' TLS contexts are
-        the worker's own, as :class:`ppt_dask.engine.links.Links` takes them.
+        the worker's own, as :class:`ppt_dask.engine.placement.links.Links` takes them.
     """
 
     def __init__(self, slot: int, address: str, security=None):

@@ -1,6 +1,6 @@
 """Rounds with one scheduler hop: the reduce and the update run inside the next gradient task.
 
-The explicit round graph (:mod:`ppt_dask.engine.graph`) puts three hops on a round's critical
+The explicit round graph (:mod:`ppt_dask.engine.rounds.graph`) puts three hops on a round's critical
 path (gradient -> reduce/update -> weights -> next gradient), and on a task graph every hop
 costs a message to the scheduler, a decision, a message to a worker and usually a fetch.
 Here each worker's task of round ``r + 1`` takes the partial sums of round ``r`` from every
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppt_dask.core import keys, tree
-from ppt_dask.engine import taskmeta
-from ppt_dask.engine.graph import GenerationGraphs, Plan, local_task
-from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
+from ppt_dask.engine.rounds import taskmeta
+from ppt_dask.engine.rounds.graph import GenerationGraphs, Plan, local_task
+from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 LOG_ROUNDS = 32  # rounds of stats a carry remembers: the most the head reads at once
 PICK_PRIORITY = 10  # Dask runs a worker's ready tasks highest priority first
@@ -138,7 +138,7 @@ class OneHopRounds(GenerationGraphs):
     Parameters
     ----------
     client, plan, shard_futures
-        The cluster, the placement plan (:func:`ppt_dask.engine.graph.make_plan`), the shards.
+        The cluster, the placement plan (:func:`ppt_dask.engine.rounds.graph.make_plan`), the shards.
     strategy, net
         What each task computes (``strategy.work``/``apply``/``broadcast`` with ``net``).
     tag : str

@@ -27,7 +27,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from ppt_dask.core import keys, tree
-from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
+from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 # ---- task functions (worker side) ------------------------------------------------------
 
@@ -153,7 +153,7 @@ class GenerationGraphs:
 
     def loop_phases(self, r: int) -> None:
         """None: a round graph's tasks are timed by the scheduler, not by a loop of their own
-        (:meth:`ppt_dask.engine.stream.StreamRounds.loop_phases`)."""
+        (:meth:`ppt_dask.engine.rounds.stream.StreamRounds.loop_phases`)."""
         return None
 
 
@@ -226,7 +226,7 @@ def submit_round(client, plan: Plan, shard_futures, work, apply, weights, state,
 
 class TreeRounds(GenerationGraphs):
     """The head's side of explicit-graph rounds (map, reduce tasks, update) for one
-    generation: the same interface as :class:`ppt_dask.engine.onehop.OneHopRounds`."""
+    generation: the same interface as :class:`ppt_dask.engine.rounds.onehop.OneHopRounds`."""
 
     exchange = "tree"
     lag = 0  # round r's stats come from round r's own update task
@@ -278,7 +278,7 @@ class TreeRounds(GenerationGraphs):
 
     def release(self, last: int) -> None:
         """Drop what rounds before ``last`` left, and the start state (see
-        :meth:`ppt_dask.engine.onehop.OneHopRounds.release`)."""
+        :meth:`ppt_dask.engine.rounds.onehop.OneHopRounds.release`)."""
         if last >= self.first:
             self.start_state = None
         for r in [r for r in self.rounds if r < last - 1]:
