@@ -21,6 +21,13 @@ EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
 DOUBLING_FROM = 8
 
 
+def check_exchange(exchange: str) -> str:
+    """``exchange`` if it names a round kind's transport, else a ``ValueError`` naming it."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    return exchange
+
+
 def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
 
@@ -32,8 +39,7 @@ def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     graph took 72 ms a round of MNIST block 1000 where the streamed rounds took 13 ms. For the
     local strategy "all" is one task per worker per round whose exchange overlaps the next
     round's steps (:mod:`ppt_dask.engine.rounds.overlap`)."""
-    if exchange not in EXCHANGES:
-        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    check_exchange(exchange)
     if getattr(strategy, "asynchronous", False):  # one loop per worker, never waiting for another
         if exchange not in ("auto", "stream"):
             raise ValueError(f"exchange={exchange!r} does not apply to the asynchronous strategy: its loops "

@@ -41,21 +41,29 @@ time breakdown has a row per round while the run goes, as for a round graph.
 
 from __future__ import annotations
 
-import functools
 import time
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from distributed import get_worker, secede, wait
 
-from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
-from ppt_dask.core import keys, tree
+from ppt_dask.algorithms.localsgd import round_stats
+from ppt_dask.core import keys
 from ppt_dask.engine.placement.links import LinkLost, Links
 from ppt_dask.engine.placement.mailbox import AHEAD, BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
 from ppt_dask.engine.rounds import taskmeta
 from ppt_dask.engine.rounds.allreduce import Allreduce
-from ppt_dask.engine.rounds.graph import local_task
+from ppt_dask.engine.rounds.steps import (
+    SlotStep,
+    local_log,
+    local_round,
+    local_start,
+    local_state,
+    start_average,
+    sync_partial,
+    sync_update,
+)
 
 KEEP_BYTES = 256 * 2**20  # what a loop may keep for the head (a state a round) bounds that for large models
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it
@@ -64,18 +72,13 @@ ADDRESSES = -1  # the "round" under which the loops swap their links' addresses
 
 
 @dataclass(frozen=True)
-class StreamStep:
-    """The fixed arguments of one worker slot's loop."""
+class StreamStep(SlotStep):
+    """The fixed arguments of one worker slot's loop: its step's (:class:`SlotStep`) and the
+    loop's own."""
 
-    kind: str  # "sync" or "local", or another module's kind with its ``loop``
-    strategy: Any
-    net: Any
-    slot: int
-    shard_ids: tuple
-    nodes: tuple
-    fan_in: int
-    n_shards: int
-    box: str  # the name of this slot's mailbox
+    kind: str = "sync"  # "sync" or "local", or another module's kind with its ``loop``
+    slot: int = 0
+    box: str = ""  # the name of this slot's mailbox
     n_loops: int = 1  # the generation's loops (worker slots holding shards)
     allreduce: str = "auto"  # the exchange's algorithm (ppt_dask.core.allreduce.choose)
     wait: float = WAIT_SECONDS
@@ -146,14 +149,11 @@ def _exchange(step: StreamStep, links: Links | None, box: Mailbox) -> Allreduce:
 def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
                seconds: dict) -> None:
     """Synchronous rounds: gradient, allreduce of the partial sums along the tree, update."""
-    strategy = step.strategy
-    work, apply = functools.partial(strategy.work, step.net), functools.partial(strategy.apply, step.net)
     exchange = _exchange(step, links, box)
     state = start
     began = t0 = time.perf_counter()
     for r in range(first, last + 1):
-        partial = local_task(work, strategy.broadcast(state), shards, list(step.shard_ids), r, list(step.nodes),
-                             step.fan_in, step.n_shards)
+        partial = sync_partial(step, state, shards, r)
         t1 = time.perf_counter()
         sent = exchange.start(r, partial)
         t2 = time.perf_counter()
@@ -162,7 +162,7 @@ def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, lin
         t4 = time.perf_counter()
         # what the exchange's own timers left between them counts as adding: the phases tile the round
         phases["reduce"] += (t4 - t2) - (phases["idle"] + phases["reduce"] + phases["transfer"] - (t2 - t1))
-        state = apply(state, total)
+        state = sync_update(step, state, total)
         t5 = time.perf_counter()
         box.wait_room(r, step.wait)
         t6 = time.perf_counter()
@@ -175,9 +175,7 @@ def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, lin
 def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
                 seconds: dict) -> None:
     """Local SGD rounds: take round r - 2's total, average, local steps, start round r's allreduce."""
-    strategy = step.strategy
-    models = {s: strategy.model_of(start, s) for s in step.shard_ids}
-    mean = start.opt_state.get("mean")  # the running mean a^(first-3), advanced each round
+    models, mean = local_start(step, start)  # the running mean a^(first-3), advanced each round
     exchange = _exchange(step, links, box)
     began = t0 = time.perf_counter()
     for r in range(first, last + 1):
@@ -185,13 +183,11 @@ def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, li
         more = 0
         if r - 2 >= first:  # round r - 2's, started two rounds ago: a loop waits only for one that lags
             total, more = exchange.finish(r - 2, phases)
-            average = strategy.average_of(total)
+            average = step.strategy.average_of(total)
         else:  # the generation's first two rounds: the averages of the start state
-            average = start.opt_state["averages"].get(r - 2)
-        mean = strategy.mean_with(mean, average)
+            average = start_average(start, r)
         t2 = time.perf_counter()
-        models, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
-                                      step.fan_in, step.n_shards)
+        models, partial, mean = local_round(step, models, average, mean, shards, r)
         t3 = time.perf_counter()
         sent = exchange.start(r, partial)
         t4 = time.perf_counter()
@@ -200,8 +196,7 @@ def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, li
         reduce = (t2 - t0) - phases["idle"] - phases["transfer"]  # the tree's adds, the average and the mean
         phases = {"idle": phases["idle"], "reduce": reduce, "gradient": t3 - t2,
                   "transfer": phases["transfer"] + t4 - t3, "head": t5 - t4}
-        log = {node: (value[-1],) for node, value in partial.items()}
-        box.keep(r, log, (models, partial, mean), (t0 - began, phases, sent + more))
+        box.keep(r, local_log(partial), (models, partial, mean), (t0 - began, phases, sent + more))
         _add(seconds, phases)
         t0 = t5
 
@@ -211,9 +206,10 @@ def _add(seconds: dict, phases: dict) -> None:
         seconds[name] += value
 
 
-class _State:
-    """The state after a round, built on the head from the mailboxes when first asked for
-    (``result`` as a future's, so the head's waits treat it like one)."""
+class LaterState:
+    """The state after a round, built on the head from the loops' mailboxes when first asked
+    for (``result`` as a future's, so the trainer's waits treat it like one):
+    ``build(r, timeout)`` builds it."""
 
     def __init__(self, build, r: int):
         self._build, self._r, self._value = build, r, None
@@ -222,6 +218,21 @@ class _State:
         if self._value is None:
             self._value = self._build(self._r, WAIT_SECONDS if timeout is None else timeout)
         return self._value
+
+
+ASK_ERRORS = (OSError, RuntimeError, Stopped, LinkLost)  # what a mailbox's answer may raise
+
+
+def raise_loop_error(exc: BaseException, boxes: list, loops: list) -> NoReturn:
+    """Raise what a failed ask of the mailboxes (``boxes``: (actor future, actor) per slot)
+    means: a lost worker as a lost task (the trainer rolls back and replays), a failed loop
+    (of ``loops``) as its own error, else ``exc`` itself."""
+    if isinstance(exc, (OSError, LinkLost)) or any(f.status != "finished" for f, _actor in boxes):
+        raise CancelledError(f"a loop of the run was lost: {exc!r}") from exc
+    failed = [f for f in loops if f.status == "error"]
+    if failed:
+        failed[0].result()  # the loop's own error
+    raise exc
 
 
 class StreamRounds:
@@ -266,14 +277,8 @@ class StreamRounds:
         try:
             calls = [getattr(actor, method)(*args) for _f, actor in boxes]
             return [wait(call) for call in calls]
-        except (OSError, RuntimeError, Stopped, LinkLost) as exc:
-            if isinstance(exc, (OSError, LinkLost)) or any(f.status != "finished" for f, _actor in self.boxes):
-                # a worker was lost: the trainer rolls back and replays (as for a lost task)
-                raise CancelledError(f"a loop of the run was lost: {exc!r}") from exc
-            failed = [f for f in self.loops if f.status == "error"]
-            if failed:
-                failed[0].result()  # the loop's own error
-            raise
+        except ASK_ERRORS as exc:
+            raise_loop_error(exc, self.boxes, self.loops)
 
     def read_stats(self, first: int, last: int, wait) -> list:
         # the release the head asked for since its last read rides on this call
@@ -294,13 +299,10 @@ class StreamRounds:
         wait = lambda call: call.result(timeout=timeout)  # noqa: E731
         if self.kind == "sync":  # every loop holds the same state: slot 0's
             return self._ask("kept", r, wait=wait, boxes=self.boxes[:1])[0][0]
-        outs = self._ask("kept", r, wait=wait)
-        values, before = [out[0] for out in outs], [out[1] for out in outs]
-        previous = tree.merged(b[1] for b in before) if all(b is not None for b in before) else None
-        models, partial = tree.merged(v[0] for v in values), tree.merged(v[1] for v in values)
+        parts = [(models, partial, None if before is None else before[1], mean)
+                 for (models, partial, mean), before in self._ask("kept", r, wait=wait)]
         pending = self.start_value.opt_state["averages"].get(r - 1)
-        return state_after(self.strategy, r, models, partial, previous, pending,
-                           self.plan.fan_in, self.plan.n_shards, values[0][2])
+        return local_state(self.strategy, r, parts, pending, self.plan.fan_in, self.plan.n_shards)
 
     def salvage(self, r: int, timeout: float = STOP_SECONDS):
         """The state after round ``r`` from any loop whose worker survived, or None (local SGD:
@@ -321,7 +323,7 @@ class StreamRounds:
         if r == self.first - 1:
             return self.start_state
         if r not in self.states:
-            self.states[r] = _State(self._build, r)
+            self.states[r] = LaterState(self._build, r)
         return self.states[r]
 
     def state_before(self, r: int):
@@ -355,9 +357,9 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
     boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
     loops = []
     for slot, (label, a, b, nodes) in enumerate(rounds.plan.blocks):
-        step = StreamStep(kind, rounds.strategy, rounds.net, slot, tuple(range(a, b)), tuple(nodes),
-                          rounds.plan.fan_in, rounds.plan.n_shards, f"{rounds.tag}-s{slot}", len(labels),
-                          getattr(rounds, "allreduce", "auto"), loop=loop)
+        step = StreamStep(rounds.strategy, rounds.net, tuple(range(a, b)), tuple(nodes), rounds.plan.fan_in,
+                          rounds.plan.n_shards, kind=kind, slot=slot, box=f"{rounds.tag}-s{slot}",
+                          n_loops=len(labels), allreduce=getattr(rounds, "allreduce", "auto"), loop=loop)
         peers = {other: actor for other, (_f, actor) in enumerate(boxes) if other != slot}
         loops.append(rounds.client.submit(
             stream_task, step, rounds.first, rounds.last_round, rounds.start_state, rounds.shard_futures[a:b], peers,

@@ -36,9 +36,17 @@ from dataclasses import replace
 import numpy as np
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
-from ppt_dask.engine.placement.links import LinkLost
 from ppt_dask.engine.placement.mailbox import WAIT_SECONDS, Mailbox, Stopped
-from ppt_dask.engine.rounds.stream import STOP_SECONDS, StreamStep, loop_timing, start_loops, stop_loops
+from ppt_dask.engine.rounds.stream import (
+    ASK_ERRORS,
+    STOP_SECONDS,
+    LaterState,
+    StreamStep,
+    loop_timing,
+    raise_loop_error,
+    start_loops,
+    stop_loops,
+)
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
 # head may still ask for (the last of each loop's steps in a round). A loop runs at most this
@@ -170,19 +178,6 @@ def async_loop(step: StreamStep, first: int, last: int, start, shards: list, lin
         exchange.close()
 
 
-class _Later:
-    """The state after a round, fetched from its loop's mailbox when first asked for
-    (``result`` as a future's, so the trainer's waits treat it like one)."""
-
-    def __init__(self, rounds: AsyncRounds, r: int):
-        self._rounds, self._r, self._value = rounds, r, None
-
-    def result(self, timeout: float | None = None):
-        if self._value is None:
-            self._value = self._rounds.fetch(self._r, WAIT_SECONDS if timeout is None else timeout)
-        return self._value
-
-
 class _FirstAnswer:
     """The head's open asks to the mailboxes, as a future that is done when one has answered
     (so the trainer's waits, which watch for lost workers, can wait on it)."""
@@ -286,13 +281,8 @@ class AsyncRounds:
         as its own error."""
         try:
             return ask.result(timeout=WAIT_SECONDS)
-        except (OSError, RuntimeError, Stopped, LinkLost) as exc:
-            if isinstance(exc, (OSError, LinkLost)) or any(f.status != "finished" for f, _actor in self.boxes):
-                raise CancelledError(f"a loop of the run was lost: {exc!r}") from exc
-            failed = [f for f in self.loops if f.status == "error"]
-            if failed:
-                failed[0].result()  # the loop's own error
-            raise
+        except ASK_ERRORS as exc:
+            raise_loop_error(exc, self.boxes, self.loops)
 
     def _round(self, r: int, group: list) -> list:
         """Round ``r`` of the steps in ``group``: its stats; its state's step, each loop's
@@ -350,7 +340,7 @@ class AsyncRounds:
         if r == self.first - 1:
             return self.start_state
         if r not in self.states:
-            self.states[r] = _Later(self, r)
+            self.states[r] = LaterState(self.fetch, r)
         return self.states[r]
 
     def state_before(self, r: int):
