@@ -444,7 +444,7 @@ def dataclass_replace(c, **changes):
 
 
 def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
-    from ppt_dask.cli.model import constants_table, grid_table
+    from ppt_dask.cli.modeltext import constants_table, grid_table
     from ppt_dask.perf import model as pm
     from ppt_dask.perf import planning
 

@@ -29,8 +29,8 @@ _EXPORTS = {
     "SGD": "ppt_dask.core.optimizers",
     "Stop": "ppt_dask.core.stopping",
     "connect": "ppt_dask.engine.placement.cluster",
-    "ShardSet": "ppt_dask.engine.placement.shards", "enter_data": "ppt_dask.engine.placement.shards",
-    "enter_source": "ppt_dask.engine.placement.shards", "exit_data": "ppt_dask.engine.placement.shards",
+    "ShardSet": "ppt_dask.engine.placement.shards", "enter_data": "ppt_dask.engine.placement.enter",
+    "enter_source": "ppt_dask.engine.placement.enter", "exit_data": "ppt_dask.engine.placement.enter",
     "Async": "ppt_dask.algorithms.asynchronous", "StaleGradientsWarning": "ppt_dask.algorithms.asynchronous",
     "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
     "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
@@ -79,7 +79,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.data import datasets
     from ppt_dask.engine.placement import cluster
     from ppt_dask.engine.placement.cluster import connect
-    from ppt_dask.engine.placement.shards import ShardSet, enter_data, enter_source, exit_data
+    from ppt_dask.engine.placement.enter import enter_data, enter_source, exit_data
+    from ppt_dask.engine.placement.shards import ShardSet
     from ppt_dask.engine.result import Result, evaluate
     from ppt_dask.engine.saving.modelfile import Model, load_model
     from ppt_dask.nets.torchnet import TorchNet

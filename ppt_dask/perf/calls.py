@@ -137,7 +137,7 @@ def _round_tasks(client, net, X, y, workers, calls: int, rows, rounds: int, warm
     of Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows."""
     from ppt_dask.api import train
     from ppt_dask.core.stopping import Stop
-    from ppt_dask.engine.placement.shards import enter_data, exit_data
+    from ppt_dask.engine.placement.enter import enter_data, exit_data
     from ppt_dask.observe import diagnostics
 
     n_shards = calls * len(workers)

@@ -35,7 +35,8 @@ from distributed.comm import listen as comm_listen
 from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
-from ppt_dask.engine.placement.links import CONNECT_SECONDS, POLL_SECONDS, LinkLost
+from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost
+from ppt_dask.engine.placement.links import CONNECT_SECONDS
 
 SCHEMES = ("tcp", "tls", "ucxx")  # a worker's scheme kept (ucxx://: distributed-ucxx); inproc:// listens on tcp
 
@@ -62,7 +63,7 @@ def payload_bytes(message) -> int:
     return 0
 
 
-class CommLinks:
+class CommLinks(Inboxes):
     """One loop's comms to the other loops of a generation, made and used in the loop's thread.
 
     Parameters
@@ -193,31 +194,12 @@ class CommLinks:
             if self._failed:
                 slot, exc = self._failed[0]
                 raise LinkLost(f"worker slot {self.slot} lost its link to slot {slot}: {exc!r}") from exc
-            if tag is not None:
-                self._file()
-            have = (lambda s: bool(self._inbox[s])) if tag is None else (lambda s: (s, tag) in self._stash)
-            if all(have(s) for s in waited) and not self._writes:
-                if tag is None:
-                    return [self._inbox[s].popleft() for s in waited]
-                return [self._stash.pop((s, tag)) for s in waited]
-            gone = [s for s in self.ended if s in waited and not have(s) and not self._inbox[s]]
-            if gone:
-                stopped()
-                raise LinkLost(f"worker slot {self.slot}: slot {gone[0]} closed its link before its next message")
+            ready = self._ready(waited, tag, lambda: bool(self._writes), stopped)
+            if ready is not None:
+                return ready
             now = time.monotonic()
-            if now >= next_look:
-                stopped()
-                next_look = now + POLL_SECONDS
-            if now > deadline:
-                raise TimeoutError(f"worker slot {self.slot}: the other loops' messages did not "
-                                   f"arrive within {timeout} s")
+            next_look = self._look(now, next_look, deadline, timeout, stopped)
             self._wait(min(next_look, deadline) - now)
-
-    def _file(self) -> None:
-        for slot, inbox in self._inbox.items():
-            while inbox:
-                tag, payload = inbox.popleft()
-                self._stash[slot, tag] = payload
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():

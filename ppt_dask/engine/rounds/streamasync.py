@@ -40,13 +40,13 @@ from ppt_dask.engine.placement.mailbox import WAIT_SECONDS, Mailbox, Stopped
 from ppt_dask.engine.rounds.stream import (
     ASK_ERRORS,
     STOP_SECONDS,
-    LaterState,
-    StreamStep,
+    LoopsHead,
     loop_timing,
     raise_loop_error,
     start_loops,
     stop_loops,
 )
+from ppt_dask.engine.rounds.streamloops import StreamStep
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
 # head may still ask for (the last of each loop's steps in a round). A loop runs at most this
@@ -189,7 +189,7 @@ class _FirstAnswer:
         return self._rounds.client.sync(self._rounds._any_answer, callback_timeout=timeout)
 
 
-class AsyncRounds:
+class AsyncRounds(LoopsHead):
     """The head's side of the asynchronous loops for one generation of a run.
 
     Same interface as the round graphs (:mod:`ppt_dask.engine.rounds.choose`), plus
@@ -223,15 +223,6 @@ class AsyncRounds:
 
     def _start(self) -> None:
         self.boxes, self.loops = start_loops(self, AsyncBox, list(self.next_step), "async", loop=async_loop)
-
-    def submit(self, first: int, last: int) -> float:
-        """Rounds ``first..last`` (the loops, started by the first call, run them all)."""
-        t0 = time.perf_counter()
-        assert first == self.submitted + 1 and last >= first, "rounds are submitted in order"
-        if not self.loops:
-            self._start()
-        self.submitted = last
-        return time.perf_counter() - t0
 
     # -- reading the steps --
     def read_stats(self, first: int, last: int, wait) -> list:
@@ -335,16 +326,8 @@ class AsyncRounds:
             raise CancelledError(f"the loop of worker slot {slot} was lost: {exc!r}") from exc
         return replace(value, round=r)
 
-    def state_after(self, r: int):
-        """The state after round ``r`` (``first - 1``: the start state's future)."""
-        if r == self.first - 1:
-            return self.start_state
-        if r not in self.states:
-            self.states[r] = LaterState(self.fetch, r)
-        return self.states[r]
-
-    def state_before(self, r: int):
-        return self.state_after(r - 1)
+    def _build(self, r: int, timeout: float):
+        return self.fetch(r, timeout)
 
     def salvage(self, r: int, timeout: float = STOP_SECONDS):
         """After a lost worker: the newest state a surviving loop left in round ``r`` or
