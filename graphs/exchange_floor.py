@@ -9,14 +9,14 @@ update. What the exchange costs here, per round, with the MNIST network's 55,050
 parameters (and 16 floats, to see the latency alone), each measured on ``ppt.connect``'s
 LocalCluster in the same run, trials interleaved:
 
-* ``links``: the streamed rounds ppt_dask runs (:mod:`ppt_dask.engine.stream`), through
+* ``links``: the streamed rounds ppt_dask runs (:mod:`ppt_dask.engine.rounds.stream`), through
   ``ppt.train`` with a strategy whose gradient and update do nothing (zeros of the real size):
   the loops' own timing of what remains (sending, waiting for the others' sums, adding them,
   leaving the round for the head: ``transfer + idle + reduce + head``);
 * ``mailbox``: the same sums sent through an actor on each worker (a method call on the other
   worker: its event loop takes it, then wakes the loop's thread), loops of this script;
 * ``one-hop graph``: a chain of trivial tasks, round ``r``'s task on each worker taking every
-  worker's task of round ``r - 1`` (the floor of :mod:`ppt_dask.engine.onehop`'s rounds,
+  worker's task of round ``r - 1`` (the floor of :mod:`ppt_dask.engine.rounds.onehop`'s rounds,
   graphs/round_latency.py);
 * ``mpi4py Allreduce`` of the same buffer (``mpiexec -n p``), where mpi4py and an MPI are
   installed: what a hand-written MPI program pays;
@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 import ppt_dask as ppt
-from ppt_dask.engine import mailbox
+from ppt_dask.engine.placement import mailbox
 from ppt_dask.observe import diagnostics
 from ppt_dask.perf import loops
 

@@ -162,7 +162,7 @@ def prepare(cfg, work: Path) -> str:
 def environment(threads: int) -> dict:
     """The contender's environment: its BLAS/OpenMP threads and ppt_dask's malloc settings
     (the same for everyone; OPENBLAS_CORETYPE and the like are passed on unchanged)."""
-    from ppt_dask.engine.cluster import WORKER_ENV
+    from ppt_dask.engine.placement.cluster import WORKER_ENV
 
     env = dict(os.environ)
     env.update({k: v for k, v in WORKER_ENV.items() if k.startswith("MALLOC_")})

@@ -8,7 +8,7 @@ through ``ppt.train``) on ``ppt.connect``'s LocalCluster, with each round graph:
 
 * ``tree``: the explicit graph of the papers (gradient tasks, tree-reduce tasks, an update,
   the weights): three scheduler hops on a round's critical path;
-* ``all``: one hop (:mod:`ppt_dask.engine.onehop`): each worker's task combines every worker's
+* ``all``: one hop (:mod:`ppt_dask.engine.rounds.onehop`): each worker's task combines every worker's
   last partial sums in the fixed tree order, updates its copy, computes its gradient;
 * ``doubling`` (p = 4): the same by recursive doubling, ``log2 p`` hops.
 
@@ -32,8 +32,8 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 import ppt_dask as ppt
-from ppt_dask.engine import graph
-from ppt_dask.engine.taskspec import Task, TaskRef
+from ppt_dask.engine.rounds import graph
+from ppt_dask.engine.rounds.taskspec import Task, TaskRef
 
 WORKERS, TRIALS, ROUNDS, WARMUP, ROWS, SHARDS, BLOCK = (1, 2, 4), 3, 120, 10, 24000, 8, 1000
 QUICK = dict(WORKERS=(1, 2), TRIALS=1, ROUNDS=30)

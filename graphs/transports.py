@@ -6,10 +6,10 @@ Usage::
     python graphs/transports.py --workers 8 --trials 1 --rounds 100   # p = 8 oversubscribes 2 cores
     python graphs/transports.py --quick    # p = 2; 1 trial of 40 rounds, the TCP transports only
 
-Our allreduce (:class:`ppt_dask.engine.allreduce.Allreduce`: a reduce-scatter then an
+Our allreduce (:class:`ppt_dask.engine.rounds.allreduce.Allreduce`: a reduce-scatter then an
 all-gather, or whole partial sums to every loop, added along the fixed shard tree, bitwise
-the serial tree's) runs over a transport with :class:`ppt_dask.engine.links.Links`'s small
-interface. ``engine/links.py`` is a transport of our own (sockets, and ssl for TLS); this
+the serial tree's) runs over a transport with :class:`ppt_dask.engine.placement.links.Links`'s small
+interface. ``engine/placement/links.py`` is a transport of our own (sockets, and ssl for TLS); this
 script runs the same algorithm, the same tagged messages, over each transport that is
 maintained elsewhere, p loops a round, each with partial sums of 55,050 float32 values
 (MNIST's 784-64-64-10) or 16 (latency alone) and three float64 statistics:
@@ -21,7 +21,7 @@ maintained elsewhere, p loops a round, each with partial sums of 55,050 float32 
 * ``links in Dask tasks`` and ``comm tcp in Dask tasks``: this script's loop in Dask worker tasks
   (a LocalCluster of single-threaded workers), over ours and over distributed's comms;
 * ``comm tcp`` / ``comm tls``: distributed's comms (``distributed.comm.connect``/``listen``,
-  :class:`ppt_dask.engine.commlinks.CommLinks`), TLS with ``Security.temporary()``; UCX where
+  :class:`ppt_dask.engine.placement.commlinks.CommLinks`), TLS with ``Security.temporary()``; UCX where
   distributed-ucxx is installed;
 * ``gloo send/recv``: torch.distributed's gloo, ``isend``/``irecv`` of flat uint8 tensors
   carrying the messages (``graphs/carriers.py``, as MPI's), and gloo's own ``all_reduce`` beside, for reference;
@@ -82,7 +82,7 @@ MPI_TCP = {"UCX_TLS": "tcp,self"}  # this MPICH runs over UCX: TCP between ranks
 def bench(links, slot: int, p: int, plan: dict) -> dict:
     """This loop's median seconds a round of our allreduce over ``links``, for each
     ``(algorithm, size)`` of ``plan``; the total is checked at the end of each run."""
-    from ppt_dask.engine.allreduce import Allreduce
+    from ppt_dask.engine.rounds.allreduce import Allreduce
 
     out = {}
     for i, (algorithm, size) in enumerate((a, s) for s in plan["sizes"] for a in plan["algorithms"]):
@@ -150,9 +150,9 @@ def _process(kind: str, slot: int, p: int, plan: dict, up, down, security) -> No
 def _made(kind: str, slot: int, security):
     """A transport of ``kind`` for a loop in a process on this host, not yet linked."""
     if kind.startswith("links"):
-        from ppt_dask.engine.links import Links
+        from ppt_dask.engine.placement.links import Links
         return Links(slot, "tls://127.0.0.1:1" if "tls" in kind else "tcp://127.0.0.1:1", security)
-    from ppt_dask.engine.commlinks import CommLinks
+    from ppt_dask.engine.placement.commlinks import CommLinks
     scheme = {"ucx": "ucxx"}.get(kind.split()[1], kind.split()[1])
     return CommLinks(slot, f"{scheme}://127.0.0.1:1", security)
 
@@ -270,8 +270,8 @@ def _task(kind: str, slot: int, p: int, plan: dict, tag: str) -> dict:
     meet through Variables (the scheduler), then run as in a process of their own."""
     from distributed import Variable, get_worker
     worker = get_worker()
-    from ppt_dask.engine.commlinks import CommLinks
-    from ppt_dask.engine.links import Links
+    from ppt_dask.engine.placement.commlinks import CommLinks
+    from ppt_dask.engine.placement.links import Links
     links = (Links if kind.startswith("links") else CommLinks)(slot, worker.address, worker.security)
     Variable(f"{tag}-{slot}").set(links.address)
     links.connect({j: Variable(f"{tag}-{j}").get(timeout=120) for j in range(p) if j != slot})

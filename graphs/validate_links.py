@@ -88,7 +88,7 @@ def links(n_workers: int, rate: str, delay: str, netem: bool):
 @contextlib.contextmanager
 def cluster(names, ips, workdir: Path):
     """A scheduler in the host's namespace and one single-threaded worker per namespace."""
-    from ppt_dask.engine.cluster import WORKER_ENV
+    from ppt_dask.engine.placement.cluster import WORKER_ENV
 
     file = workdir / "scheduler.json"
     procs = []

@@ -241,7 +241,7 @@ class SerialProcess:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        from ppt_dask.engine.cluster import WORKER_ENV
+        from ppt_dask.engine.placement.cluster import WORKER_ENV
 
         saved = {k: os.environ.get(k) for k in WORKER_ENV}
         os.environ.update(WORKER_ENV)
@@ -444,7 +444,7 @@ def dataclass_replace(c, **changes):
 
 
 def render(rows, cal, net, source, errors, busy, elapsed, cfg) -> str:
-    from ppt_dask.cli.model import constants_table, grid_table
+    from ppt_dask.cli.modeltext import constants_table, grid_table
     from ppt_dask.perf import model as pm
     from ppt_dask.perf import planning
 

@@ -28,20 +28,20 @@ _EXPORTS = {
     "TorchNet": "ppt_dask.nets.torchnet",
     "SGD": "ppt_dask.core.optimizers",
     "Stop": "ppt_dask.core.stopping",
-    "connect": "ppt_dask.engine.cluster",
-    "ShardSet": "ppt_dask.engine.shards", "enter_data": "ppt_dask.engine.shards",
-    "enter_source": "ppt_dask.engine.shards", "exit_data": "ppt_dask.engine.shards",
+    "connect": "ppt_dask.engine.placement.cluster",
+    "ShardSet": "ppt_dask.engine.placement.shards", "enter_data": "ppt_dask.engine.placement.enter",
+    "enter_source": "ppt_dask.engine.placement.enter", "exit_data": "ppt_dask.engine.placement.enter",
     "Async": "ppt_dask.algorithms.asynchronous", "StaleGradientsWarning": "ppt_dask.algorithms.asynchronous",
     "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
     "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
     "LocalSGD": "ppt_dask.algorithms.localsgd",
     "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.api",
     "PPTClassifier": "ppt_dask.sklearn.estimator", "PPTRegressor": "ppt_dask.sklearn.estimator",
-    "Model": "ppt_dask.engine.modelfile", "load_model": "ppt_dask.engine.modelfile",
+    "Model": "ppt_dask.engine.saving.modelfile", "load_model": "ppt_dask.engine.saving.modelfile",
     "show_versions": "ppt_dask.versions",
 }
 _MODULES = {
-    "cluster": "ppt_dask.engine.cluster",
+    "cluster": "ppt_dask.engine.placement.cluster",
     "datasets": "ppt_dask.data.datasets",
     "strategies": "ppt_dask.algorithms.strategies",
     "validation": "ppt_dask.core.validation",
@@ -77,11 +77,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.core.optimizers import SGD
     from ppt_dask.core.stopping import Stop
     from ppt_dask.data import datasets
-    from ppt_dask.engine import cluster
-    from ppt_dask.engine.cluster import connect
-    from ppt_dask.engine.modelfile import Model, load_model
+    from ppt_dask.engine.placement import cluster
+    from ppt_dask.engine.placement.cluster import connect
+    from ppt_dask.engine.placement.enter import enter_data, enter_source, exit_data
+    from ppt_dask.engine.placement.shards import ShardSet
     from ppt_dask.engine.result import Result, evaluate
-    from ppt_dask.engine.shards import ShardSet, enter_data, enter_source, exit_data
+    from ppt_dask.engine.saving.modelfile import Model, load_model
     from ppt_dask.nets.torchnet import TorchNet
     from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
     from ppt_dask.testing import Slowed

@@ -154,7 +154,7 @@ def checkpoint_round(directory):
 
     import numpy as np
 
-    from ppt_dask.engine import checkpoint
+    from ppt_dask.engine.saving import checkpoint
 
     path = directory / checkpoint.FILE
     if not path.exists():

@@ -1,6 +1,6 @@
 """The streamed rounds' allreduce: its pure pieces against the serial tree, then the
 interface over real links between threads (ppt_dask/core/allreduce.py,
-ppt_dask/engine/allreduce.py). Runs on the cluster: tests/test_engine.py and tests/test_scaling.py."""
+ppt_dask/engine/rounds/allreduce.py). Runs on the cluster: tests/test_engine.py and tests/test_scaling.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core import allreduce, tree
-from ppt_dask.engine.allreduce import Allreduce
-from ppt_dask.engine.links import Links
+from ppt_dask.engine.placement.links import Links
+from ppt_dask.engine.rounds.allreduce import Allreduce
 
 
 def _partials(n_shards: int, p: int, fan_in: int, size: int, seed: int) -> tuple[list, list]:

@@ -121,7 +121,7 @@ def test_every_flag_of_every_command_is_known_to_the_error_messages():
 def _folder_with_a_file(tmp_path):
     """A folder holding a file ``afile`` and a model file ``m.npz`` (a parity8 network's)."""
     import ppt_dask as ppt
-    from ppt_dask.engine import modelfile
+    from ppt_dask.engine.saving import modelfile
 
     (tmp_path / "afile").write_text("not a folder")
     net = ppt.MLP((8, 4, 1), hidden="tanh", output="sigmoid")

@@ -1,4 +1,4 @@
-"""The loops' links over distributed's comms (ppt_dask/engine/commlinks.py): our allreduce
+"""The loops' links over distributed's comms (ppt_dask/engine/placement/commlinks.py): our allreduce
 over them between threads gives bitwise the serial tree's total, as over our own sockets
 (tests/test_allreduce.py). graphs/transports.py times them beside the other transports."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ppt_dask.core import tree
-from ppt_dask.engine.allreduce import Allreduce
-from ppt_dask.engine.commlinks import CommLinks, listen_address, payload_bytes
-from ppt_dask.engine.links import LinkLost
+from ppt_dask.engine.placement.commlinks import CommLinks, listen_address, payload_bytes
+from ppt_dask.engine.placement.links import LinkLost
+from ppt_dask.engine.rounds.allreduce import Allreduce
 
 
 def _linked(p: int, address: str = "tcp://127.0.0.1:1", security=None) -> list:

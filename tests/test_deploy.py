@@ -28,7 +28,7 @@ from distributed import Client, Security
 
 import ppt_dask as ppt
 from ppt_dask.deploy import ssh as sshcluster
-from ppt_dask.engine.cluster import DASHBOARD_PRELOAD, preloads
+from ppt_dask.engine.placement.cluster import DASHBOARD_PRELOAD, preloads
 
 import system
 from sshd import INSTALL_HINT, SSHServer, find_sshd, free_port

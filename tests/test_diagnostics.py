@@ -371,7 +371,7 @@ def test_trace_and_records_of_a_real_run(client4, workers4, tmp_path, exchange, 
 def test_fused_tasks_time_their_own_parts(client4, workers4):
     """The one-hop task records its reduce, update and gradient seconds through the one module
     that touches distributed's worker internals; the breakdown splits the task by them."""
-    from ppt_dask.engine import taskmeta
+    from ppt_dask.engine.rounds import taskmeta
 
     assert client4.submit(taskmeta.applies, pure=False).result(timeout=60) is True
     assert taskmeta.applies() is False  # not inside a task

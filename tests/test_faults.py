@@ -12,8 +12,8 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.data import datasets, files
-from ppt_dask.engine import checkpoint
 from ppt_dask.engine.result import Outcome
+from ppt_dask.engine.saving import checkpoint
 
 from conftest import LASTING_PARITY8, scheduler_keys, wait_for_checkpoints
 from conftest import sigkill_at as _killer  # SIGKILLs the second worker at a round

@@ -8,7 +8,7 @@ from pathlib import Path
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 import ppt_dask
-from ppt_dask.engine import taskspec
+from ppt_dask.engine.rounds import taskspec
 
 from test_layers import imports_of
 
@@ -23,7 +23,7 @@ def _importers(module: str) -> list[str]:
 
 
 def test_dask_task_spec_is_imported_in_one_module():
-    assert _importers("dask._task_spec") == ["engine/taskspec.py"]
+    assert _importers("dask._task_spec") == ["engine/rounds/taskspec.py"]
 
 
 def test_the_task_spec_still_builds_and_runs_a_graph(threads_client):

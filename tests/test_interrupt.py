@@ -16,7 +16,8 @@ import numpy as np
 import psutil
 import pytest
 
-from ppt_dask.engine import checkpoint, interrupt
+from ppt_dask.engine import interrupt
+from ppt_dask.engine.saving import checkpoint
 
 from conftest import LASTING_PARITY8, wait_for_checkpoints
 
@@ -230,7 +231,7 @@ def test_a_failed_heartbeat_of_our_own_workers_prints_nothing():
     scheduler is in the head's process, so it fails only while the head closes the cluster
     (a fresh clone once ended a README command with that traceback). The oracle: the same
     heartbeat with the filter taken off logs the failure."""
-    from ppt_dask.engine import cluster
+    from ppt_dask.engine.placement import cluster
 
     client = cluster.connect(n_workers=1, threads_per_worker=1)
     try:

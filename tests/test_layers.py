@@ -102,7 +102,7 @@ def test_the_check_reads_the_imports_it_judges():
     graph = modules()
     assert "ppt_dask.core.validation" in graph["ppt_dask.core.tree"]
     assert "ppt_dask.algorithms.strategies" in graph["ppt_dask.algorithms.localsgd"]
-    assert "ppt_dask.engine.modelfile" in graph["ppt_dask.engine.result"]  # imported inside Result.save()
+    assert "ppt_dask.engine.saving.modelfile" in graph["ppt_dask.engine.result"]  # imported inside Result.save()
     assert "ppt_dask.data.datasets" in graph["ppt_dask.cli.commands"]  # from ppt_dask.data import datasets
 
 

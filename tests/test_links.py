@@ -1,4 +1,4 @@
-"""The loops' direct links (ppt_dask/engine/links.py) between two threads of this process, on
+"""The loops' direct links (ppt_dask/engine/placement/links.py) between two threads of this process, on
 real loopback sockets: what one sends the other reads whole, and a graceful close reads and
 drops what still arrives without taking its bytes for messages."""
 
@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from ppt_dask.engine.links import CHUNK, Links
+from ppt_dask.engine.placement.links import CHUNK, Links
 
 
 def _pair():

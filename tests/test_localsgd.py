@@ -10,7 +10,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd, serial
-from ppt_dask.engine import checkpoint
+from ppt_dask.engine.saving import checkpoint
 
 from conftest import scheduler_keys
 

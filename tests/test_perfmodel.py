@@ -380,7 +380,7 @@ def test_fits_stay_non_negative():
 @pytest.mark.parametrize("fan_in", [2, 3, 4])
 def test_tasks_per_round_counts_the_real_round_graph(fan_in):
     from ppt_dask.core import tree
-    from ppt_dask.engine import graph
+    from ppt_dask.engine.rounds import graph
 
     def real(p, s):
         blocks = [(f"w{w}", a, b) for w, (a, b) in enumerate(tree.split_shards(s, p)) if b > a]
@@ -402,7 +402,7 @@ def test_tasks_per_round_counts_the_one_hop_rounds(fan_in):
     (the head's stats pick comes once per batch, not per round)."""
     from ppt_dask.algorithms.strategies import Sync
     from ppt_dask.core import tree
-    from ppt_dask.engine import graph, onehop, rounds
+    from ppt_dask.engine.rounds import choose, graph, onehop
 
     class Built(onehop.OneHopRounds):
         def _send(self, layers, wanted):
@@ -415,7 +415,7 @@ def test_tasks_per_round_counts_the_one_hop_rounds(fan_in):
     def real(p, s):
         blocks = [(f"w{w}", a, b) for w, (a, b) in enumerate(tree.split_shards(s, p)) if b > a]
         plan = graph.make_plan(blocks, s, fan_in)
-        exchange = rounds.choose_graph(plan)  # the per-round graph "auto" of the model counts
+        exchange = choose.choose_graph(plan)  # the per-round graph "auto" of the model counts
         built = Built(None, plan, [type("F", (), {"key": f"shard-{i}"})() for i in range(s)],
                       Sync(lr=0.1), None, "t-g0", Start(), 0, exchange)
         built.submitted = 0  # round 0 sent: count round 1, the steady state
@@ -427,7 +427,7 @@ def test_tasks_per_round_counts_the_one_hop_rounds(fan_in):
             assert pm.tasks_per_round(p, fan_in, n_shards=s) == real(p, s), (p, s)
     assert pm.tasks_per_round(16, fan_in) == real(16, 16)
     from ppt_dask.perf import tasks
-    assert tasks.DOUBLING_FROM == rounds.DOUBLING_FROM
+    assert tasks.DOUBLING_FROM == choose.DOUBLING_FROM
 
 
 @settings(deadline=None)

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core import tree
-from ppt_dask.engine.graph import make_plan
+from ppt_dask.engine.rounds.graph import make_plan
 
 
 def _parts(values):

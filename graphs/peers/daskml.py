@@ -3,7 +3,7 @@
 other; the model travels from chunk to chunk).
 
 The cluster has ppt_dask's layout (2 worker processes of 1 thread, the same malloc
-settings, see ``ppt_dask.engine.cluster.WORKER_ENV``) but is a plain ``LocalCluster``; the array
+settings, see ``ppt_dask.engine.placement.cluster.WORKER_ENV``) but is a plain ``LocalCluster``; the array
 is persisted on the workers in one chunk per worker before the clock starts. One epoch is
 one ``Incremental.partial_fit`` over the array. ``MLPClassifier`` is set to the same math:
 ``solver="sgd"``, constant ``learning_rate_init=lr``, classical momentum
@@ -39,7 +39,7 @@ def main():
     from distributed import Client, LocalCluster, wait
     from sklearn.neural_network import MLPClassifier
 
-    from ppt_dask.engine.cluster import WORKER_ENV  # the same worker environment as ppt_dask's
+    from ppt_dask.engine.placement.cluster import WORKER_ENV  # the same worker environment as ppt_dask's
 
     p = spec["p"]
     with dask.config.set({"distributed.nanny.pre-spawn-environ": WORKER_ENV}):

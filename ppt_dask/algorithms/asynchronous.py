@@ -83,7 +83,7 @@ class Async(_Base):
     staleness: int = 8
 
     name = "async"
-    asynchronous = True  # rounds: ppt_dask.engine.streamasync
+    asynchronous = True  # rounds: ppt_dask.engine.rounds.streamasync
 
     def __post_init__(self):
         super().__post_init__()

@@ -55,8 +55,8 @@ bitwise; the average is combined along the fixed shard tree, so runs are bitwise
 any number of workers.
 
 Pure numpy: no dask import. The rounds run on the cluster as one long task per worker
-(:mod:`ppt_dask.engine.stream`, the default) or one task per worker per round
-(:mod:`ppt_dask.engine.overlap`).
+(:mod:`ppt_dask.engine.rounds.stream`, the default) or one task per worker per round
+(:mod:`ppt_dask.engine.rounds.overlap`).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class LocalSGD(_Base):
     compensate: bool = False
 
     name = "local"
-    shard_models = True  # every shard keeps a model of its own (ppt_dask.engine.stream, .overlap)
+    shard_models = True  # every shard keeps a model of its own (ppt_dask.engine.rounds.stream, .overlap)
 
     def __post_init__(self):
         super().__post_init__()

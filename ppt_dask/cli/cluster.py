@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ppt_dask.cli import paths
-from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT
+from ppt_dask.engine.placement.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT
 
 
 def add_cluster_parser(subparsers) -> None:
@@ -62,7 +62,7 @@ def _none(text):
 def ssh_command(args) -> int:
     from ppt_dask.deploy import ssh  # dask: only when a cluster starts
     from ppt_dask.engine import interrupt
-    from ppt_dask.engine.cluster import preloads, scheduler_identity
+    from ppt_dask.engine.placement.cluster import preloads, scheduler_identity
 
     connect = {}
     if args.ssh_port is not None:

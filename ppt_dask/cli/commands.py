@@ -354,7 +354,7 @@ def _write_outputs(args, result, summary: dict, data=None) -> None:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2)
     if args.save:  # the dataset's name and the network go into the file's summary
-        from ppt_dask.engine.modelfile import save_result
+        from ppt_dask.engine.saving.modelfile import save_result
         # a table's classes, columns and scaling go with the model (prediction applies them)
         saved = save_result(result, args.save, classes=getattr(data, "classes", None), summary=summary,
                             preprocessing=getattr(data, "preprocessing", None))

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from ppt_dask.core import applicability
-from ppt_dask.engine import checkpoint
+from ppt_dask.engine.saving import checkpoint
 
 # the strategy-dependent flags (attribute names of the parsed arguments = table rows)
 STRATEGY_FLAGS = ("block", "local_epoch", "replicate", "interval", "pull", "ema", "local_epochs",

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 
 import numpy as np
 
 from ppt_dask.cli import flags as cliflags
 from ppt_dask.cli import paths, runmodel, textout, usermodel
+from ppt_dask.cli.modeltext import constants_table, grid_table, model_kw, problem, problem_line, rounds_line, write_json
 from ppt_dask.cli.presets import PRESETS, STRATEGY_PRESETS
 from ppt_dask.perf import model as perfmodel
 from ppt_dask.perf import planning
@@ -228,13 +228,13 @@ def _predict(args, s: dict) -> int:
     if blocks.max() > n:
         raise ValueError(f"--block must be <= n_patterns = {n}, got {int(blocks.max())}")
     ps = np.array(args.p)
-    kw = _model_kw(s)
+    kw = model_kw(s)
     speed = np.asarray(perfmodel.speedup(ps[None, :], blocks[:, None], n, s["w"], s["c"], **kw))
     rnd = np.asarray(perfmodel.iteration_seconds(ps[None, :], blocks[:, None], s["w"], s["c"],
                                                  s["fan_in"], n_shards=s["n_shards"], exchange=s["exchange"],
                                                  cores=s["cores"]))
     epoch = np.asarray(perfmodel.epoch_seconds(ps[None, :], blocks[:, None], n, s["w"], s["c"], **kw))
-    print(_problem_line(s))
+    print(problem_line(s))
     print(rounds_line(s, ps, blocks))
     print("\nPredicted speedup S(p), 001 eq. (7) (like 001 Table VII)")
     print(grid_table(blocks, ps, speed, "{:.2f}"))
@@ -244,7 +244,7 @@ def _predict(args, s: dict) -> int:
     print(grid_table(blocks, ps, rnd, "{:.4g}"))
     print("\nPredicted seconds per epoch (001's iteration)")
     print(grid_table(blocks, ps, epoch, "{:.4g}"))
-    _write(args.json, {"problem": _problem(s), "p": ps.tolist(), "block": blocks.tolist(),
+    write_json(args.json, {"problem": problem(s), "p": ps.tolist(), "block": blocks.tolist(),
                        "speedup": speed.tolist(), "round_seconds": rnd.tolist(),
                        "epoch_seconds": epoch.tolist()})
     return 0
@@ -252,7 +252,7 @@ def _predict(args, s: dict) -> int:
 
 def _recommend(args, s: dict) -> int:
     n, w, c = s["n"], s["w"], s["c"]
-    kw = _model_kw(s)
+    kw = model_kw(s)
     blocks = np.array(args.blocks) if args.blocks else planning.default_blocks(n)
     if blocks.max() > n:
         raise ValueError(f"--blocks must be <= n_patterns = {n}, got {int(blocks.max())}")
@@ -260,7 +260,7 @@ def _recommend(args, s: dict) -> int:
     p_best, t_best, s_best = planning.best_workers(blocks, n, w, c, args.p_max, **kw)
     ps = [p for p in (2, 4, 8, 16, 32, 64, 128, 256) if p <= args.p_max] or [1]
     smallest = {p: planning.min_block_for_speedup(p, n, w, c, **kw) for p in ps}
-    print(_problem_line(s))
+    print(problem_line(s))
     print(rounds_line(s, np.arange(1, args.p_max + 1), blocks))
     print(f"\nrecommended: block {best.block} on {best.p} workers: {best.epoch_seconds:.4g} s per epoch, "
           f"speedup {best.speedup:.2f}, efficiency {best.efficiency:.2f}")
@@ -275,7 +275,7 @@ def _recommend(args, s: dict) -> int:
     for p, b in smallest.items():
         print(f"| {p} | {'none up to n' if b is None else b} |")
     hybrid = _workers_by_threads(s, blocks)
-    _write(args.json, {"problem": _problem(s), "recommended": dataclasses.asdict(best), "blocks": blocks.tolist(),
+    write_json(args.json, {"problem": problem(s), "recommended": dataclasses.asdict(best), "blocks": blocks.tolist(),
                        "best_p": p_best.tolist(),
                        "best_epoch_seconds": t_best.tolist(), "best_speedup": s_best.tolist(),
                        "smallest_block_for_speedup": {str(k): v for k, v in smallest.items()},
@@ -293,7 +293,7 @@ def _workers_by_threads(s: dict, blocks) -> dict | None:
         missing = "thread timings (calibrate again)" if not timed else "a core count (--cores)"
         print(f"\nworkers x threads: not proposed, the calibration has no {missing}")
         return None
-    kw = {k: v for k, v in _model_kw(s).items() if k != "cores"}
+    kw = {k: v for k, v in model_kw(s).items() if k != "cores"}
     options = perfthreads.layouts(s["n"], s["w"], s["c"], cores, timed, blocks, **kw)
     best = options[0]
     print(f"\nworkers x threads on {cores} cores (seed 002's hybrid: threads inside each worker), block {best.block}")
@@ -305,120 +305,6 @@ def _workers_by_threads(s: dict, blocks) -> dict | None:
     print(f"recommended: --workers {best.p} --threads-per-worker {best.threads}: {reason}")
     return {"recommended": dataclasses.asdict(best), "why": reason, "cores": cores, "timed": timed,
             "options": [dataclasses.asdict(o) for o in options if o.block == best.block]}
-
-
-# ---- formatting (pure) -----------------------------------------------------------------
-
-
-def grid_table(blocks, ps, values, fmt: str) -> str:
-    """A Markdown table: one row per block size, one column per cluster size."""
-    head = "| block | " + " | ".join(f"p={p}" for p in ps) + " |"
-    rule = "|---:|" + "---:|" * len(ps)
-    rows = [f"| {b} | " + " | ".join(fmt.format(v) for v in row) + " |"
-            for b, row in zip(blocks, np.asarray(values))]
-    return "\n".join([head, rule, *rows])
-
-
-def constants_table(c: perfmodel.Constants) -> str:
-    """The constants in milliseconds, as 001 prints them in Tables II, III and V."""
-    names = {"tf_seconds": "Tf (forward, per pattern)", "tb_seconds": "Tb (backward, per pattern)",
-             "tu_seconds": "Tu (update)", "tm_seconds": "Tm (copy of the weights)",
-             "ts_seconds": "Ts (squared error, per test pattern)", "to_seconds": "To (per epoch)",
-             "tw_seconds_per_weight": "Tw (per weight per tree level)",
-             "ti_seconds": "Ti (per reduction)", "ta_seconds": "Ta (weight averaging)",
-             "th0_seconds": "th0 (head, per round)", "th1_seconds": "th1 (head, per task)",
-             "tc_seconds": "tc (per gradient call)", "tq_seconds": "tq (shortest gradient phase)"}
-    names.update({"tl0_seconds": "tl0 (streamed round, the loop's own)",
-                  "tl1_seconds": "tl1 (streamed, per other worker)",
-                  "tlw_seconds_per_weight": "tlw (streamed, per weight per other worker)"})
-    rows = [f"| {label} | {getattr(c, f) * 1e3:.6g} |" for f, label in names.items()]
-    table = "\n".join(["| constant | ms |", "|---|---:|", *rows])
-    if c.stream_lag_ratio:
-        table += (f"\n\nStreamed rounds of 2 or more workers also wait for the slowest loop: "
-                  f"{c.stream_lag_ratio:.3g} x the gradient phase (stream_lag_ratio).")
-    if c.stream_rows:
-        more = c.stream_more_seconds or c.stream_first_seconds
-        factor = c.stream_shared_factor or (1.0,) * len(c.stream_rows)
-        table += "\n".join(["", "", "Streamed rounds' gradient phase (ms; interpolated between these call sizes)", "",
-                            "| rows | first call of a round | each further call | x with all workers at once |",
-                            "|---:|---:|---:|---:|",
-                            *(f"| {int(r)} | {a * 1e3:.4g} | {m * 1e3:.4g} | {f:.2f} |"
-                              for r, a, m, f in zip(c.stream_rows, c.stream_first_seconds, more, factor))])
-    if not c.call_rows:
-        return table
-    n = len(c.call_rows)
-    first, more = c.call_task_seconds or c.call_seconds, c.call_more_seconds or c.call_seconds
-    factor = c.call_shared_factor or (1.0,) * n
-    curve = [f"| {int(r)} | {a * 1e3:.4g} | {t * 1e3:.4g} | {m * 1e3:.4g} | {f:.2f} |"
-             for r, a, t, m, f in zip(c.call_rows, c.call_seconds, first, more, factor)]
-    return "\n".join([table, "", "Call curve (ms)", "", "| rows | one call (serial) | first call of a task "
-                      "(in rounds) | each further call of a task | x with all workers at once |",
-                      "|---:|---:|---:|---:|---:|", *curve])
-
-
-def _model_kw(s: dict) -> dict:
-    return dict(n_test=s["m"], fan_in=s["fan_in"], n_shards=s["n_shards"], exchange=s["exchange"],
-                cores=s["cores"])
-
-
-def rounds_line(s: dict, ps, blocks) -> str:
-    """Which rounds the numbers predict (streamed or a round graph, and with what terms), on
-    how many cores, and where the gradient's cost leaves the sizes the calibration timed."""
-    from ppt_dask.perf import curves
-
-    c, ps = s["c"], np.asarray(ps)
-    parts = perfmodel.round_parts(ps, 1, s["w"], c, s["fan_in"], n_shards=s["n_shards"], exchange=s["exchange"])
-    on = np.atleast_1d(parts["streamed"])
-    said = []
-    if on.any():
-        at = _ps(ps[on]) if not on.all() else "every p"
-        if np.atleast_1d(parts["graph_for_stream"]).any():
-            said.append(f"streamed rounds at {at} (--exchange {s['exchange']}), but these constants have no "
-                        "streamed terms: the one-hop graph's stand in (calibrate again to time the links)")
-        else:
-            said.append(f"streamed rounds at {at} (--exchange {s['exchange']}: one loop per worker, the "
-                        "exchange from the links floor tl0 + m tl1 + v tlw, m messages of v values a loop)")
-    if not on.all():
-        at = _ps(ps[~on]) if on.any() else "every p"
-        graph = "the one-hop graph" if s["exchange"] in ("auto", "all", "doubling") else "the tree graph"
-        said.append(f"{graph} at {at} (eq. (4) Tr(p) and the head Th(p))")
-    cores = s["cores"]
-    where = ("a core per worker" if cores is None else
-             f"the workers share {cores} cores (rounds of more workers serialize)"
-             + ("" if s.get("cores_given") else "; --cores for a larger cluster"))
-    line = "predicts " + "; ".join(said) + f"; {where}"
-    timed = curves.measured_rows(c, streamed=bool(on.any()) and perfmodel.has_stream_terms(c))
-    if timed:
-        rows = np.asarray(perfmodel.round_rows(ps[:, None], np.asarray(blocks)[None, :], s["n_shards"]))
-        rows = rows[rows >= 1]
-        if rows.min() < timed[0] or rows.max() > timed[1]:
-            line += (f"; the gradient was timed for calls of {timed[0]}..{timed[1]} rows, calls of "
-                     f"{int(rows.min())}..{int(rows.max())} asked: outside, 001's per-pattern line Tf + Tb")
-    return line + "."
-
-
-def _ps(ps) -> str:
-    ps = [int(p) for p in ps]
-    if len(ps) > 2 and ps == list(range(ps[0], ps[-1] + 1)):
-        return f"p = {ps[0]}..{ps[-1]}"
-    return "p = " + ", ".join(map(str, ps))
-
-
-def _problem(s: dict) -> dict:
-    return {"n_patterns": s["n"], "n_weights": s["w"], "n_test": s["m"], "n_shards": s["n_shards"],
-            "fan_in": s["fan_in"], "constants": perfmodel.constants_to_dict(s["c"])}
-
-
-def _problem_line(s: dict) -> str:
-    layout = "one shard per worker" if s["n_shards"] is None else f"{s['n_shards']} shards"
-    return (f"n = {s['n']} patterns, m = {s['m']} test, w = {s['w']} weights, {layout}, "
-            f"fan-in {s['fan_in']}")
-
-
-def _write(path, data) -> None:
-    if path:
-        with open(path, "w") as fh:
-            json.dump(data, fh, indent=2, default=float)
 
 
 if __name__ == "__main__":  # for a quick look without the integrated CLI

@@ -122,8 +122,23 @@ def _confusion_lines(classes, counts) -> list[str]:
                      for x, row in zip(labels, counts)]
 
 
+def _predict_input(model, path, output) -> int:
+    """``--input``: the model's predictions for the rows of an array file, saved to ``output``."""
+    X = _rows(_read_input(path), model)
+    if X.ndim < 2:
+        raise ValueError(f"--input {path}: expected an array of rows (rows, {model.n_features}), "
+                         f"got shape {X.shape}")
+    try:
+        pred = model.predict(X)
+    except ValueError as exc:
+        raise ValueError(f"--input {path}: {exc}") from None
+    np.save(output, pred)
+    print(f"wrote     {len(pred)} predictions, shape {pred.shape}, to {output}")
+    return 0
+
+
 def predict_command(args) -> int:
-    from ppt_dask.engine.modelfile import load_model
+    from ppt_dask.engine.saving.modelfile import load_model
 
     _check(args)
     module = None
@@ -144,17 +159,7 @@ def predict_command(args) -> int:
             print(f"r2        {scores['r2']:.4f} (the file's targets)")
         return 0
     if args.input is not None:
-        X = _rows(_read_input(args.input), model)
-        if X.ndim < 2:
-            raise ValueError(f"--input {args.input}: expected an array of rows (rows, {model.n_features}), "
-                             f"got shape {X.shape}")
-        try:
-            pred = model.predict(X)
-        except ValueError as exc:
-            raise ValueError(f"--input {args.input}: {exc}") from None
-        np.save(args.output, pred)
-        print(f"wrote     {len(pred)} predictions, shape {pred.shape}, to {args.output}")
-        return 0
+        return _predict_input(model, args.input, args.output)
     seed = model.settings.get("seed", 0)
     data = datasets.load(args.dataset, data_dir=args.data_dir, seed=seed if isinstance(seed, int) else 0,
                          dtype=model.net.dtype)

@@ -25,7 +25,7 @@ SHARD_INFO = "ppt-shardinfo"  # a shard's checks and summary, computed where it 
 PHASES = "ppt-phases"  # the entry of a finished task's metadata with its own timings {phase: seconds}
 # What a streamed loop times in each of its rounds, in the order they run: waiting for the other
 # workers' sums, adding them, the optimizer step, the shards' gradients (or local steps),
-# sending its sums, waiting for the head to read (ppt_dask.engine.stream)
+# sending its sums, waiting for the head to read (ppt_dask.engine.rounds.stream)
 LOOP_PHASES = ("idle", "reduce", "update", "gradient", "transfer", "head")
 
 _KEY = re.compile(r"^(ppt-[a-z]+)-(.+)$")
@@ -81,7 +81,7 @@ def parse_key(key) -> tuple | None:
 
 
 def phases_of(metadata) -> dict:
-    """The phases a finished task recorded (:mod:`ppt_dask.engine.taskmeta`), from the
+    """The phases a finished task recorded (:mod:`ppt_dask.engine.rounds.taskmeta`), from the
     ``metadata`` the scheduler received with it; {} when it has none."""
     if not isinstance(metadata, dict):
         return {}

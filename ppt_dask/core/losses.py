@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Loss", "LOSSES", "check_pair", "output_delta", "residual"]
+__all__ = ["Loss", "LOSSES", "check_pair", "count_wrong", "output_delta", "residual"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,3 +189,17 @@ def output_delta(loss: str, output: str, out: np.ndarray, target: np.ndarray) ->
     """
     check_pair(output, loss)
     return LOSSES[loss].deltas[output](out, target)
+
+
+def count_wrong(output: str, out: np.ndarray, target: np.ndarray, tolerance: float) -> int:
+    """Patterns the network gets wrong: a softmax output whose largest unit is not the label,
+    a sigmoid unit on the wrong side of 0.5, or a linear output farther than ``tolerance``
+    from its target (``out``, ``target``: shape (n, n_outputs); softmax labels may be 1-D)."""
+    if output == "softmax":
+        labels = target if target.ndim == 1 else target.argmax(axis=1)
+        return int(np.count_nonzero(out.argmax(axis=1) != labels))
+    if output == "sigmoid":
+        wrong = (out > 0.5) != (target > 0.5)
+    else:
+        wrong = np.abs(out - target) > tolerance
+    return int(np.count_nonzero(wrong.any(axis=1)))

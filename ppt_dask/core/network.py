@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppt_dask.core.activations import HIDDEN, OUTPUT
-from ppt_dask.core.losses import LOSSES, check_pair, output_delta
+from ppt_dask.core.losses import LOSSES, check_pair, count_wrong, output_delta
 from ppt_dask.core.validation import check_dtype
 
 __all__ = ["MLP"]
@@ -330,7 +330,7 @@ class MLP:
         out = activations[-1]
         assert self.loss is not None  # __post_init__ chose it
         stats = np.array([LOSSES[self.loss].value(out, target, self.output),
-                          self._n_wrong(out, target), len(X)], dtype=np.float64)
+                          count_wrong(self.output, out, target, self.tolerance), len(X)], dtype=np.float64)
         if grad_layers is None:
             return stats
 
@@ -346,16 +346,6 @@ class MLP:
             if l > 0:                      # no delta needed for the inputs
                 delta = d_hidden(activations[l], delta @ layers[l][0].T)
         return stats
-
-    def _n_wrong(self, out: np.ndarray, target: np.ndarray) -> int:
-        if self.output == "softmax":
-            labels = target if target.ndim == 1 else target.argmax(axis=1)
-            return int(np.count_nonzero(out.argmax(axis=1) != labels))
-        if self.output == "sigmoid":
-            wrong = (out > 0.5) != (target > 0.5)
-        else:
-            wrong = np.abs(out - target) > self.tolerance
-        return int(np.count_nonzero(wrong.any(axis=1)))
 
     def _check_params(self, params, cast: bool = True) -> np.ndarray:
         params = np.asarray(params, dtype=self.dtype) if cast else np.asarray(params)

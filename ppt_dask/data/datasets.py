@@ -27,6 +27,7 @@ import numpy as np
 from ppt_dask.core.validation import TASKS, check_int_at_least, check_nonneg
 from ppt_dask.data import fetch
 from ppt_dask.data.files import DATA_ENV, data_dir_candidates, find_data_file, read_idx
+from ppt_dask.data.splits import random_splits, train_test_split  # noqa: F401  (ppt.datasets.random_splits)
 
 MNIST_SIDE = 28
 MNIST_FILES = {
@@ -289,36 +290,6 @@ def mnist(data_dir=None, dtype=np.float64, n_train: int | None = None,
     X_test, y_test = mnist_rows(data_dir, "test", 0, n_test, dtype, grow)
     name = "mnist" if side == MNIST_SIDE else f"mnist{side}x{side}"
     return Dataset(name, X, y, X_test, y_test, task="classification")
-
-
-def train_test_split(X, y, test_fraction: float = 0.3, seed: int = 0):
-    """A seeded random split, not stratified (004 draws plain random 70/30 splits).
-
-    Returns
-    -------
-    X_train, X_test, y_train, y_test : rows of X and y in a random order;
-    round(test_fraction * n) rows go to the test part.
-    """
-    n = len(X)
-    if len(y) != n:
-        raise ValueError(f"y has {len(y)} rows but X has {n}")
-    n_test = round(test_fraction * n) if 0 < test_fraction < 1 else 0
-    if not 1 <= n_test <= n - 1:
-        raise ValueError(f"test_fraction={test_fraction!r} leaves no rows for training or "
-                         f"for testing out of {n}")
-    order = np.random.default_rng(seed).permutation(n)
-    test, train = order[:n_test], order[n_test:]
-    return X[train], X[test], y[train], y[test]
-
-
-def random_splits(X, y, n_splits: int = 10, test_fraction: float = 0.3, seed: int = 0):
-    """Yield `n_splits` splits (X_train, X_test, y_train, y_test), split i seeded seed + i.
-
-    004 reports the mean over ten random 70/30 splits and seeds each with its number.
-    """
-    n_splits = check_int_at_least("n_splits", n_splits, 1)
-    for i in range(n_splits):
-        yield train_test_split(X, y, test_fraction, seed + i)
 
 
 def digits5000(data_dir=None, dtype=np.float64, test_fraction: float | None = None,

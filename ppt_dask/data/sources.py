@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import struct
 import zipfile
 from dataclasses import dataclass, field, replace
@@ -353,3 +354,27 @@ class Partitions:
             df = self.frame.partitions[i].compute(scheduler="sync")
             return frame_arrays(df, list(self.features), self.target)
         return arrays_rows(*self.arrays, *self.blocks[i])
+
+
+_MISMATCH = re.compile(r"^\|\s*(\S.*?)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|\s*$", re.M)
+
+
+def explain(exc: BaseException, where: str) -> Exception:
+    """A read error of a partition as one line naming the file (and the column, when known)."""
+    text = str(exc)
+    if "Mismatched dtypes" in text:  # Dask's CSV reader: a column differs from the first rows
+        rows = [m for m in _MISMATCH.findall(text) if m[0] != "Column"]
+        if rows:
+            column, found, expected = rows[0]
+            value = re.search(r"could not convert string to float: ('.*?')", text)
+            more = f" such as {value.group(1)}" if value else ""
+            return ValueError(f"{where}: column {column!r} holds {found} values{more} further down, where "
+                              f"the first rows hold {expected}; encode it as numbers or leave it out "
+                              "(--features)")
+    value = re.search(r"could not convert string to float: ('.*?')", text)
+    if value:
+        return ValueError(f"{where}: a feature column holds text ({value.group(1)}) further down; encode it "
+                          "as numbers or leave it out (--features)")
+    if text.startswith(where):
+        return ValueError(text.splitlines()[0])
+    return ValueError(f"{where}: cannot be read ({type(exc).__name__}: {_first_line(exc)})")

@@ -26,7 +26,6 @@ is what the model file keeps so that prediction applies the same.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -120,30 +119,6 @@ def _compute(tasks: list, client, timeout: float) -> list:
         raise
 
 
-_MISMATCH = re.compile(r"^\|\s*(\S.*?)\s*\|\s*(\S+)\s*\|\s*(\S+)\s*\|\s*$", re.M)
-
-
-def explain(exc: BaseException, where: str) -> Exception:
-    """A read error of a partition as one line naming the file (and the column, when known)."""
-    text = str(exc)
-    if "Mismatched dtypes" in text:  # Dask's CSV reader: a column differs from the first rows
-        rows = [m for m in _MISMATCH.findall(text) if m[0] != "Column"]
-        if rows:
-            column, found, expected = rows[0]
-            value = re.search(r"could not convert string to float: ('.*?')", text)
-            more = f" such as {value.group(1)}" if value else ""
-            return ValueError(f"{where}: column {column!r} holds {found} values{more} further down, where "
-                              f"the first rows hold {expected}; encode it as numbers or leave it out "
-                              "(--features)")
-    value = re.search(r"could not convert string to float: ('.*?')", text)
-    if value:
-        return ValueError(f"{where}: a feature column holds text ({value.group(1)}) further down; encode it "
-                          "as numbers or leave it out (--features)")
-    if text.startswith(where):
-        return ValueError(text.splitlines()[0])
-    return ValueError(f"{where}: cannot be read ({type(exc).__name__}: {sources._first_line(exc)})")
-
-
 def survey_task(parts: sources.Partitions, i: int, plan) -> dict:
     """:func:`ppt_dask.data.tablestats.survey_part` of partition ``i``, read here; a read error
     comes back as the result (the head words it), not as a failed task."""
@@ -167,7 +142,7 @@ def _survey(layout: tablemeta.Layout, plan, client, timeout: float) -> tablestat
     results = _compute([step(parts, i, plan) for i in range(parts.n)], client, timeout)
     for r in results:
         if "error" in r:
-            raise explain(r["error"], layout.source.name())
+            raise sources.explain(r["error"], layout.source.name())
     return tablestats.combine(results, len(layout.features))
 
 

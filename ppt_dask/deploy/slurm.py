@@ -16,7 +16,7 @@ worker processes on ``cores`` cores (one per core by default, the layout the tra
 The TLS story is the ssh one (:mod:`ppt_dask.deploy.ssh`): a directory made by
 ``deploy/make_certs.py``, on a file system the compute nodes share; the job scripts name
 the *paths* of the worker certificate and key, never their contents. Workers start with
-BLAS limited to one thread (:data:`ppt_dask.engine.cluster.WORKER_ENV`) and exit when the scheduler
+BLAS limited to one thread (:data:`ppt_dask.engine.placement.cluster.WORKER_ENV`) and exit when the scheduler
 is gone for ``death_timeout``, so a lost login session leaves no job running for long;
 :func:`stop` cancels the jobs (``scancel``).
 
@@ -32,8 +32,8 @@ import re
 import sys
 
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS
-from ppt_dask.engine.cluster import WORKER_ENV, preloads, tls_security
+from ppt_dask.engine.placement.addresses import DEFAULT_DASHBOARD_ADDRESS
+from ppt_dask.engine.placement.cluster import WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
 

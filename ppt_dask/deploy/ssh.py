@@ -10,7 +10,7 @@ or from a shell (the same, in the foreground until Ctrl-C):
     ppt-dask cluster ssh hosts.txt --certs ~/ppt-certs
 
 The first host runs the scheduler (with the ppt_dask dashboard page preloaded when
-:data:`ppt_dask.engine.cluster.DASHBOARD_PRELOAD` is installed); every host runs ``n_workers`` single-threaded
+:data:`ppt_dask.engine.placement.cluster.DASHBOARD_PRELOAD` is installed); every host runs ``n_workers`` single-threaded
 worker processes (``workers_on_scheduler=False`` keeps the first host for the scheduler).
 It builds on :func:`distributed.deploy.ssh.SSHCluster` (``asyncssh``, from the ``deploy``
 extra), which starts each remote process with the client's dask configuration. That is how
@@ -21,7 +21,7 @@ the remote processes get their settings here:
   configuration, which travels in the remote processes' environment: the files must already
   be on the hosts, at ``remote_certs_dir`` (by default the same path as ``certs_dir``).
 * Worker processes with BLAS limited to their threads and a large malloc trim threshold
-  (:data:`ppt_dask.engine.cluster.WORKER_ENV`), set before the worker process spawns.
+  (:data:`ppt_dask.engine.placement.cluster.WORKER_ENV`), set before the worker process spawns.
 * Safety nets: the scheduler and the nannies close when their ssh session ends (the
   machine that started them died or lost the network), a worker whose scheduler is gone
   for ``death_timeout`` exits, and the scheduler exits after ``idle_timeout`` without any
@@ -43,8 +43,8 @@ from pathlib import Path
 import dask
 
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT, LOOPBACK
-from ppt_dask.engine.cluster import CERT_FILES, NO_WORKERS_TIMEOUT, WORKER_ENV, preloads, tls_security
+from ppt_dask.engine.placement.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT, LOOPBACK
+from ppt_dask.engine.placement.cluster import CERT_FILES, NO_WORKERS_TIMEOUT, WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
 

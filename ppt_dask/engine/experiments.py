@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from ppt_dask.data.datasets import random_splits
-from ppt_dask.engine.shards import enter_data, exit_data
+from ppt_dask.engine.placement.enter import enter_data, exit_data
 from ppt_dask.engine.trainer import train
 
 

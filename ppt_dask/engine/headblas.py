@@ -24,7 +24,7 @@ import psutil
 from distributed.comm import get_address_host
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from ppt_dask.engine.addresses import LOOPBACK
+from ppt_dask.engine.placement.addresses import LOOPBACK
 
 
 def local_hosts() -> set[str]:

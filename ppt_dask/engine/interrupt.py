@@ -147,7 +147,7 @@ class LastRound:
 
 def saved_round(directory) -> int | None:
     """The round of the checkpoint in ``directory`` (None when there is no readable one)."""
-    from ppt_dask.engine.checkpoint import FILE
+    from ppt_dask.engine.saving.checkpoint import FILE
 
     try:
         with np.load(Path(directory) / FILE, allow_pickle=False) as archive:

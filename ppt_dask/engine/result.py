@@ -13,8 +13,8 @@ import numpy as np
 from ppt_dask.algorithms import asynchronous, strategies
 from ppt_dask.core import keys
 from ppt_dask.core.model import Network
-from ppt_dask.engine import graph
-from ppt_dask.engine.shards import ShardSet
+from ppt_dask.engine.placement.shards import ShardSet
+from ppt_dask.engine.rounds import graph
 from ppt_dask.engine.waits import ROUND_TIMEOUT
 
 
@@ -91,12 +91,12 @@ class Result:
                 **({"dropped_shares": shares} if (shares := self.dropped_shares()) is not None else {})}
 
     def save(self, path, classes=None) -> str:
-        """Write the trained model to a ``.npz`` file (:mod:`ppt_dask.engine.modelfile`); returns the path.
+        """Write the trained model to a ``.npz`` file (:mod:`ppt_dask.engine.saving.modelfile`); returns the path.
 
         ``classes``: the labels of the outputs when they are not 0..k-1 (softmax) or 0/1
         (one sigmoid output). Read it back with :func:`ppt_dask.load_model`.
         """
-        from ppt_dask.engine.modelfile import save_result
+        from ppt_dask.engine.saving.modelfile import save_result
         return save_result(self, path, classes)
 
     # where the time went: the records of the run's watcher (ppt_dask.observe for ppt_dask.train)

@@ -6,7 +6,7 @@ one records nothing, and its result has no breakdown, report or trace. A recorde
 ``recorder(client, run_id, settings)``, an object whose ``round_done(record)`` sees every
 round's record and whose ``finish()`` returns the run's records. On streamed rounds the record
 also has ``loops``: each worker loop's own timing of the round
-(:func:`ppt_dask.engine.stream.loop_timing`), which no scheduler sees.
+(:func:`ppt_dask.engine.rounds.stream.loop_timing`), which no scheduler sees.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import html
 import itertools
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -45,6 +44,7 @@ from distributed.utils import log_errors
 
 from ppt_dask.observe import breakdown as bd
 from ppt_dask.observe.diagnostics import ensure_collector, records_of
+from ppt_dask.observe.pagetext import settings_html, summary_html
 
 ROUTE = "/ppt"
 PAGE_ROUNDS = 300  # rounds drawn on the live page
@@ -240,36 +240,6 @@ class Summary(_Component):
 
     def draw(self, view: View):
         self.root.text = summary_html(view)
-
-
-def _fmt(value, spec="", unit="") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:{spec}}{unit}"
-
-
-def summary_html(view: View) -> str:
-    s = view.summary
-    rounds = f"{s.get('rounds', 0)} rounds"
-    if s.get("streamed"):
-        rounds += " (streamed: one loop per worker, no scheduler hop a round)"
-    parts = [f"<b>run {html.escape(view.run)}</b>", rounds,
-             f"{_fmt(s.get('workers'))} workers",
-             f"<b>{_fmt(s.get('percent_not_gradient'), '.1f', ' %')}</b> of the workers' time not "
-             f"computing gradients",
-             f"median round {_fmt(s.get('median_round_ms'), '.2f', ' ms')}",
-             f"median head submit {_fmt(s.get('median_head_submit_ms'), '.3f', ' ms')} per round",
-             f"{_fmt(s.get('patterns_per_second'), ',.0f')} patterns/s",
-             f"{_fmt((s.get('transfer_bytes_per_round') or 0) / 1e3, '.1f', ' kB')} sent per round (median, "
-             f"{_fmt((s.get('transfer_bytes_per_round') or 0) / 1e3 / max(s.get('workers') or 1, 1), '.1f', ' kB')}"
-             " a worker)"]
-    return "<p>" + " &middot; ".join(parts) + "</p>"
-
-
-def settings_html(settings: dict) -> str:
-    cells = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(str(k))}</th>"
-                    f"<td>{html.escape(str(v))}</td></tr>" for k, v in settings.items())
-    return f"<table style='font-size:90%'>{cells}</table>"
 
 
 COMPONENTS = (Summary, RoundBars, Curves, Throughput, PhaseTable)

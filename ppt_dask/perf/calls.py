@@ -137,7 +137,7 @@ def _round_tasks(client, net, X, y, workers, calls: int, rows, rounds: int, warm
     of Sync rounds with ``calls`` shards on each of ``workers``, each call of r rows."""
     from ppt_dask.api import train
     from ppt_dask.core.stopping import Stop
-    from ppt_dask.engine.shards import enter_data, exit_data
+    from ppt_dask.engine.placement.enter import enter_data, exit_data
     from ppt_dask.observe import diagnostics
 
     n_shards = calls * len(workers)
@@ -217,7 +217,7 @@ def measure_calls(client, net, X, y, workers=None, *, rows=None, calls: int = 4,
 
 def cluster_workers(client, workers=None) -> list[str]:
     """The addresses ``workers`` (checked against the cluster), or all of the cluster's."""
-    from ppt_dask.engine.cluster import worker_addresses  # asks the scheduler; imports distributed
+    from ppt_dask.engine.placement.cluster import worker_addresses  # asks the scheduler; imports distributed
 
     known = worker_addresses(client)
     workers = known if workers is None else list(workers)

@@ -18,7 +18,7 @@ Three curves, each optional (without one, 001's ``tc + rows (Tf + Tb)`` per call
 * a round graph's ``ppt-grad`` task: the first call of a task, each further call, and the
   factor when all workers compute at once (``call_task_seconds``, ``call_more_seconds``,
   ``call_shared_factor``, over ``call_rows``);
-* a streamed loop's gradient phase (:mod:`ppt_dask.engine.stream`): the same three timed
+* a streamed loop's gradient phase (:mod:`ppt_dask.engine.rounds.stream`): the same three timed
   inside real streamed rounds (``stream_first_seconds``, ``stream_more_seconds``,
   ``stream_shared_factor`` over ``stream_rows``).
 

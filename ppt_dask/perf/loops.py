@@ -1,7 +1,7 @@
 """Streamed rounds timed for the run-time model: the links floor and the loops' gradient phase.
 
 What ``ppt.train`` runs by default is streamed rounds
-(:mod:`ppt_dask.engine.stream`): one loop per worker computes its shards' partial sums, sends
+(:mod:`ppt_dask.engine.rounds.stream`): one loop per worker computes its shards' partial sums, sends
 them to the other loops over direct links, takes theirs, adds them and applies the update, and
 times each phase of each round itself (``result.breakdown()``). So the model's streamed terms
 are timed on those loops, through ``ppt.train``, the way a user's run goes:

@@ -22,7 +22,7 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
 
 * ``Th(p) = th0 + th1 * tasks_per_round(p)``: the head/scheduler cost of one round,
   charged once per round (``n/b`` times an epoch); :func:`tasks_per_round` counts the
-  tasks exactly as :func:`ppt_dask.engine.graph.round_graph` builds them.
+  tasks exactly as :func:`ppt_dask.engine.rounds.graph.round_graph` builds them.
 * ``tc``: the fixed cost of one gradient call (one shard's block), charged per shard a
   worker holds. numpy vectorises over the patterns of a block, so a call costs
   ``tc + rows (Tf + Tb)``: the intercept and slope of a least-squares fit over block
@@ -37,7 +37,7 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   given it replaces ``tc + rows (Tf + Tb)``: the cost per pattern is not constant on a
   real machine. A task of k calls costs ``first(rows) + (k - 1) more(rows)``, times
   ``call_shared_factor(rows)`` when more than one worker computes.
-* streamed rounds (:mod:`ppt_dask.engine.stream`, what ``ppt.train`` runs by default at any
+* streamed rounds (:mod:`ppt_dask.engine.rounds.stream`, what ``ppt.train`` runs by default at any
   number of workers): no task per round, so no ``Th``; each loop computes and allreduces its
   partial sums over direct links, ``m`` messages of ``v`` values in all: ``Tl(p) = tl0 +
   m tl1 + v tlw`` (:func:`links_seconds`, calibrated from the links floor of
@@ -49,7 +49,7 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   ``max(compute, tq)``. With distributed's message batching (``BatchedSend(interval=
   "5ms")`` in ``distributed.scheduler``) the update task is sent no sooner than ~5 ms
   after the gradient task went to the same worker, however short the gradient; with the
-  batching off (:mod:`ppt_dask.engine.messages`, what ``ppt.connect`` does) tq is near 0.
+  batching off (:mod:`ppt_dask.engine.placement.messages`, what ``ppt.connect`` does) tq is near 0.
 
 >>> from ppt_dask.perf.paper001 import CONSTANTS, PROBLEMS
 >>> c = CONSTANTS["bat_cave", "function"]
@@ -201,7 +201,7 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
     """A streamed round's exchange, ``Tl(p) = tl0 + m(p) tl1 + v(p, w) tlw``.
 
     Each loop sends ``m`` messages of ``v`` values in all over direct links
-    (:mod:`ppt_dask.engine.allreduce`), takes the others', adds them and leaves the round for
+    (:mod:`ppt_dask.engine.rounds.allreduce`), takes the others', adds them and leaves the round for
     the head. The algorithm is the one ``ppt.train`` picks for ``w`` values of ``itemsize``
     bytes (:func:`ppt_dask.core.allreduce.choose`): sending whole sums to every other loop,
     ``m = p - 1`` and ``v = (p - 1) w`` (``tl0 + (p - 1)(tl1 + tlw w)``), or a reduce-scatter

@@ -1,7 +1,7 @@
 """The task graph of a round, counted: reduction-tree levels, tasks per round, and how the
 shards and a block's patterns fall on the workers. Pure Python and numpy, for the model
-(:mod:`ppt_dask.perf.model`), mirroring what :mod:`ppt_dask.engine.onehop` (the default round
-graph) and :mod:`ppt_dask.engine.graph` (the explicit tree) build.
+(:mod:`ppt_dask.perf.model`), mirroring what :mod:`ppt_dask.engine.rounds.onehop` (the default round
+graph) and :mod:`ppt_dask.engine.rounds.graph` (the explicit tree) build.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def tree_levels(p, fan_in: int = 2):
 
 @functools.lru_cache(maxsize=4096)
 def _round_tasks(p: int, k: int, s: int) -> int:
-    """Tasks of :func:`ppt_dask.engine.graph.round_graph` for p workers over s shards, fan-in k.
+    """Tasks of :func:`ppt_dask.engine.rounds.graph.round_graph` for p workers over s shards, fan-in k.
 
     Mirrors ``tree.split_shards`` (contiguous blocks of shards per worker),
     ``tree.decompose`` (each worker evaluates the largest subtrees inside its block) and
@@ -85,7 +85,7 @@ def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-DOUBLING_FROM = 8  # as ppt_dask.engine.rounds.DOUBLING_FROM (a test checks they agree)
+DOUBLING_FROM = 8  # as ppt_dask.engine.rounds.choose.DOUBLING_FROM (a test checks they agree)
 
 
 def _doubles(workers: int, k: int, s: int) -> bool:
@@ -97,9 +97,9 @@ def _doubles(workers: int, k: int, s: int) -> bool:
 
 
 def _one_hop_tasks(p: int, k: int, s: int, exchange: str) -> int:
-    """Tasks of a round of :class:`ppt_dask.engine.onehop.OneHopRounds`: a step per worker
+    """Tasks of a round of :class:`ppt_dask.engine.rounds.onehop.OneHopRounds`: a step per worker
     holding shards, and with recursive doubling ``log2 p - 1`` hop tasks per worker. "auto"
-    doubles as :func:`ppt_dask.engine.rounds.choose_graph` does: from ``DOUBLING_FROM``
+    doubles as :func:`ppt_dask.engine.rounds.choose.choose_graph` does: from ``DOUBLING_FROM``
     workers, a power of two of them, fan-in 2, and blocks that are aligned subtrees of one
     size (the same number of shards each, a power of two)."""
     workers = min(p, s)
@@ -114,8 +114,8 @@ ROUND_EXCHANGES = ("auto", "stream", "all", "doubling", "tree")  # what ppt.trai
 
 def streamed(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
     """Whether ``ppt.train(..., exchange=exchange)`` runs p workers' rounds streamed (one loop
-    per worker, :mod:`ppt_dask.engine.stream`) rather than as a per-round graph, as
-    :func:`ppt_dask.engine.rounds.choose_exchange` decides for the synchronous strategies:
+    per worker, :mod:`ppt_dask.engine.rounds.stream`) rather than as a per-round graph, as
+    :func:`ppt_dask.engine.rounds.choose.choose_exchange` decides for the synchronous strategies:
     "stream" and "auto" always, the graphs never. Shape of ``p`` (bools).
 
     >>> [bool(streamed(p, n_shards=max(p, 8))) for p in (1, 2, 4, 8, 16, 12)]
@@ -132,10 +132,10 @@ def streamed(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
 def tasks_per_round(p, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
     """Tasks of one round of the round graph ``exchange`` (as :func:`ppt_dask.train` takes it).
 
-    "auto", "all" and "doubling" are the one-hop rounds of :mod:`ppt_dask.engine.onehop`
+    "auto", "all" and "doubling" are the one-hop rounds of :mod:`ppt_dask.engine.rounds.onehop`
     (the default): a step per worker holding shards (its reduce, update and gradient), plus
     ``log2 p - 1`` hop tasks per worker where the workers combine by recursive doubling.
-    "tree" is the explicit graph of :func:`ppt_dask.engine.graph.round_graph`: one ``ppt-grad`` task per
+    "tree" is the explicit graph of :func:`ppt_dask.engine.rounds.graph.round_graph`: one ``ppt-grad`` task per
     worker holding shards, a ``ppt-reduce`` task per node of the fixed shard tree (fan-in
     k) above the subtrees the workers evaluate themselves, except the root, whose combine
     is fused into ``ppt-update``; then ``ppt-update``, ``ppt-weights`` and ``ppt-stats``.

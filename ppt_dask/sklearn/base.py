@@ -7,28 +7,20 @@ arrays. :mod:`ppt_dask.sklearn.estimator` adds the classifier's and regressor's 
 from __future__ import annotations
 
 import contextlib
-import math
 import numbers
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ppt_dask.algorithms import choose
-from ppt_dask.api import train
 from ppt_dask.core import applicability, validation
 from ppt_dask.core.model import describe
 from ppt_dask.core.network import MLP
-from ppt_dask.core.stopping import Stop
 from ppt_dask.core.tree import split_rows
-from ppt_dask.engine import cluster
-from ppt_dask.engine.result import Outcome
-from ppt_dask.engine.shards import enter_data, exit_data
-from ppt_dask.progress import Training
+from ppt_dask.engine.placement import cluster
+from ppt_dask.engine.placement.enter import enter_data, exit_data
 from ppt_dask.sklearn.contract import (
     BaseEstimator,
-    ConvergenceWarning,
-    check_is_fitted,
     check_X,
     columns_of,
     frame_as_array,
@@ -38,7 +30,7 @@ from ppt_dask.sklearn.contract import (
     seed_of,
     validate_data,
 )
-from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
+from ppt_dask.sklearn.fitrun import FitRun, train_epochs
 
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours
 # batch_size="auto" is min(AUTO_BATCH[strategy], n_samples) (async: patterns per worker's update,
@@ -61,17 +53,6 @@ SOLVERS = ("auto", "sgd", "adam")
 # ---- worker-side functions (module level: picklable, named on the dashboard) ---------------
 
 
-def _output_block(X, net, params, what: str, classes):
-    """``what`` of the network on rows ``X``: "predict", "proba", "log_proba" or "values"."""
-    validation.check_finite(X, "X")
-    if what == "predict":
-        return classes[net.predict(params, X)]
-    if what == "values":
-        return net.predict(params, X)
-    out = net.predict_proba(params, X)
-    return out if what == "proba" else np.log(out)
-
-
 def _module_net(module, loss: str, row_shape: tuple, dtype):
     """The :class:`ppt_dask.TorchNet` of ``module=`` for rows of ``row_shape`` (torch is
     imported here, only for an estimator given a module)."""
@@ -87,25 +68,11 @@ def _module_net(module, loss: str, row_shape: tuple, dtype):
     return net
 
 
-def _rows_message(estimator, shape: tuple, fitted: tuple) -> str:
+def rows_message(estimator, shape: tuple, fitted: tuple) -> str:
     """X's rows are not those the estimator was fitted on: scikit-learn's words for tables."""
     if len(shape) == len(fitted) == 1:
         return n_features_message(shape[0], estimator, fitted[0])
     return f"X has rows of shape {shape}; {type(estimator).__name__} was fitted on rows of shape {fitted}"
-
-
-@dataclass
-class _Run:
-    """What a fit accumulates; set on the estimator only once the fit has succeeded."""
-
-    params: np.ndarray | None
-    losses: list = field(default_factory=list)
-    epochs: int = 0
-    patterns: int = 0
-    history: list = field(default_factory=list)
-    best: float = math.inf
-    no_improvement: int = 0
-    state: object = None  # weights and optimizer state of the last chunk, within one fit
 
 
 # ---- the shared machinery ----------------------------------------------------------------
@@ -261,7 +228,7 @@ class PPTBase(BaseEstimator):
     def from_model(cls, model, **params):
         """A fitted estimator holding a saved model's weights (a :class:`ppt_dask.Model` or
         the path of a model file); ``params`` are constructor parameters for later fits."""
-        from ppt_dask.engine.modelfile import fitted_estimator
+        from ppt_dask.sklearn.frommodel import fitted_estimator
         return fitted_estimator(cls, model, **params)
 
     # -- the cluster --
@@ -328,36 +295,18 @@ class PPTBase(BaseEstimator):
             settings["optimizer"]["lr"] = ADAM_LR if self.learning_rate_init is None else self.learning_rate_init
             settings["extra"] = {"shuffle": True, **settings["extra"], "solver": "adam"}
         if continuing and row_shape != self.row_shape_:
-            raise ValueError(_rows_message(self, row_shape, self.row_shape_))
+            raise ValueError(rows_message(self, row_shape, self.row_shape_))
         y = self._check_y(y, n_rows, type(self).__name__)
         args = (continuing, incremental, classes)
         prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
-        auto = ADAM_BATCH if adam else AUTO_BATCH.get(self.strategy, AUTO_BATCH_OTHERS)
-        batch = min(auto, n_rows) if self.batch_size == "auto" else self.batch_size
-        if batch > n_rows:
-            warnings.warn(f"batch_size ({batch}) is larger than the {n_rows} samples; clipped to {n_rows}",
-                          UserWarning, stacklevel=3)
-            batch = n_rows
-        run = _Run(None)
+        batch = self._batch(adam, n_rows)
+        run = FitRun(None)
         if continuing:  # partial_fit goes on with the tol bookkeeping; a warm fit starts it again
-            run = _Run(self.params_, list(self.loss_curve_), self.n_iter_, self.t_, list(self.history_),
+            run = FitRun(self.params_, list(self.loss_curve_), self.n_iter_, self.t_, list(self.history_),
                        *((self.best_loss_, self._no_improvement_count) if incremental else ()))
 
         def network(n_outputs: int):
-            if self.module is not None:
-                net = _module_net(self.module, self._module_loss, row_shape, self.dtype)
-                if net.n_outputs != n_outputs:
-                    raise ValueError(f"module has {net.n_outputs} outputs; y needs {n_outputs} "
-                                     f"({'classes' if self._module_loss == 'cross_entropy' else 'targets'})")
-                if continuing and describe(net) != describe(self._net):
-                    raise ValueError("cannot continue training with another module; fit from new weights")
-                return net
-            net = MLP((n_features, *settings["hidden"], n_outputs), hidden=ACTIVATIONS[self.activation],
-                      output=self._output, dtype=self._dtype())
-            if continuing and net != self._net:
-                raise ValueError(f"cannot continue training a {self._net.sizes} {self._net.hidden} "
-                                 f"network as {net.sizes} {net.hidden}; fit from new weights")
-            return net
+            return self._network(n_outputs, row_shape, settings["hidden"], continuing)
 
         if prepared is not None:  # the architecture, checked before the cluster
             net = network(prepared[1])
@@ -371,11 +320,47 @@ class PPTBase(BaseEstimator):
             strategy.check([b - a for a, b in split_rows(n_rows, n_shards)], settings["seed"])
             shards = enter_data(client, X, target, n_shards, dtype=net.dtype)
             try:
-                self._train_loop(run, net, shards, strategy, 1 if incremental else self.max_iter,
+                train_epochs(self, run, net, shards, strategy, 1 if incremental else self.max_iter,
                                  settings["seed"], tol_rule=not incremental)
             finally:
                 exit_data(shards)
 
+        self._keep_fitted(learned, net, run, (n_features, n_outputs, row_shape), batch, n_shards, adam)
+        return self
+
+    def _batch(self, adam: bool, n_rows: int) -> int:
+        """The rows of a mini-batch: ``batch_size``, or with "auto" the solver's and strategy's
+        default; at most the ``n_rows`` samples (a larger one is clipped, with a warning)."""
+        auto = ADAM_BATCH if adam else AUTO_BATCH.get(self.strategy, AUTO_BATCH_OTHERS)
+        batch = min(auto, n_rows) if self.batch_size == "auto" else self.batch_size
+        if batch > n_rows:
+            warnings.warn(f"batch_size ({batch}) is larger than the {n_rows} samples; clipped to {n_rows}",
+                          UserWarning, stacklevel=4)
+            batch = n_rows
+        return batch
+
+    def _network(self, n_outputs: int, row_shape: tuple, hidden, continuing: bool):
+        """The network to train: the module's, or the MLP of ``hidden`` layers; when
+        ``continuing``, it must be the one already fitted."""
+        if self.module is not None:
+            net = _module_net(self.module, self._module_loss, row_shape, self.dtype)
+            if net.n_outputs != n_outputs:
+                raise ValueError(f"module has {net.n_outputs} outputs; y needs {n_outputs} "
+                                 f"({'classes' if self._module_loss == 'cross_entropy' else 'targets'})")
+            if continuing and describe(net) != describe(self._net):
+                raise ValueError("cannot continue training with another module; fit from new weights")
+            return net
+        net = MLP((int(np.prod(row_shape)), *hidden, n_outputs), hidden=ACTIVATIONS[self.activation],
+                  output=self._output, dtype=self._dtype())
+        if continuing and net != self._net:
+            raise ValueError(f"cannot continue training a {self._net.sizes} {self._net.hidden} "
+                             f"network as {net.sizes} {net.hidden}; fit from new weights")
+        return net
+
+    def _keep_fitted(self, learned: dict, net, run: FitRun, shapes: tuple, batch: int, n_shards: int,
+                     adam: bool) -> None:
+        """The fitted attributes (scikit-learn's names) from a finished ``run``; ``shapes``:
+        (n_features, n_outputs, row_shape)."""
         for name, value in learned.items():
             setattr(self, name, value)
         self._net = net
@@ -389,88 +374,7 @@ class PPTBase(BaseEstimator):
             self.module_ = net.module_of(self.params_)  # the trained torch module (skorch's name)
         self.loss_curve_, self.best_loss_, self.n_iter_, self.t_ = run.losses, run.best, run.epochs, run.patterns
         self.history_, self._no_improvement_count = run.history, run.no_improvement
-        self.n_features_in_, self.n_outputs_, self.row_shape_ = n_features, n_outputs, row_shape
+        self.n_features_in_, self.n_outputs_, self.row_shape_ = shapes
         self.batch_size_, self.n_shards_, self.solver_ = batch, n_shards, "adam" if adam else "sgd"
-        return self
-
-    def _train_loop(self, run: _Run, net, shards, strategy, epochs: int, seed: int, *, tol_rule: bool):
-        """Train up to ``epochs`` epochs into ``run`` in one :func:`ppt_dask.train` call.
-
-        The rule is MLPClassifier's (``early_stopping=False``, :class:`ppt_dask.sklearn.epochs.ToleranceRule`):
-        an epoch whose mean loss is not below the best loss so far minus ``tol`` counts as no
-        improvement, and training stops once more than ``n_iter_no_change`` epochs in a row
-        count. The trainer calls back after every round (``on_round``); the round that
-        completes the rule's epoch stops the run there. Without
-        ``tol_rule`` (``partial_fit``) the rule's bookkeeping (``best_loss_``) goes on, as
-        scikit-learn's, but does not stop the run.
-        """
-        rule = ToleranceRule(self.tol, self.n_iter_no_change, run.best, run.no_improvement)
-        # verbose: scikit-learn's line per epoch, and the progress display (a widget in Jupyter)
-        shown = Training(epochs, link=lambda: cluster.page_url(shards.client)) if self.verbose else None
-        curve = EpochCurve(rule, on_epoch=self._print_epoch(run.epochs, shown) if self.verbose else None)
-        result = None
-        try:
-            result = train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=run.params,
-                           fan_in=self.fan_in, progress=shown,
-                           on_round=curve.add if tol_rule else lambda record: curve.add(record) and False)
-        finally:
-            if shown is not None:
-                shown.close(result)
-        diverged = result.outcome is Outcome.DIVERGED
-        if diverged:
-            curve.close_partial()
-        run.params, run.state = result.params, result.state
-        run.history += [{**r, "epoch": r.get("epoch", 0) + run.epochs} for r in result.history]
-        run.patterns += int(sum(r.get("patterns", 0) for r in result.history))
-        run.losses += curve.losses
-        run.epochs += len(curve.losses)
-        run.best, run.no_improvement = rule.best, rule.no_improvement
-        if diverged:
-            warnings.warn(f"training {result.stopped_because} (loss not finite); kept the last good "
-                          "weights; scale the inputs and targets or lower learning_rate_init",
-                          ConvergenceWarning, stacklevel=4)
-            return
-        if tol_rule and curve.stopped_by_rule:
-            if self.verbose:
-                print(f"Training loss did not improve more than tol={self.tol} for "
-                      f"{self.n_iter_no_change} consecutive epochs. Stopping.", flush=True)
-            return
-        if tol_rule and len(curve.losses) >= epochs and not curve.stopped_by_rule:
-            warnings.warn(f"Maximum iterations ({epochs}) reached and the optimization hasn't converged yet.",
-                          ConvergenceWarning, stacklevel=4)
-
-    @staticmethod
-    def _print_epoch(before: int, shown=None):
-        """scikit-learn's verbose line for each epoch, above the progress display's bar."""
-        def show(epoch: int, loss: float) -> None:
-            line = f"Iteration {before + epoch}, loss = {loss:.8f}"
-            if shown is not None:
-                shown.write(line)
-            else:
-                print(line)
-        return show
 
     # -- prediction --
-
-    def _output_of(self, X, what: str, classes=None):
-        """:func:`_output_block` on numpy X here, or on each row block of a dask X."""
-        check_is_fitted(self)
-        if hasattr(X, "columns") or hasattr(self, "feature_names_in_"):  # the columns of fit, by name
-            validate_data(self, columns_of(X), reset=False, skip_check_array=True)
-        if is_dask_frame(X):  # the rows of each partition counted where they are
-            from distributed import get_client
-            X = frame_as_array(X, get_client(), RESULT_TIMEOUT, "X")
-        X = check_X(X, rows=self.module is not None)
-        row_shape = getattr(self, "row_shape_", (self.n_features_in_,))
-        if tuple(X.shape[1:]) != row_shape:
-            raise ValueError(_rows_message(self, tuple(X.shape[1:]), row_shape))
-        if not is_dask(X):
-            return _output_block(X, self._net, self.params_, what, classes)
-        # whole rows in every block; the weights go into the graph once
-        X = X.rechunk({axis: -1 for axis in range(1, X.ndim)})
-        if what == "predict" or (what == "values" and self.n_outputs_ == 1):
-            return X.map_blocks(_output_block, self._net, self.params_, what, classes,
-                                drop_axis=list(range(1, X.ndim)),
-                                dtype=classes.dtype if what == "predict" else self._net.dtype)
-        return X.map_blocks(_output_block, self._net, self.params_, what, classes, dtype=self._net.dtype,
-                            drop_axis=list(range(2, X.ndim)), chunks=(X.chunks[0], (self.n_outputs_,)))

@@ -33,6 +33,7 @@ from ppt_dask.sklearn.contract import (
     is_dask,
     is_dask_frame,
 )
+from ppt_dask.sklearn.output import output_of
 
 __all__ = ["PPTClassifier", "PPTRegressor", "NotFittedError"]
 
@@ -217,15 +218,15 @@ class PPTClassifier(ClassifierMixin, PPTBase):
     def predict(self, X):
         """Labels of the rows of X, shape (n_samples,); a dask array for a dask X."""
         check_is_fitted(self)
-        return self._output_of(X, "predict", self.classes_)
+        return output_of(self, X, "predict", self.classes_)
 
     def predict_proba(self, X):
         """Probabilities, shape (n_samples, n_classes), columns in ``classes_`` order."""
-        return self._output_of(X, "proba")
+        return output_of(self, X, "proba")
 
     def predict_log_proba(self, X):
         """The logarithm of :meth:`predict_proba`, shape (n_samples, n_classes)."""
-        return self._output_of(X, "log_proba")
+        return output_of(self, X, "log_proba")
 
     def score(self, X, y, sample_weight=None):
         """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight``), a float."""
@@ -259,7 +260,7 @@ class PPTRegressor(RegressorMixin, PPTBase):
 
     def predict(self, X):
         """Predictions, shape (n_samples,) for one target, else (n_samples, n_outputs)."""
-        return self._output_of(X, "values")
+        return output_of(self, X, "values")
 
     def score(self, X, y, sample_weight=None):
         """R^2 averaged over the targets, as scikit-learn's ``r2_score``: a float."""

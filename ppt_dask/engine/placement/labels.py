@@ -6,7 +6,7 @@ and only the worker that holds the label (``1e9`` of it) may run them. Giving a 
 public (``Worker.set_resources`` through ``Client.run``). The scheduler looks at the tasks
 waiting for a resource again when a worker joins, not when a worker's resources change, so a
 label is never moved to another worker while tasks wait for it: a repaired slot takes a new
-label, and its shards are placed anew under new keys (:meth:`ppt_dask.engine.shards.ShardSet.repair`).
+label, and its shards are placed anew under new keys (:meth:`ppt_dask.engine.placement.shards.ShardSet.repair`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one door to ``dask._task_spec``: the task specification dask builds its own graphs from.
 
-The round graphs are built task by task (:mod:`ppt_dask.engine.graph`, ``onehop``,
+The round graphs are built task by task (:mod:`ppt_dask.engine.rounds.graph`, ``onehop``,
 ``overlap``): a ``Task`` per key, ``TaskRef`` for a dependency, ``DataNode`` for a constant
 that must not be traversed, ``parse_input`` for a list of references. The module is not a
 public API of dask; it is imported here alone, so that a release that changes it breaks

@@ -27,23 +27,10 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from ppt_dask.core import keys, tree
-from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
+from ppt_dask.engine.rounds.steps import partial_sums
+from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 # ---- task functions (worker side) ------------------------------------------------------
-
-
-def local_task(work: Callable, params, shards: list, shard_ids: list[int], round_index: int,
-               nodes: list, fan_in: int, n_shards: int) -> dict:
-    """Run ``work`` on each resident shard, pre-combined into this worker's subtrees."""
-    position = {s: i for i, s in enumerate(shard_ids)}
-    cache: dict[int, tuple] = {}
-
-    def leaf(s: int) -> tuple:
-        if s not in cache:
-            cache[s] = work(params, shards[position[s]], s, round_index)
-        return cache[s]
-
-    return {node: tree.evaluate(node, leaf, fan_in, n_shards) for node in nodes}
 
 
 def pick(value, node):
@@ -153,7 +140,7 @@ class GenerationGraphs:
 
     def loop_phases(self, r: int) -> None:
         """None: a round graph's tasks are timed by the scheduler, not by a loop of their own
-        (:meth:`ppt_dask.engine.stream.StreamRounds.loop_phases`)."""
+        (:meth:`ppt_dask.engine.rounds.stream.StreamRounds.loop_phases`)."""
         return None
 
 
@@ -175,7 +162,7 @@ def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable
 
     for slot, (label, a, b, nodes) in enumerate(plan.blocks):
         key = (keys.name(prefix, tag), slot)
-        task = Task(key, local_task, DataNode(None, work), weights, parse_input(list(shard_futures[a:b])),
+        task = Task(key, partial_sums, DataNode(None, work), weights, parse_input(list(shard_futures[a:b])),
                     list(range(a, b)), round_index, DataNode(None, list(nodes)),
                     plan.fan_in, plan.n_shards)
         layers[f"{keys.name(prefix, tag)}-{slot}"] = pinned_layer(key, task, label)
@@ -226,7 +213,7 @@ def submit_round(client, plan: Plan, shard_futures, work, apply, weights, state,
 
 class TreeRounds(GenerationGraphs):
     """The head's side of explicit-graph rounds (map, reduce tasks, update) for one
-    generation: the same interface as :class:`ppt_dask.engine.onehop.OneHopRounds`."""
+    generation: the same interface as :class:`ppt_dask.engine.rounds.onehop.OneHopRounds`."""
 
     exchange = "tree"
     lag = 0  # round r's stats come from round r's own update task
@@ -278,7 +265,7 @@ class TreeRounds(GenerationGraphs):
 
     def release(self, last: int) -> None:
         """Drop what rounds before ``last`` left, and the start state (see
-        :meth:`ppt_dask.engine.onehop.OneHopRounds.release`)."""
+        :meth:`ppt_dask.engine.rounds.onehop.OneHopRounds.release`)."""
         if last >= self.first:
             self.start_state = None
         for r in [r for r in self.rounds if r < last - 1]:

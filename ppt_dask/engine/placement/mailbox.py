@@ -1,8 +1,8 @@
 """A worker slot's mailbox: where a streamed loop leaves its rounds for the head.
 
 One :class:`Mailbox` a worker slot and generation of a run, an actor (``distributed.Actor``, a
-public interface of Dask) on the slot's worker. The slot's loop (:mod:`ppt_dask.engine.stream`,
-:mod:`ppt_dask.engine.streamasync`) runs in a task on the same worker and reaches it through
+public interface of Dask) on the slot's worker. The slot's loop (:mod:`ppt_dask.engine.rounds.stream`,
+:mod:`ppt_dask.engine.rounds.streamasync`) runs in a task on the same worker and reaches it through
 :data:`BOXES` (the same process): it waits for room (``wait_room``: at most ``ahead`` rounds
 past what the head has read), leaves each round (``keep``) and takes the small messages other
 slots ``put`` (the links' addresses). The head reads the rounds' stats and timings (``stats``)

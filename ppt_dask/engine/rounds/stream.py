@@ -1,11 +1,11 @@
 """Streamed rounds: one long task per worker for a generation of the run, no scheduler hop a round.
 
-A round graph (:mod:`ppt_dask.engine.onehop`, :mod:`ppt_dask.engine.overlap`) sends one task per
+A round graph (:mod:`ppt_dask.engine.rounds.onehop`, :mod:`ppt_dask.engine.rounds.overlap`) sends one task per
 worker per round, and each waits for the scheduler to hand it over and for the fetch of the
 other workers' results: a scheduler hop on every round's critical path. Here each worker slot
 runs one task for a whole generation of the run, a loop over the rounds of its shards, and the
 loops send their partial sums straight to each other over links of their own
-(:mod:`ppt_dask.engine.links`: sockets, thread to thread). Two kinds of loop:
+(:mod:`ppt_dask.engine.placement.links`: sockets, thread to thread). Two kinds of loop:
 
 * ``"sync"`` (:class:`~ppt_dask.Sync` by epoch or block, :class:`~ppt_dask.PPT`,
   :class:`~ppt_dask.Average`): round ``r`` computes its shards' partial sums at the state after
@@ -37,183 +37,34 @@ others' (``idle``), added them (``reduce``), applied the step (``update``) and w
 head to read (``head``), with the round's start as seconds since the loop began and the
 bytes it sent. Those timings ride with the stats (:meth:`StreamRounds.loop_phases`), so the
 time breakdown has a row per round while the run goes, as for a round graph.
+
+This module is the head's side (:class:`StreamRounds`, and what the asynchronous loops'
+head shares with it); the loops are :mod:`ppt_dask.engine.rounds.streamloops`.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from concurrent.futures import CancelledError
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
-from distributed import get_worker, secede, wait
+from distributed import wait
 
-from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
-from ppt_dask.core import keys, tree
-from ppt_dask.engine import taskmeta
-from ppt_dask.engine.allreduce import Allreduce
-from ppt_dask.engine.graph import local_task
-from ppt_dask.engine.links import LinkLost, Links
-from ppt_dask.engine.mailbox import AHEAD, BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.algorithms.localsgd import round_stats
+from ppt_dask.core import keys
+from ppt_dask.engine.placement.links import LinkLost
+from ppt_dask.engine.placement.mailbox import AHEAD, WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.rounds.steps import local_state
+from ppt_dask.engine.rounds.streamloops import StreamStep, stream_task
 
 KEEP_BYTES = 256 * 2**20  # what a loop may keep for the head (a state a round) bounds that for large models
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it
-STOPPED_LINGER = 1.0  # a stopped loop's wait for the others to close their links too (they stop as well)
-ADDRESSES = -1  # the "round" under which the loops swap their links' addresses
 
 
-@dataclass(frozen=True)
-class StreamStep:
-    """The fixed arguments of one worker slot's loop."""
-
-    kind: str  # "sync" or "local", or another module's kind with its ``loop``
-    strategy: Any
-    net: Any
-    slot: int
-    shard_ids: tuple
-    nodes: tuple
-    fan_in: int
-    n_shards: int
-    box: str  # the name of this slot's mailbox
-    n_loops: int = 1  # the generation's loops (worker slots holding shards)
-    allreduce: str = "auto"  # the exchange's algorithm (ppt_dask.core.allreduce.choose)
-    wait: float = WAIT_SECONDS
-    # the loop of a kind defined elsewhere (ppt_dask.engine.streamasync), called as the two
-    # here are: loop(step, first, last, start, shards, links, box, seconds)
-    loop: Any = None
-
-
-def stream_task(step: StreamStep, first: int, last: int, start, shards: list, peers: dict) -> dict:
-    """Rounds ``first..last`` of one worker slot's shards, from the start state ``start``.
-
-    ``peers`` maps every other slot to its mailbox (an actor). Returns the seconds spent in
-    each phase, also attached to the task's metadata."""
-    with BOXES_LOCK:
-        box = BOXES.get(step.box)
-    if box is None:  # stopped before this task began
-        return {}
-    seconds = dict.fromkeys(keys.LOOP_PHASES, 0.0)
-    links, linger = None, 0.0
-    # A loop holds its worker for the whole run: leave the worker's thread pool (a long-running
-    # task, Dask's documented secede), so the head's other tasks there (a verification pass
-    # over the shards, say) run beside it instead of waiting for the loop to end.
-    secede()
-    try:
-        links = _links(step, box, peers)
-        loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
-        loop(step, first, last, start, shards, links, box, seconds)
-        linger = step.wait  # the last round ran: the others read what this loop sent, then close
-    except Stopped:
-        linger = STOPPED_LINGER
-    except LinkLost as exc:  # the head rolls the run back (a worker left, say)
-        if not box.is_stopped():  # else the head ended the generation: a peer that closed first is no loss
-            box.fail(str(exc), LinkLost)
-    except BaseException as exc:
-        box.fail(f"the loop of worker slot {step.slot} failed: {exc!r}")
-        raise
-    finally:
-        if links is not None:
-            links.close(linger)
-        taskmeta.record(seconds)
-    return seconds
-
-
-def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
-    """Links to every other slot's loop (None alone): addresses swapped through the mailboxes."""
-    if not peers:
-        return None
-    worker = get_worker()
-    security = getattr(worker, "security", None)
-    links = Links(step.slot, worker.address, security)
-    try:
-        for mailbox in peers.values():
-            mailbox.put(ADDRESSES, step.slot, links.address, separate_thread=False)
-        others = sorted(peers)
-        links.connect(dict(zip(others, box.take(ADDRESSES, others, step.wait))))
-    except BaseException:
-        links.close()
-        raise
-    return links
-
-
-def _exchange(step: StreamStep, links: Links | None, box: Mailbox) -> Allreduce:
-    """The loop's allreduce over its links (:mod:`ppt_dask.engine.allreduce`)."""
-    return Allreduce(links, step.slot, step.n_loops, step.fan_in, step.n_shards, step.allreduce, step.wait,
-                     box.stopped)
-
-
-def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
-               seconds: dict) -> None:
-    """Synchronous rounds: gradient, allreduce of the partial sums along the tree, update."""
-    strategy = step.strategy
-    work, apply = functools.partial(strategy.work, step.net), functools.partial(strategy.apply, step.net)
-    exchange = _exchange(step, links, box)
-    state = start
-    began = t0 = time.perf_counter()
-    for r in range(first, last + 1):
-        partial = local_task(work, strategy.broadcast(state), shards, list(step.shard_ids), r, list(step.nodes),
-                             step.fan_in, step.n_shards)
-        t1 = time.perf_counter()
-        sent = exchange.start(r, partial)
-        t2 = time.perf_counter()
-        phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": 0.0, "reduce": 0.0}
-        total, more = exchange.finish(r, phases)
-        t4 = time.perf_counter()
-        # what the exchange's own timers left between them counts as adding: the phases tile the round
-        phases["reduce"] += (t4 - t2) - (phases["idle"] + phases["reduce"] + phases["transfer"] - (t2 - t1))
-        state = apply(state, total)
-        t5 = time.perf_counter()
-        box.wait_room(r, step.wait)
-        t6 = time.perf_counter()
-        phases.update(update=t5 - t4, head=t6 - t5)
-        box.keep(r, state.stats.tolist(), state, (t0 - began, phases, sent + more))
-        _add(seconds, phases)
-        t0 = t6  # the next round starts where this one's timing ends: the rounds tile the loop
-
-
-def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
-                seconds: dict) -> None:
-    """Local SGD rounds: take round r - 2's total, average, local steps, start round r's allreduce."""
-    strategy = step.strategy
-    models = {s: strategy.model_of(start, s) for s in step.shard_ids}
-    mean = start.opt_state.get("mean")  # the running mean a^(first-3), advanced each round
-    exchange = _exchange(step, links, box)
-    began = t0 = time.perf_counter()
-    for r in range(first, last + 1):
-        phases = {"idle": 0.0, "reduce": 0.0, "transfer": 0.0}
-        more = 0
-        if r - 2 >= first:  # round r - 2's, started two rounds ago: a loop waits only for one that lags
-            total, more = exchange.finish(r - 2, phases)
-            average = strategy.average_of(total)
-        else:  # the generation's first two rounds: the averages of the start state
-            average = start.opt_state["averages"].get(r - 2)
-        mean = strategy.mean_with(mean, average)
-        t2 = time.perf_counter()
-        models, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
-                                      step.fan_in, step.n_shards)
-        t3 = time.perf_counter()
-        sent = exchange.start(r, partial)
-        t4 = time.perf_counter()
-        box.wait_room(r, step.wait)
-        t5 = time.perf_counter()
-        reduce = (t2 - t0) - phases["idle"] - phases["transfer"]  # the tree's adds, the average and the mean
-        phases = {"idle": phases["idle"], "reduce": reduce, "gradient": t3 - t2,
-                  "transfer": phases["transfer"] + t4 - t3, "head": t5 - t4}
-        log = {node: (value[-1],) for node, value in partial.items()}
-        box.keep(r, log, (models, partial, mean), (t0 - began, phases, sent + more))
-        _add(seconds, phases)
-        t0 = t5
-
-
-def _add(seconds: dict, phases: dict) -> None:
-    for name, value in phases.items():
-        seconds[name] += value
-
-
-class _State:
-    """The state after a round, built on the head from the mailboxes when first asked for
-    (``result`` as a future's, so the head's waits treat it like one)."""
+class LaterState:
+    """The state after a round, built on the head from the loops' mailboxes when first asked
+    for (``result`` as a future's, so the trainer's waits treat it like one):
+    ``build(r, timeout)`` builds it."""
 
     def __init__(self, build, r: int):
         self._build, self._r, self._value = build, r, None
@@ -224,10 +75,65 @@ class _State:
         return self._value
 
 
-class StreamRounds:
+ASK_ERRORS = (OSError, RuntimeError, Stopped, LinkLost)  # what a mailbox's answer may raise
+
+
+def raise_loop_error(exc: BaseException, boxes: list, loops: list) -> NoReturn:
+    """Raise what a failed ask of the mailboxes (``boxes``: (actor future, actor) per slot)
+    means: a lost worker as a lost task (the trainer rolls back and replays), a failed loop
+    (of ``loops``) as its own error, else ``exc`` itself."""
+    if isinstance(exc, (OSError, LinkLost)) or any(f.status != "finished" for f, _actor in boxes):
+        raise CancelledError(f"a loop of the run was lost: {exc!r}") from exc
+    failed = [f for f in loops if f.status == "error"]
+    if failed:
+        failed[0].result()  # the loop's own error
+    raise exc
+
+
+class LoopsHead:
+    """What the head's side of streamed loops (synchronous, local or asynchronous) shares: the
+    loops start (``_start``) at the first ``submit``, and the states after their rounds are
+    the start state's future before the generation's first round, else a :class:`LaterState`
+    built by ``_build(r, timeout)`` from the loops' mailboxes when first asked for (kept in
+    ``states`` until released)."""
+
+    first: int
+    submitted: int
+    loops: list
+    start_state: Any
+    states: dict
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _build(self, r: int, timeout: float):
+        raise NotImplementedError
+
+    def submit(self, first: int, last: int) -> float:
+        """Rounds ``first..last`` (the loops, started by the first call, run them all)."""
+        t0 = time.perf_counter()
+        assert first == self.submitted + 1 and last >= first, "rounds are submitted in order"
+        if not self.loops:
+            self._start()
+        self.submitted = last
+        return time.perf_counter() - t0
+
+    def state_after(self, r: int):
+        """The state after round ``r`` (``first - 1``: the start state's future)."""
+        if r == self.first - 1:
+            return self.start_state
+        if r not in self.states:
+            self.states[r] = LaterState(self._build, r)
+        return self.states[r]
+
+    def state_before(self, r: int):
+        return self.state_after(r - 1)
+
+
+class StreamRounds(LoopsHead):
     """The head's side of the streamed rounds for one generation of a run.
 
-    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds`); the loops start at the
+    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds.choose`); the loops start at the
     first ``submit`` and run to ``last_round`` unless stopped. ``kind`` is "sync" or "local"."""
 
     lag = 0
@@ -252,28 +158,13 @@ class StreamRounds:
     def _start(self) -> None:
         self.boxes, self.loops = start_loops(self, Mailbox, [self.first] * len(self.plan.blocks), self.kind)
 
-    def submit(self, first: int, last: int) -> float:
-        """Rounds ``first..last`` (the loops, started by the first call, run them all)."""
-        t0 = time.perf_counter()
-        assert first == self.submitted + 1 and last >= first, "rounds are submitted in order"
-        if not self.loops:
-            self._start()
-        self.submitted = last
-        return time.perf_counter() - t0
-
     def _ask(self, method: str, *args, wait, boxes=None) -> list:
         boxes = self.boxes if boxes is None else boxes
         try:
             calls = [getattr(actor, method)(*args) for _f, actor in boxes]
             return [wait(call) for call in calls]
-        except (OSError, RuntimeError, Stopped, LinkLost) as exc:
-            if isinstance(exc, (OSError, LinkLost)) or any(f.status != "finished" for f, _actor in self.boxes):
-                # a worker was lost: the trainer rolls back and replays (as for a lost task)
-                raise CancelledError(f"a loop of the run was lost: {exc!r}") from exc
-            failed = [f for f in self.loops if f.status == "error"]
-            if failed:
-                failed[0].result()  # the loop's own error
-            raise
+        except ASK_ERRORS as exc:
+            raise_loop_error(exc, self.boxes, self.loops)
 
     def read_stats(self, first: int, last: int, wait) -> list:
         # the release the head asked for since its last read rides on this call
@@ -294,13 +185,10 @@ class StreamRounds:
         wait = lambda call: call.result(timeout=timeout)  # noqa: E731
         if self.kind == "sync":  # every loop holds the same state: slot 0's
             return self._ask("kept", r, wait=wait, boxes=self.boxes[:1])[0][0]
-        outs = self._ask("kept", r, wait=wait)
-        values, before = [out[0] for out in outs], [out[1] for out in outs]
-        previous = tree.merged(b[1] for b in before) if all(b is not None for b in before) else None
-        models, partial = tree.merged(v[0] for v in values), tree.merged(v[1] for v in values)
+        parts = [(models, partial, None if before is None else before[1], mean)
+                 for (models, partial, mean), before in self._ask("kept", r, wait=wait)]
         pending = self.start_value.opt_state["averages"].get(r - 1)
-        return state_after(self.strategy, r, models, partial, previous, pending,
-                           self.plan.fan_in, self.plan.n_shards, values[0][2])
+        return local_state(self.strategy, r, parts, pending, self.plan.fan_in, self.plan.n_shards)
 
     def salvage(self, r: int, timeout: float = STOP_SECONDS):
         """The state after round ``r`` from any loop whose worker survived, or None (local SGD:
@@ -315,17 +203,6 @@ class StreamRounds:
             except Exception:  # gone too, or failed: try the next
                 continue
         return None
-
-    def state_after(self, r: int):
-        """The state after round ``r`` (``first - 1``: the start state's future)."""
-        if r == self.first - 1:
-            return self.start_state
-        if r not in self.states:
-            self.states[r] = _State(self._build, r)
-        return self.states[r]
-
-    def state_before(self, r: int):
-        return self.state_after(r - 1)
 
     def release(self, last: int) -> None:
         """The head needs no round before ``last - 1`` any more. The mailboxes hear it with
@@ -355,9 +232,9 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
     boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
     loops = []
     for slot, (label, a, b, nodes) in enumerate(rounds.plan.blocks):
-        step = StreamStep(kind, rounds.strategy, rounds.net, slot, tuple(range(a, b)), tuple(nodes),
-                          rounds.plan.fan_in, rounds.plan.n_shards, f"{rounds.tag}-s{slot}", len(labels),
-                          getattr(rounds, "allreduce", "auto"), loop=loop)
+        step = StreamStep(rounds.strategy, rounds.net, tuple(range(a, b)), tuple(nodes), rounds.plan.fan_in,
+                          rounds.plan.n_shards, kind=kind, slot=slot, box=f"{rounds.tag}-s{slot}",
+                          n_loops=len(labels), allreduce=getattr(rounds, "allreduce", "auto"), loop=loop)
         peers = {other: actor for other, (_f, actor) in enumerate(boxes) if other != slot}
         loops.append(rounds.client.submit(
             stream_task, step, rounds.first, rounds.last_round, rounds.start_state, rounds.shard_futures[a:b], peers,

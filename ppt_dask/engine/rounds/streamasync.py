@@ -1,10 +1,10 @@
 """Asynchronous training on streamed loops: a replica per worker, no barrier, no task a step.
 
 The asynchronous strategy (:class:`ppt_dask.algorithms.asynchronous.Async`) runs as a third
-kind of streamed loop (:mod:`ppt_dask.engine.stream`): one long task per worker slot for a
+kind of streamed loop (:mod:`ppt_dask.engine.rounds.stream`): one long task per worker slot for a
 generation of the run, whose steps go to the head through the slot's mailbox. Each loop
 keeps its own replica (weights and momentum). A step: the gradient of its shards at its
-replica; then, over its links (:mod:`ppt_dask.engine.links`), whatever the other loops' have
+replica; then, over its links (:mod:`ppt_dask.engine.placement.links`), whatever the other loops' have
 sent meanwhile, each applied as one step; then its own gradient, applied and sent to the
 others, unless all of them are already more than the bound past it (then it is dropped,
 everywhere). It never waits for another loop (:class:`Exchange` only takes what has
@@ -36,9 +36,17 @@ from dataclasses import replace
 import numpy as np
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
-from ppt_dask.engine.links import LinkLost
-from ppt_dask.engine.mailbox import WAIT_SECONDS, Mailbox, Stopped
-from ppt_dask.engine.stream import STOP_SECONDS, StreamStep, loop_timing, start_loops, stop_loops
+from ppt_dask.engine.placement.mailbox import WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.rounds.stream import (
+    ASK_ERRORS,
+    STOP_SECONDS,
+    LoopsHead,
+    loop_timing,
+    raise_loop_error,
+    start_loops,
+    stop_loops,
+)
+from ppt_dask.engine.rounds.streamloops import StreamStep
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
 # head may still ask for (the last of each loop's steps in a round). A loop runs at most this
@@ -86,7 +94,7 @@ class AsyncBox(Mailbox):
 class Exchange:
     """A loop's gradients to the other loops and theirs to it, never waiting for a peer.
 
-    Uses the loop's links (:class:`ppt_dask.engine.links.Links`) in the loop's thread, for a
+    Uses the loop's links (:class:`ppt_dask.engine.placement.links.Links`) in the loop's thread, for a
     moment after each step: :meth:`send` queues the gradient for every peer and writes what the
     sockets take at once, :meth:`arrived` writes on and takes whatever the peers' writes have
     put in the sockets meanwhile. A thread of its own for the links, reading and writing all
@@ -170,19 +178,6 @@ def async_loop(step: StreamStep, first: int, last: int, start, shards: list, lin
         exchange.close()
 
 
-class _Later:
-    """The state after a round, fetched from its loop's mailbox when first asked for
-    (``result`` as a future's, so the trainer's waits treat it like one)."""
-
-    def __init__(self, rounds: AsyncRounds, r: int):
-        self._rounds, self._r, self._value = rounds, r, None
-
-    def result(self, timeout: float | None = None):
-        if self._value is None:
-            self._value = self._rounds.fetch(self._r, WAIT_SECONDS if timeout is None else timeout)
-        return self._value
-
-
 class _FirstAnswer:
     """The head's open asks to the mailboxes, as a future that is done when one has answered
     (so the trainer's waits, which watch for lost workers, can wait on it)."""
@@ -194,10 +189,10 @@ class _FirstAnswer:
         return self._rounds.client.sync(self._rounds._any_answer, callback_timeout=timeout)
 
 
-class AsyncRounds:
+class AsyncRounds(LoopsHead):
     """The head's side of the asynchronous loops for one generation of a run.
 
-    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds`), plus
+    Same interface as the round graphs (:mod:`ppt_dask.engine.rounds.choose`), plus
     :meth:`record_fields`: what a round's steps did (updates per slot, the gradients of the
     others applied and dropped, the largest staleness applied)."""
 
@@ -228,15 +223,6 @@ class AsyncRounds:
 
     def _start(self) -> None:
         self.boxes, self.loops = start_loops(self, AsyncBox, list(self.next_step), "async", loop=async_loop)
-
-    def submit(self, first: int, last: int) -> float:
-        """Rounds ``first..last`` (the loops, started by the first call, run them all)."""
-        t0 = time.perf_counter()
-        assert first == self.submitted + 1 and last >= first, "rounds are submitted in order"
-        if not self.loops:
-            self._start()
-        self.submitted = last
-        return time.perf_counter() - t0
 
     # -- reading the steps --
     def read_stats(self, first: int, last: int, wait) -> list:
@@ -286,13 +272,8 @@ class AsyncRounds:
         as its own error."""
         try:
             return ask.result(timeout=WAIT_SECONDS)
-        except (OSError, RuntimeError, Stopped, LinkLost) as exc:
-            if isinstance(exc, (OSError, LinkLost)) or any(f.status != "finished" for f, _actor in self.boxes):
-                raise CancelledError(f"a loop of the run was lost: {exc!r}") from exc
-            failed = [f for f in self.loops if f.status == "error"]
-            if failed:
-                failed[0].result()  # the loop's own error
-            raise
+        except ASK_ERRORS as exc:
+            raise_loop_error(exc, self.boxes, self.loops)
 
     def _round(self, r: int, group: list) -> list:
         """Round ``r`` of the steps in ``group``: its stats; its state's step, each loop's
@@ -345,16 +326,8 @@ class AsyncRounds:
             raise CancelledError(f"the loop of worker slot {slot} was lost: {exc!r}") from exc
         return replace(value, round=r)
 
-    def state_after(self, r: int):
-        """The state after round ``r`` (``first - 1``: the start state's future)."""
-        if r == self.first - 1:
-            return self.start_state
-        if r not in self.states:
-            self.states[r] = _Later(self, r)
-        return self.states[r]
-
-    def state_before(self, r: int):
-        return self.state_after(r - 1)
+    def _build(self, r: int, timeout: float):
+        return self.fetch(r, timeout)
 
     def salvage(self, r: int, timeout: float = STOP_SECONDS):
         """After a lost worker: the newest state a surviving loop left in round ``r`` or

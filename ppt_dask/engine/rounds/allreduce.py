@@ -1,6 +1,6 @@
 """The streamed rounds' allreduce over the loops' links: one interface, the algorithm by size.
 
-A synchronous loop (:mod:`ppt_dask.engine.stream`) needs the sum of every loop's partial sums
+A synchronous loop (:mod:`ppt_dask.engine.rounds.stream`) needs the sum of every loop's partial sums
 along the fixed shard tree; a local-SGD loop needs it too, two rounds later. Both call
 :meth:`Allreduce.start` with their round's partial sums (the sends) and
 :meth:`Allreduce.finish` when they need the total (the waits, the adds, and for the
@@ -8,10 +8,10 @@ reduce-scatter its all-gather), as Horovod's collective ops are one call whateve
 The algorithm (:mod:`ppt_dask.core.allreduce`: whole partial sums to every loop, or a
 reduce-scatter then an all-gather whose bytes per loop stay under twice the weights, by
 recursive halving and doubling or pairwise) is chosen by the head for the run's layout
-(:func:`ppt_dask.engine.rounds.choose_allreduce`); all give bitwise the same total as the
+(:func:`ppt_dask.engine.rounds.choose.choose_allreduce`); all give bitwise the same total as the
 serial tree.
 
-The messages are tagged with their phase and round (:meth:`ppt_dask.engine.links.Links.receive`
+The messages are tagged with their phase and round (:meth:`ppt_dask.engine.placement.links.Links.receive`
 with ``tag``), so a local-SGD loop may take round ``r - 2``'s reduce-scatter after it has sent
 round ``r - 1``'s, and a loop that runs ahead never mixes rounds up.
 """
@@ -30,7 +30,7 @@ class Allreduce:
 
     Parameters
     ----------
-    links : ppt_dask.engine.links.Links or None
+    links : ppt_dask.engine.placement.links.Links or None
         The loop's links to every other loop.
     slot, n_loops : int
         This loop's worker slot and the number of loops (slots ``0 .. n_loops - 1``).
@@ -38,7 +38,7 @@ class Allreduce:
         The fixed shard tree.
     algorithm : {"auto", "direct", "halving", "scatter"}
         See :func:`ppt_dask.core.allreduce.choose` ("auto" here: as if the layout allowed
-        "halving"; the head resolves it with the layout, :func:`ppt_dask.engine.rounds.choose_allreduce`).
+        "halving"; the head resolves it with the layout, :func:`ppt_dask.engine.rounds.choose.choose_allreduce`).
     wait : float
         The longest it waits for the other loops' messages of one phase, in seconds.
     stopped : callable

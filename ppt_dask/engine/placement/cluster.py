@@ -20,7 +20,8 @@ import dask
 from distributed import Client, LocalCluster, Security, WorkerPlugin
 
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import interrupt, messages, probe
+from ppt_dask.engine import interrupt
+from ppt_dask.engine.placement import messages, probe
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def connect(
         that does not answer like a Dask scheduler, an HTTP port for one, is named as such).
     batch_interval : float or None
         Seconds between the batches of small messages of scheduler, workers and this
-        client (:func:`ppt_dask.engine.messages.fast_messages`; default 0, send at once: a round
+        client (:func:`ppt_dask.engine.placement.messages.fast_messages`; default 0, send at once: a round
         of tiny compute takes about half the time); None keeps distributed's timers.
 
     The client closes the LocalCluster it started when the client is closed.

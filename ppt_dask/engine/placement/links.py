@@ -38,8 +38,9 @@ from collections import deque
 
 from distributed.comm import get_address_host
 
+from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost  # noqa: F401  (links.LinkLost)
+
 CONNECT_SECONDS = 30.0  # the longest a loop waits for the others to connect
-POLL_SECONDS = 0.1  # how often a waiting loop looks whether the head stopped the run
 CHUNK = 1 << 20  # bytes read from a socket at a time
 # Frames under this many bytes are joined before they are written, and up to GATHER frames go
 # in one sendmsg: a message of 4 frames took 4 send calls, 70 of its 77 microseconds of CPU
@@ -48,10 +49,6 @@ JOIN_BYTES = 64 * 2**10
 GATHER = 64
 _COUNT = struct.Struct("!Q")
 _SLOT = struct.Struct("!q")
-
-
-class LinkLost(Exception):
-    """A link to another loop broke (its worker left, say): the head rolls the run back."""
 
 
 def listen_host(worker_address: str) -> tuple[str, str]:
@@ -156,7 +153,7 @@ class _Out:
         return True
 
 
-class Links:
+class Links(Inboxes):
     """One loop's sockets to the other loops of a generation, made and used in the loop's thread.
 
     Parameters
@@ -296,32 +293,12 @@ class Links:
         readable = self._wait(0.0)  # the sockets with bytes to read (one call, not one read each)
         while True:
             self._pump(strict=True, readable=readable)
-            if tag is not None:
-                self._file()
-            have = (lambda s: bool(self._inbox[s])) if tag is None else (lambda s: (s, tag) in self._stash)
-            if all(have(s) for s in waited) and not any(o.frames for o in self._out.values()):
-                if tag is None:
-                    return [self._inbox[s].popleft() for s in waited]
-                return [self._stash.pop((s, tag)) for s in waited]
-            gone = [s for s in self.ended if s in waited and not have(s) and not self._inbox[s]]
-            if gone:
-                stopped()  # a peer that ended because the run stopped: this loop stops too
-                raise LinkLost(f"worker slot {self.slot}: slot {gone[0]} closed its link before its next message")
+            ready = self._ready(waited, tag, lambda: any(o.frames for o in self._out.values()), stopped)
+            if ready is not None:
+                return ready
             now = time.monotonic()
-            if now >= next_look:
-                stopped()
-                next_look = now + POLL_SECONDS
-            if now > deadline:
-                raise TimeoutError(f"worker slot {self.slot}: the other loops' messages did not "
-                                   f"arrive within {timeout} s")
+            next_look = self._look(now, next_look, deadline, timeout, stopped)
             readable = self._wait(min(next_look, deadline) - now)
-
-    def _file(self) -> None:
-        """Move the tagged messages read so far to the stash, by (slot, tag)."""
-        for slot, inbox in self._inbox.items():
-            while inbox:
-                tag, payload = inbox.popleft()
-                self._stash[slot, tag] = payload
 
     def poll(self) -> list:
         """The messages that have arrived, as ``(slot, message)`` in slot order, without waiting;

@@ -1,6 +1,6 @@
 """Rounds with one scheduler hop: the reduce and the update run inside the next gradient task.
 
-The explicit round graph (:mod:`ppt_dask.engine.graph`) puts three hops on a round's critical
+The explicit round graph (:mod:`ppt_dask.engine.rounds.graph`) puts three hops on a round's critical
 path (gradient -> reduce/update -> weights -> next gradient), and on a task graph every hop
 costs a message to the scheduler, a decision, a message to a worker and usually a fetch.
 Here each worker's task of round ``r + 1`` takes the partial sums of round ``r`` from every
@@ -25,15 +25,15 @@ the stats of all of them, so the head's messages do not grow with the number of 
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ppt_dask.core import keys, tree
-from ppt_dask.engine import taskmeta
-from ppt_dask.engine.graph import GenerationGraphs, Plan, local_task
-from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
+from ppt_dask.engine.rounds import taskmeta
+from ppt_dask.engine.rounds.graph import GenerationGraphs, Plan
+from ppt_dask.engine.rounds.steps import SlotStep, slot_steps, sync_partial, sync_update
+from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 LOG_ROUNDS = 32  # rounds of stats a carry remembers: the most the head reads at once
 PICK_PRIORITY = 10  # Dask runs a worker's ready tasks highest priority first
@@ -53,19 +53,6 @@ class Carry:
     log: tuple = ()
 
 
-@dataclass(frozen=True)
-class Step:
-    """The fixed arguments of a worker's step task (one per worker slot)."""
-
-    work: Any  # (params, shard, s, r) -> partial, or None for a final update only
-    apply: Any  # (state, total) -> state
-    broadcast: Any  # state -> what ``work`` receives
-    shard_ids: tuple
-    nodes: tuple
-    fan_in: int
-    n_shards: int
-
-
 def _values(inputs) -> dict:
     """The partial sums of the inputs, merged by tree node (carries or hop results)."""
     values: dict = {}
@@ -74,7 +61,7 @@ def _values(inputs) -> dict:
     return values
 
 
-def step_task(step: Step, round_index: int, own, shards: list, *inputs) -> Carry:
+def step_task(step: SlotStep, round_index: int, own, shards: list, *inputs) -> Carry:
     """One worker's task: combine the last round, update, compute this round's gradient.
 
     ``own`` is this worker's previous :class:`Carry`, or the state a generation starts
@@ -86,17 +73,14 @@ def step_task(step: Step, round_index: int, own, shards: list, *inputs) -> Carry
     if isinstance(own, Carry):
         total = tree.evaluate_owned(_values((own, *inputs)), step.fan_in, step.n_shards)
         t1 = time.perf_counter()
-        state = step.apply(own.state, total)
+        state = sync_update(step, own.state, total)
         # plain floats: a log of arrays would be one message frame per array to every reader
         log = (*own.log[-(LOG_ROUNDS - 1):], (round_index - 1, state.stats.tolist()))
     else:
         t1 = t0
         state = own
     t2 = time.perf_counter()
-    partial = {}
-    if step.work is not None:
-        partial = local_task(step.work, step.broadcast(state), shards, list(step.shard_ids),
-                             round_index, list(step.nodes), step.fan_in, step.n_shards)
+    partial = sync_partial(step, state, shards, round_index) if step.shard_ids else {}
     t3 = time.perf_counter()
     taskmeta.record({"reduce": t1 - t0, "update": t2 - t1, "gradient": t3 - t2})
     return Carry(state, partial, log)
@@ -138,7 +122,7 @@ class OneHopRounds(GenerationGraphs):
     Parameters
     ----------
     client, plan, shard_futures
-        The cluster, the placement plan (:func:`ppt_dask.engine.graph.make_plan`), the shards.
+        The cluster, the placement plan (:func:`ppt_dask.engine.rounds.graph.make_plan`), the shards.
     strategy, net
         What each task computes (``strategy.work``/``apply``/``broadcast`` with ``net``).
     tag : str
@@ -160,10 +144,8 @@ class OneHopRounds(GenerationGraphs):
         self.client, self.plan, self.tag, self.first = client, plan, tag, first
         self.exchange = exchange
         self.shard_futures = list(shard_futures)
-        work, apply = functools.partial(strategy.work, net), functools.partial(strategy.apply, net)
-        self.steps = [Step(work, apply, strategy.broadcast, tuple(range(a, b)), tuple(nodes),
-                           plan.fan_in, plan.n_shards) for _label, a, b, nodes in plan.blocks]
-        self.final = Step(None, apply, strategy.broadcast, (), (), plan.fan_in, plan.n_shards)
+        self.steps = slot_steps(strategy, net, plan)
+        self.final = SlotStep(strategy, net, (), (), plan.fan_in, plan.n_shards)  # an update alone
         self.start_state = start_state
         self.tasks: dict[int, list] = {}  # round -> futures of the workers' step tasks
         self.picks: dict = {}  # (what, round) -> future

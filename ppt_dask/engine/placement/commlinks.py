@@ -1,10 +1,10 @@
-"""The loops' links over distributed's comms: :class:`ppt_dask.engine.links.Links`'s interface
+"""The loops' links over distributed's comms: :class:`ppt_dask.engine.placement.links.Links`'s interface
 on ``distributed.comm.connect`` and ``listen`` (TCP, TLS, and UCX where it is installed).
 
-:mod:`ppt_dask.engine.links` is a transport of our own: plain sockets written and read in the
+:mod:`ppt_dask.engine.placement.links` is a transport of our own: plain sockets written and read in the
 loop's thread. This is the maintained alternative, measured beside it by
 ``graphs/transports.py`` (graphs/README, "Transports for the allreduce"): the same tagged
-messages of :class:`ppt_dask.engine.allreduce.Allreduce`, carried by the comms Dask's own
+messages of :class:`ppt_dask.engine.rounds.allreduce.Allreduce`, carried by the comms Dask's own
 workers talk over, so a cluster's ``tls://`` settings (``distributed.security.Security``)
 and, with distributed-ucxx, ``ucxx://`` (InfiniBand on an HPC cluster) come with them.
 
@@ -35,7 +35,8 @@ from distributed.comm import listen as comm_listen
 from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 
-from ppt_dask.engine.links import CONNECT_SECONDS, POLL_SECONDS, LinkLost
+from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost
+from ppt_dask.engine.placement.links import CONNECT_SECONDS
 
 SCHEMES = ("tcp", "tls", "ucxx")  # a worker's scheme kept (ucxx://: distributed-ucxx); inproc:// listens on tcp
 
@@ -62,7 +63,7 @@ def payload_bytes(message) -> int:
     return 0
 
 
-class CommLinks:
+class CommLinks(Inboxes):
     """One loop's comms to the other loops of a generation, made and used in the loop's thread.
 
     Parameters
@@ -73,7 +74,7 @@ class CommLinks:
         The address of the worker it runs on: the comms listen on its host with its scheme.
     security : distributed.security.Security, optional
         The worker's security settings (required for ``tls://``): the comms' TLS contexts are
-        the worker's own, as :class:`ppt_dask.engine.links.Links` takes them.
+        the worker's own, as :class:`ppt_dask.engine.placement.links.Links` takes them.
     """
 
     def __init__(self, slot: int, address: str, security=None):
@@ -193,31 +194,12 @@ class CommLinks:
             if self._failed:
                 slot, exc = self._failed[0]
                 raise LinkLost(f"worker slot {self.slot} lost its link to slot {slot}: {exc!r}") from exc
-            if tag is not None:
-                self._file()
-            have = (lambda s: bool(self._inbox[s])) if tag is None else (lambda s: (s, tag) in self._stash)
-            if all(have(s) for s in waited) and not self._writes:
-                if tag is None:
-                    return [self._inbox[s].popleft() for s in waited]
-                return [self._stash.pop((s, tag)) for s in waited]
-            gone = [s for s in self.ended if s in waited and not have(s) and not self._inbox[s]]
-            if gone:
-                stopped()
-                raise LinkLost(f"worker slot {self.slot}: slot {gone[0]} closed its link before its next message")
+            ready = self._ready(waited, tag, lambda: bool(self._writes), stopped)
+            if ready is not None:
+                return ready
             now = time.monotonic()
-            if now >= next_look:
-                stopped()
-                next_look = now + POLL_SECONDS
-            if now > deadline:
-                raise TimeoutError(f"worker slot {self.slot}: the other loops' messages did not "
-                                   f"arrive within {timeout} s")
+            next_look = self._look(now, next_look, deadline, timeout, stopped)
             self._wait(min(next_look, deadline) - now)
-
-    def _file(self) -> None:
-        for slot, inbox in self._inbox.items():
-            while inbox:
-                tag, payload = inbox.popleft()
-                self._stash[slot, tag] = payload
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():

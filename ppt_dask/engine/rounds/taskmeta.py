@@ -1,7 +1,7 @@
 """A task's own timing of its parts, carried to the scheduler with its result.
 
 A one-hop round runs the reduce, the optimizer step and the gradient in one task
-(:mod:`ppt_dask.engine.onehop`), so the scheduler's own records of the task (its ``startstops``)
+(:mod:`ppt_dask.engine.rounds.onehop`), so the scheduler's own records of the task (its ``startstops``)
 cannot tell them apart. The task times its parts and stores them in the metadata that
 distributed sends with every finished task (``TaskFinishedMsg.metadata``, which the
 scheduler passes to ``SchedulerPlugin.transition``): no extra message, no extra task.

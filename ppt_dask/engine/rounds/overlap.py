@@ -1,7 +1,7 @@
 """Rounds of the local strategy: the shards run on while the last average travels.
 
 A task graph of :class:`ppt_dask.algorithms.localsgd.LocalSGD` (``exchange="all"``; the default is one
-long task per worker, :mod:`ppt_dask.engine.stream`). Each worker's task of round ``r``
+long task per worker, :mod:`ppt_dask.engine.rounds.stream`). Each worker's task of round ``r``
 takes its own task of round ``r - 1`` (its shards' models) and the other workers' tasks of
 round ``r - 2``: it combines round ``r - 2``'s partial sums along the fixed shard tree
 (every worker adds in the same order, so all get bitwise the same average), pulls its
@@ -21,12 +21,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ppt_dask.algorithms.localsgd import block_round, round_stats, state_after
+from ppt_dask.algorithms.localsgd import round_stats
 from ppt_dask.core import keys, tree
-from ppt_dask.engine import taskmeta
-from ppt_dask.engine.graph import GenerationGraphs, Plan
-from ppt_dask.engine.onehop import LOG_ROUNDS, PICK_PRIORITY
-from ppt_dask.engine.taskspec import DataNode, Task, TaskRef, parse_input
+from ppt_dask.engine.rounds import taskmeta
+from ppt_dask.engine.rounds.graph import GenerationGraphs, Plan
+from ppt_dask.engine.rounds.onehop import LOG_ROUNDS, PICK_PRIORITY
+from ppt_dask.engine.rounds.steps import (
+    SlotStep,
+    local_log,
+    local_round,
+    local_start,
+    local_state,
+    slot_steps,
+    start_average,
+)
+from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 
 @dataclass
@@ -44,45 +53,27 @@ class LocalCarry:
     mean: Any = None
 
 
-@dataclass(frozen=True)
-class LocalStep:
-    """The fixed arguments of a worker's task (one per worker slot)."""
-
-    strategy: Any
-    net: Any
-    shard_ids: tuple
-    nodes: tuple
-    fan_in: int
-    n_shards: int
-
-
-def local_step_task(step: LocalStep, r: int, combine: bool, own, shards: list, *others) -> LocalCarry:
+def local_step_task(step: SlotStep, r: int, combine: bool, own, shards: list, *others) -> LocalCarry:
     """One worker's round ``r``: the average of round ``r - 2``, then its shards' local steps.
 
     ``own`` is this worker's carry of round ``r - 1``, or the state a generation starts
     from. With ``combine``, ``others`` are the other workers' carries of round ``r - 2``;
     without, the average comes from the start state (or there is none yet)."""
     t0 = time.perf_counter()
-    strategy = step.strategy
     if isinstance(own, LocalCarry):
         models, pending_next, previous, mean = own.models, None, own.partial, own.mean
         if combine:
             values = tree.merged([own.previous, *(c.partial for c in others)])
-            average = strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
+            average = step.strategy.average_of(tree.evaluate_owned(values, step.fan_in, step.n_shards))
         else:
             average = own.pending
     else:  # the start state: the shards' models and the last two averages
-        models = {s: strategy.model_of(own, s) for s in step.shard_ids}
-        average = own.opt_state["averages"].get(r - 2)
-        pending_next, previous = own.opt_state["averages"].get(r - 1), {}
-        mean = own.opt_state.get("mean")
-    mean = strategy.mean_with(mean, average)
+        (models, mean), average = local_start(step, own), start_average(own, r)
+        pending_next, previous = start_average(own, r + 1), {}
     t1 = time.perf_counter()
-    done, partial = block_round(strategy, step.net, models, average, shards, step.shard_ids, step.nodes, r,
-                                step.fan_in, step.n_shards)
+    done, partial, mean = local_round(step, models, average, mean, shards, r)
     t2 = time.perf_counter()
-    log = ((own.log[-(LOG_ROUNDS - 1):] if isinstance(own, LocalCarry) else ())
-           + ((r, {node: (value[-1],) for node, value in partial.items()}),))
+    log = ((own.log[-(LOG_ROUNDS - 1):] if isinstance(own, LocalCarry) else ()) + ((r, local_log(partial)),))
     taskmeta.record({"reduce": t1 - t0, "gradient": t2 - t1})
     return LocalCarry(done, partial, previous, pending_next, log, mean)
 
@@ -96,15 +87,14 @@ def local_stats_task(first: int, last: int, fan_in: int, n_shards: int, *carries
 
 def local_state_task(strategy, r: int, fan_in: int, n_shards: int, *carries):
     """The whole state after round ``r`` from every worker's carry of round ``r``."""
-    previous = tree.merged(c.previous for c in carries) if carries[0].previous else None
-    return state_after(strategy, r, tree.merged(c.models for c in carries), tree.merged(c.partial for c in carries),
-                       previous, carries[0].pending, fan_in, n_shards, carries[0].mean)
+    parts = [(c.models, c.partial, c.previous, c.mean) for c in carries]
+    return local_state(strategy, r, parts, carries[0].pending, fan_in, n_shards)
 
 
 class OverlapRounds(GenerationGraphs):
     """The head's side of the local strategy's rounds for one generation of a run.
 
-    Same interface as :class:`ppt_dask.engine.onehop.OneHopRounds` (``submit``, ``read_stats``,
+    Same interface as :class:`ppt_dask.engine.rounds.onehop.OneHopRounds` (``submit``, ``read_stats``,
     ``state_after``, ``state_before``, ``release``, ``cancel``)."""
 
     lag = 0  # a round's stats are read from its own tasks
@@ -114,8 +104,7 @@ class OverlapRounds(GenerationGraphs):
         self.client, self.plan, self.tag, self.first = client, plan, tag, first
         self.strategy = strategy
         self.shard_futures = list(shard_futures)
-        self.steps = [LocalStep(strategy, net, tuple(range(a, b)), tuple(nodes), plan.fan_in, plan.n_shards)
-                      for _label, a, b, nodes in plan.blocks]
+        self.steps = slot_steps(strategy, net, plan)
         self.start_state = start_state
         self.tasks: dict[int, list] = {}  # round -> futures of every worker's task
         self.picks: dict = {}

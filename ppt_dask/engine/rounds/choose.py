@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ppt_dask.core import allreduce
-from ppt_dask.engine import graph, onehop, overlap, stream, streamasync
+from ppt_dask.engine.rounds import graph, onehop, overlap, stream, streamasync
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
 # The one-hop graph (exchange "all") combines by recursive doubling from this many workers on,
@@ -21,19 +21,25 @@ EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
 DOUBLING_FROM = 8
 
 
+def check_exchange(exchange: str) -> str:
+    """``exchange`` if it names a round kind's transport, else a ``ValueError`` naming it."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    return exchange
+
+
 def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     """The round graph for ``exchange`` on this placement ("auto": the fastest measured).
 
     "stream", and "auto" at any number of workers, runs one long task per worker whose partial
-    sums go straight between the workers (:mod:`ppt_dask.engine.stream`, no scheduler hop a
+    sums go straight between the workers (:mod:`ppt_dask.engine.rounds.stream`, no scheduler hop a
     round; an allreduce whose bytes per worker stay under twice the weights,
-    :mod:`ppt_dask.engine.allreduce`). The per-round graphs stay selectable, to see what the
+    :mod:`ppt_dask.engine.rounds.allreduce`). The per-round graphs stay selectable, to see what the
     head-worker arrangement costs beside it: at 8 workers on 2 cores (2026-11-28) the doubling
     graph took 72 ms a round of MNIST block 1000 where the streamed rounds took 13 ms. For the
     local strategy "all" is one task per worker per round whose exchange overlaps the next
-    round's steps (:mod:`ppt_dask.engine.overlap`)."""
-    if exchange not in EXCHANGES:
-        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    round's steps (:mod:`ppt_dask.engine.rounds.overlap`)."""
+    check_exchange(exchange)
     if getattr(strategy, "asynchronous", False):  # one loop per worker, never waiting for another
         if exchange not in ("auto", "stream"):
             raise ValueError(f"exchange={exchange!r} does not apply to the asynchronous strategy: its loops "

@@ -1,0 +1,211 @@
+"""Enter data / exit data: logical shards placed once on the workers, pinned.
+
+OmpCluster's ``target enter data`` (seed 002) copies each block to its device once; the
+tasks of every round then run where the data already is. Here the rows are split into
+``n_shards`` logical shards, a number fixed at entry and independent of the number of
+workers. The workers are given contiguous blocks of shards, so each worker's share is a
+run of leaves of the fixed reduction tree (see :mod:`ppt_dask.core.tree`).
+
+Pinning uses worker *resources* rather than addresses: each worker gets a label
+``ppt-<set>-w<slot>`` (set with ``Worker.set_resources``) and every task of that slot asks
+for it. An address stops matching when a nanny restarts a worker on a new port (the task
+would wait in ``no-worker``); a label can be given to the replacement.
+
+Three sources:
+
+* numpy arrays on the head: validated there, scattered to the slot's worker; the head
+  keeps references to them (re-sent if a worker is lost);
+* dask arrays: each shard is a task over the array's graph, computed on its worker, so
+  the head never holds the data and Dask can rebuild a lost shard;
+* a loader ``loader(start, stop) -> (X, y)`` run on the workers (for example
+  ``functools.partial(datasets.mnist_rows, data_dir, "train")``), recomputable too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import numpy as np
+from distributed import Client, wait
+
+from ppt_dask.core import keys, validation
+from ppt_dask.core.tree import split_rows, split_shards
+from ppt_dask.engine.placement import labels
+from ppt_dask.engine.placement.cluster import worker_addresses
+from ppt_dask.engine.placement.shards import ShardInfo, ShardSet, make_shard
+
+SCATTER_TIMEOUT = 120  # seconds to wait for the shards to land on the workers
+
+
+def _check_y(y, n_rows: int) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim not in (1, 2):
+        raise ValueError(f"y must be 1-D labels or 2-D targets, got shape {y.shape}")
+    if len(y) != n_rows:
+        raise ValueError(f"X has {n_rows} rows but y has {len(y)}")
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"y must be numeric, got dtype {y.dtype}")
+    return validation.check_finite(y, "y")
+
+
+# ---- worker side -----------------------------------------------------------------------
+
+
+def _shard_info(shard, index: int, start: int, stop: int) -> ShardInfo:
+    X, y = shard
+    if X.ndim < 2 or X.shape[0] != stop - start or len(y) != stop - start:
+        raise ValueError(
+            f"shard {index} (rows {start}:{stop}) has X of shape {X.shape} and y of length "
+            f"{len(y)}; expected {stop - start} rows")
+    for name, arr in (("X", X), ("y", y)):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            row = start + int(np.argwhere(bad)[0][0])
+            raise ValueError(f"{name} has {int(bad.sum())} NaN/inf values; the first in row {row} (shard {index})")
+    y_integral = bool(np.all(np.mod(y, 1) == 0)) if y.size else True
+    return ShardInfo(index, start, stop, tuple(X.shape[1:]), str(X.dtype), tuple(y.shape[1:]),
+                     float(y.min()) if y.size else 0.0, float(y.max()) if y.size else 0.0, y_integral)
+
+
+def _load_shard(loader: Callable, start: int, stop: int, dtype: str):
+    X, y = loader(start, stop)
+    return make_shard(X, y, dtype)
+
+
+# ---- head side ---------------------------------------------------------------------------
+
+
+def _choose_workers(client: Client, workers) -> list[str]:
+    known = worker_addresses(client)
+    if workers is None:
+        if not known:
+            raise ValueError("the cluster has no workers")
+        return known
+    missing = [w for w in workers if w not in known]
+    if missing:
+        raise ValueError(f"unknown worker addresses {missing}; the cluster has {known}")
+    return list(workers)
+
+
+def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
+               workers: list[str] | None = None, keep_copy: bool = True,
+               replicate: bool = False) -> ShardSet:
+    """Place ``(X, y)`` on the workers as ``n_shards`` logical shards, once.
+
+    Parameters
+    ----------
+    X : ndarray or dask array, shape (n_rows, *row_shape)
+        Rows of any shape: (n_rows, n_features) for a table, (n_rows, 1, 28, 28) for images.
+    y : ndarray or dask array, shape (n_rows,) or (n_rows, n_outputs)
+    n_shards : int
+        Logical shards, fixed for the run; independent of the number of workers.
+    dtype : {"float64", "float32"}
+        Feature dtype on the workers (match the network's).
+    workers : list of addresses, optional
+        Workers to use (default: all, in address order). Named workers are kept: the
+        set does not spread to other workers, nor to workers that join later (it still
+        moves to a replacement when one of them dies).
+    keep_copy : bool
+        For numpy input, keep references on the head so lost shards can be re-sent.
+    replicate : bool
+        Give every worker one copy of the whole set (seed 000's setting); each logical
+        shard is then a random stream over all the rows (strategy ``PPT``).
+
+    Returns
+    -------
+    ShardSet
+    """
+    validation.check_dtype("dtype", dtype)
+    is_dask = hasattr(X, "dask") or hasattr(y, "dask")
+    if not is_dask:
+        X = validation.check_X(X, rows=True)
+        y = _check_y(y, X.shape[0])
+    elif len(X.shape) < 2 or len(y.shape) not in (1, 2) or X.shape[0] != y.shape[0]:
+        raise ValueError(f"X must have rows (2-D or more) and y be 1-D or 2-D with as many; got {X.shape} "
+                         f"and {y.shape}")
+    rows = split_rows(int(X.shape[0]), n_shards)
+    if replicate:
+        rows = [(0, int(X.shape[0]))] * n_shards
+    copies: dict = {}  # with replication: one copy per worker, shared by its shards
+    if is_dask:
+        def build(s, label, key=None):
+            import dask
+            a, b = rows[s]
+            shard = dask.delayed(make_shard)(X[a:b], y[a:b], dtype, **({"dask_key_name": key} if key else {}))
+            return client.compute(shard, resources={label: 1})
+
+        def place(s, a, b, label):
+            if label not in copies or not replicate:
+                copies[label] = build(s, label)
+            return copies[label]
+        return _enter(client, rows, place, workers, "dask", None, replicated=replicate, rebuild=build)
+
+    def place(s, a, b, label):
+        if label not in copies or not replicate:
+            shard = make_shard(X[a:b], y[a:b], dtype)
+            copies[label] = labels.scatter_pinned(client, shard, addr_of[label], label)
+        return copies[label]
+    addr_of: dict = {}
+    return _enter(client, rows, place, workers, "numpy", (X, y) if keep_copy else None, addr_of,
+                  replicated=replicate)
+
+
+def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *,
+                 dtype: str = "float64", workers: list[str] | None = None) -> ShardSet:
+    """Shards built on the workers by ``loader(start, stop) -> (X_rows, y_rows)``; ``X_rows``
+    may have rows of any shape, ``(stop - start, *row_shape)``."""
+    if not callable(loader):
+        raise ValueError(f"loader must be callable, got {loader!r}")
+    validation.check_dtype("dtype", dtype)
+    rows = split_rows(int(n_rows), n_shards)
+
+    def build(s, label, key):
+        return client.submit(_load_shard, loader, *rows[s], dtype, key=key, resources={label: 1}, pure=False)
+
+    def place(s, a, b, label):
+        return build(s, label, keys.name(keys.SHARD, f"{label}-s{s}"))
+    return _enter(client, rows, place, workers, "loader", None, rebuild=build)
+
+
+def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replicated=False,
+           rebuild=None) -> ShardSet:
+    chosen = workers is not None
+    workers = _choose_workers(client, workers)
+    name = f"ppt-{uuid.uuid4().hex[:8]}"
+    blocks = split_shards(len(rows), len(workers))
+    for slot, address in enumerate(workers):
+        client.run(labels.label_worker, {f"{name}-w{slot}": 1e9}, workers=[address])
+        if addr_of is not None:
+            addr_of[f"{name}-w{slot}"] = address
+    futures: list = [None] * len(rows)
+    for slot, (a, b) in enumerate(blocks):
+        for s in range(a, b):
+            futures[s] = place(s, *rows[s], f"{name}-w{slot}")
+    slot_of = {s: slot for slot, (a, b) in enumerate(blocks) for s in range(a, b)}
+    infos = [client.submit(_shard_info, f, s, *rows[s], key=keys.name(keys.SHARD_INFO, f"{name}-s{s}"),
+                           resources={f"{name}-w{slot_of[s]}": 1})
+             for s, f in enumerate(futures)]
+    try:
+        wait(infos, timeout=SCATTER_TIMEOUT)
+        info = client.gather(infos)
+    except BaseException:
+        client.cancel(futures + infos)
+        raise
+    finally:
+        del infos
+    return ShardSet(client, futures, info, workers, blocks, name, source, head_copy, replicated, chosen, rebuild)
+
+
+def exit_data(shards: ShardSet) -> None:
+    """Release the shards and the workers' labels; nothing is left on the scheduler."""
+    client = shards.client
+    client.cancel(shards.futures)
+    shards.futures = []
+    alive = set(worker_addresses(client))  # a gone worker's labels went with it
+    for slot, address in enumerate(shards.workers):
+        try:
+            if address in alive:
+                client.run(labels.label_worker, {shards.label(slot): 0}, workers=[address])
+        except (OSError, ValueError, KeyError):  # it left meanwhile
+            pass

@@ -1,0 +1,171 @@
+"""The streamed rounds' loops, worker side: one long task per worker slot for a generation.
+
+A loop (:func:`stream_task`) links to the other slots' loops (:mod:`ppt_dask.engine.placement.links`),
+then runs its rounds: the round kind's step (:mod:`ppt_dask.engine.rounds.steps`) with the
+partial sums exchanged by the allreduce (:mod:`ppt_dask.engine.rounds.allreduce`), each round
+left in the slot's mailbox for the head (:mod:`ppt_dask.engine.placement.mailbox`) with the
+loop's own timing of it. The head's side is :mod:`ppt_dask.engine.rounds.stream`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from distributed import get_worker, secede
+
+from ppt_dask.core import keys
+from ppt_dask.engine.placement.links import LinkLost, Links
+from ppt_dask.engine.placement.mailbox import BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.rounds import taskmeta
+from ppt_dask.engine.rounds.allreduce import Allreduce
+from ppt_dask.engine.rounds.steps import (
+    SlotStep,
+    local_log,
+    local_round,
+    local_start,
+    start_average,
+    sync_partial,
+    sync_update,
+)
+
+STOPPED_LINGER = 1.0  # a stopped loop's wait for the others to close their links too (they stop as well)
+ADDRESSES = -1  # the "round" under which the loops swap their links' addresses
+
+
+@dataclass(frozen=True)
+class StreamStep(SlotStep):
+    """The fixed arguments of one worker slot's loop: its step's (:class:`SlotStep`) and the
+    loop's own."""
+
+    kind: str = "sync"  # "sync" or "local", or another module's kind with its ``loop``
+    slot: int = 0
+    box: str = ""  # the name of this slot's mailbox
+    n_loops: int = 1  # the generation's loops (worker slots holding shards)
+    allreduce: str = "auto"  # the exchange's algorithm (ppt_dask.core.allreduce.choose)
+    wait: float = WAIT_SECONDS
+    # the loop of a kind defined elsewhere (ppt_dask.engine.rounds.streamasync), called as the two
+    # here are: loop(step, first, last, start, shards, links, box, seconds)
+    loop: Any = None
+
+
+def stream_task(step: StreamStep, first: int, last: int, start, shards: list, peers: dict) -> dict:
+    """Rounds ``first..last`` of one worker slot's shards, from the start state ``start``.
+
+    ``peers`` maps every other slot to its mailbox (an actor). Returns the seconds spent in
+    each phase, also attached to the task's metadata."""
+    with BOXES_LOCK:
+        box = BOXES.get(step.box)
+    if box is None:  # stopped before this task began
+        return {}
+    seconds = dict.fromkeys(keys.LOOP_PHASES, 0.0)
+    links, linger = None, 0.0
+    # A loop holds its worker for the whole run: leave the worker's thread pool (a long-running
+    # task, Dask's documented secede), so the head's other tasks there (a verification pass
+    # over the shards, say) run beside it instead of waiting for the loop to end.
+    secede()
+    try:
+        links = _links(step, box, peers)
+        loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
+        loop(step, first, last, start, shards, links, box, seconds)
+        linger = step.wait  # the last round ran: the others read what this loop sent, then close
+    except Stopped:
+        linger = STOPPED_LINGER
+    except LinkLost as exc:  # the head rolls the run back (a worker left, say)
+        if not box.is_stopped():  # else the head ended the generation: a peer that closed first is no loss
+            box.fail(str(exc), LinkLost)
+    except BaseException as exc:
+        box.fail(f"the loop of worker slot {step.slot} failed: {exc!r}")
+        raise
+    finally:
+        if links is not None:
+            links.close(linger)
+        taskmeta.record(seconds)
+    return seconds
+
+
+def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
+    """Links to every other slot's loop (None alone): addresses swapped through the mailboxes."""
+    if not peers:
+        return None
+    worker = get_worker()
+    security = getattr(worker, "security", None)
+    links = Links(step.slot, worker.address, security)
+    try:
+        for mailbox in peers.values():
+            mailbox.put(ADDRESSES, step.slot, links.address, separate_thread=False)
+        others = sorted(peers)
+        links.connect(dict(zip(others, box.take(ADDRESSES, others, step.wait))))
+    except BaseException:
+        links.close()
+        raise
+    return links
+
+
+def _exchange(step: StreamStep, links: Links | None, box: Mailbox) -> Allreduce:
+    """The loop's allreduce over its links (:mod:`ppt_dask.engine.rounds.allreduce`)."""
+    return Allreduce(links, step.slot, step.n_loops, step.fan_in, step.n_shards, step.allreduce, step.wait,
+                     box.stopped)
+
+
+def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
+               seconds: dict) -> None:
+    """Synchronous rounds: gradient, allreduce of the partial sums along the tree, update."""
+    exchange = _exchange(step, links, box)
+    state = start
+    began = t0 = time.perf_counter()
+    for r in range(first, last + 1):
+        partial = sync_partial(step, state, shards, r)
+        t1 = time.perf_counter()
+        sent = exchange.start(r, partial)
+        t2 = time.perf_counter()
+        phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": 0.0, "reduce": 0.0}
+        total, more = exchange.finish(r, phases)
+        t4 = time.perf_counter()
+        # what the exchange's own timers left between them counts as adding: the phases tile the round
+        phases["reduce"] += (t4 - t2) - (phases["idle"] + phases["reduce"] + phases["transfer"] - (t2 - t1))
+        state = sync_update(step, state, total)
+        t5 = time.perf_counter()
+        box.wait_room(r, step.wait)
+        t6 = time.perf_counter()
+        phases.update(update=t5 - t4, head=t6 - t5)
+        box.keep(r, state.stats.tolist(), state, (t0 - began, phases, sent + more))
+        _add(seconds, phases)
+        t0 = t6  # the next round starts where this one's timing ends: the rounds tile the loop
+
+
+def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
+                seconds: dict) -> None:
+    """Local SGD rounds: take round r - 2's total, average, local steps, start round r's allreduce."""
+    models, mean = local_start(step, start)  # the running mean a^(first-3), advanced each round
+    exchange = _exchange(step, links, box)
+    began = t0 = time.perf_counter()
+    for r in range(first, last + 1):
+        phases = {"idle": 0.0, "reduce": 0.0, "transfer": 0.0}
+        more = 0
+        if r - 2 >= first:  # round r - 2's, started two rounds ago: a loop waits only for one that lags
+            total, more = exchange.finish(r - 2, phases)
+            average = step.strategy.average_of(total)
+        else:  # the generation's first two rounds: the averages of the start state
+            average = start_average(start, r)
+        t2 = time.perf_counter()
+        models, partial, mean = local_round(step, models, average, mean, shards, r)
+        t3 = time.perf_counter()
+        sent = exchange.start(r, partial)
+        t4 = time.perf_counter()
+        box.wait_room(r, step.wait)
+        t5 = time.perf_counter()
+        reduce = (t2 - t0) - phases["idle"] - phases["transfer"]  # the tree's adds, the average and the mean
+        phases = {"idle": phases["idle"], "reduce": reduce, "gradient": t3 - t2,
+                  "transfer": phases["transfer"] + t4 - t3, "head": t5 - t4}
+        box.keep(r, local_log(partial), (models, partial, mean), (t0 - began, phases, sent + more))
+        _add(seconds, phases)
+        t0 = t5
+
+
+def _add(seconds: dict, phases: dict) -> None:
+    for name, value in phases.items():
+        seconds[name] += value
+
+

@@ -1,0 +1,2 @@
+"""What a run writes to disk: checkpoints to resume from (``checkpoint``) and trained models
+(``modelfile``: ``result.save``, ``load_model``)."""
