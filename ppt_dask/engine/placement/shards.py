@@ -113,6 +113,15 @@ class ShardSet:
                 "kept no copy; use enter_data(..., keep_copy=True) or build the shards on the "
                 "workers (enter_source, or a dask array) so they can be rebuilt")
         deadline = time.monotonic() + timeout
+        events: list[dict] = []
+        while lost:  # again while a replacement leaves before its shards are placed
+            events += self._replace(lost, deadline, timeout)
+            lost = set(self.lost_workers())
+        return events
+
+    def _replace(self, lost: set, deadline: float, timeout: float) -> list[dict]:
+        """One pass of :meth:`repair` over the ``lost`` slots' workers; it stops early, leaving
+        the rest lost, when a replacement is no longer listed by the time its shards go."""
         grace = time.monotonic() + REPLACEMENT_GRACE
         while True:
             alive = worker_addresses(self.client)
@@ -132,14 +141,28 @@ class ShardSet:
                 survivors = [w for w in self.workers if w not in lost]
                 replacement = min(survivors, key=self.workers.count)
             self.renamed[slot] = label = f"{self.name}-w{slot}-r{len(self.renamed)}"
-            self.client.run(labels.label_worker, {label: 1e9}, workers=[replacement])
             self.workers[slot] = replacement
+            try:
+                self.client.run(labels.label_worker, {label: 1e9}, workers=[replacement])
+                self._place_again(slot, replacement)
+            except (KeyError, OSError):  # it left: the scheduler's KeyError of its address, a closed comm
+                if not self._gone(replacement, deadline):
+                    raise
+                return events  # the slot is lost again: repair goes round once more
             a, b = self.blocks[slot]
-            self._place_again(slot, replacement)
             events.append({"event": "worker_lost", "lost": address, "slot": slot,
                            "replacement": replacement, "shards": list(range(a, b)),
                            "resent": self.source == "numpy"})
         return events
+
+    def _gone(self, address: str, deadline: float) -> bool:
+        """Whether the scheduler lets ``address`` go by ``deadline`` (a worker killed a moment
+        ago is listed until the scheduler sees its comm close)."""
+        while address in worker_addresses(self.client):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     @property
     def can_grow(self) -> bool:
