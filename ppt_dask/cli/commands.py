@@ -295,7 +295,7 @@ def _page_lines(url: str, timeout: float = 2.0) -> list[str]:
     import socket
     from urllib.parse import urlsplit
 
-    from ppt_dask.engine.addresses import LOOPBACK
+    from ppt_dask.engine.placement.addresses import LOOPBACK
 
     lines = [f"time breakdown, live: {url}"]
     parts = urlsplit(url)
