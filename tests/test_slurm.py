@@ -149,7 +149,8 @@ def _lines(proc, into: queue.Queue) -> None:
 def _readme_commands() -> dict[str, str]:
     """The commands of deploy/README.md's Slurm section, by their first words."""
     text = (REPO / "deploy" / "README.md").read_text()
-    section = text[text.index("## 9. On a Slurm cluster"):text.index("## When it does not start")]
+    start = text.index("## 9. On a Slurm cluster")
+    section = text[start:text.index("\n## ", start)]  # to the next section, whatever it is
     found = {}
     for line in section.splitlines():
         for head in ("python deploy/make_certs.py", "ppt-dask cluster slurm", "ppt-dask predict"):
