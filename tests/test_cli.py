@@ -144,7 +144,8 @@ def test_missing_data_dir_names_the_file_and_the_remedy(tmp_path):
 DATASETS = ("parity8", "encoder", "function", "mnist", "digits5000")
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", [pytest.param(d, marks=pytest.mark.slow) if d == "mnist" else d  # mnist: 6 s,
+                                     for d in DATASETS])  # in CI's full run
 def test_every_strategy_runs_on_every_built_in_set(dataset, client4, tmp_path, capsys):
     """``ppt-dask train SET --strategy S`` for every pair, one short run each, with the set's
     and the strategy's presets: none of one strategy's settings reaches another (the mnist

@@ -303,6 +303,7 @@ def test_cli_writes_report_and_trace_and_prints_the_overhead(tmp_path, scheduler
     assert len(json.loads(trace.read_text())["traceEvents"]) > 30 * 5
 
 
+@pytest.mark.slow  # 4 s: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_cli_report_and_trace_of_the_streamed_preset_have_a_row_per_round(tmp_path):
     """The preset's streamed rounds in the report and the trace: one row, one set of spans, per
     round (the loops' own timings), not one per loop task."""

@@ -252,7 +252,7 @@ def test_security_from_a_certs_directory(certs, no_tls_config):
         assert ppt.cluster.resolve_security(None, "tls://node1:8786") is None  # Client reads it
 
 
-def test_cli_train_checks_security_first(no_tls_config, tmp_path, capsys, listener):
+def test_cli_train_and_calibrate_check_security_first(no_tls_config, tmp_path, capsys, listener):
     from ppt_dask.cli import commands as cli
 
     address, connections = listener
@@ -260,6 +260,13 @@ def test_cli_train_checks_security_first(no_tls_config, tmp_path, capsys, listen
     assert "certificate" in capsys.readouterr().err
     assert cli.main(["train", "parity8", "--scheduler", address, "--security",
                      str(tmp_path / "missing"), "--quiet"]) == 2
+    assert "make_certs" in capsys.readouterr().err
+    # the calibration of a TLS cluster: the same flag, the same checks first
+    assert cli.main(["model", "calibrate", "parity8", "--scheduler", address, "--out",
+                     str(tmp_path / "c.json")]) == 2
+    assert "certificate" in capsys.readouterr().err
+    assert cli.main(["model", "calibrate", "parity8", "--scheduler", address, "--security",
+                     str(tmp_path / "missing"), "--out", str(tmp_path / "c.json")]) == 2
     assert "make_certs" in capsys.readouterr().err
     assert connections() == 0  # checked before any connection (was: in under 10 s)
 
@@ -562,3 +569,39 @@ def test_ppt_dask_cluster_ssh_command(certs, sshd, tmp_path):
     assert any(line.startswith("stopped") for line in log), "".join(log)[-3000:]
     waited = _assert_clean(server)
     _say(f"ppt-dask cluster ssh stopped by Ctrl-C in {closed:.1f} s; remote processes gone {waited:.1f} s later")
+
+
+@pytest.mark.ssh
+@pytest.mark.timeout(120)
+def test_a_host_that_refuses_ssh_or_lacks_ppt_dask_is_named_before_anything_starts(certs, sshd, tmp_path):
+    """Every host is asked over ssh to import ppt_dask before a process of the cluster starts:
+    ``ppt-dask cluster ssh`` on a host where nothing listens on the ssh port ends in one line
+    naming it; ``start()`` on two hosts, one refusing and one whose Python has no ppt_dask (a
+    bare virtual environment), names both, each with its reason, and starts nothing on the
+    host that answered."""
+    good = certs["cluster"]
+    server = sshd()
+    refused = free_port()
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("127.0.0.1\n")
+    run = _ppt_dask("cluster", "ssh", str(hostfile), "--certs", str(good), "--ssh-port", str(refused),
+                    "--ssh-user", server.user, "--ssh-key", str(server.client_key),
+                    "--known-hosts", str(server.known_hosts), timeout=90)
+    assert run.returncode == 1 and run.stdout == "", run
+    assert run.stderr == (f"ppt-dask: error: the ssh cluster was not started: 127.0.0.1: ssh: connection refused "
+                          f"on port {refused}\n"), run.stderr
+
+    bare = tmp_path / "bare"  # a Python without ppt_dask (nor dask): the venv of a fresh host
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
+    bare_python = str(bare / "bin" / "python")
+    options = server.connect_options()
+    with pytest.raises(RuntimeError) as err:
+        sshcluster.start(["localhost", "127.0.0.1"], certs_dir=good, python=[sys.executable, bare_python],
+                         connect_options=[{**options, "port": refused}, options], timeout=60)
+    said = str(err.value)
+    assert "\n" not in said and said.startswith("the ssh cluster was not started: "), said
+    assert f"localhost: ssh: connection refused on port {refused}" in said, said
+    assert f"127.0.0.1: {bare_python} has no ppt_dask (install it there" in said, said
+    assert not server.wait_no_sessions(20), "a session outlived the check"
+    assert not any("distributed" in " ".join(p.cmdline()) for p in server.session_processes())
+    _say(f"refused and bare hosts named before any start: {said}")

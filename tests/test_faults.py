@@ -135,6 +135,7 @@ def _cli(scheduler, *args):
             *LASTING_PARITY8, "--scheduler", scheduler, *args]
 
 
+@pytest.mark.slow  # 20 s, two parity8 runs: in CI's full run (.ci/run), not the default suite
 def test_head_killed_and_resumed_ends_bitwise_identical(tmp_path, scheduler_address):
     """The head (the ppt-dask process, a client of a cluster that lives on) is SIGKILLed
     after a checkpoint; a new head resumes from it and ends with bitwise the weights of a
@@ -275,7 +276,7 @@ def _close_worker_at(client, address, at_round):
     return progress, state
 
 
-@pytest.mark.parametrize("source", ["loader", "dask"])
+@pytest.mark.parametrize("source", [pytest.param("loader", marks=pytest.mark.slow), "dask"])  # loader: 7 s, in CI's run
 def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
     """No worker comes back (threads, no nanny): after the grace the survivor takes the lost
     slot under a new resource label, the slot's shards are built there again under new keys
@@ -311,6 +312,7 @@ def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
         ppt.cluster.close(client)
 
 
+@pytest.mark.slow  # 7 s: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_a_replacement_killed_before_its_shards_arrive_is_replaced_in_turn():
     """Repair gives a lost worker's slot to a worker that no slot holds; when that one is
     SIGKILLed just before (the scheduler still lists it for a moment, then drops it), repair

@@ -195,6 +195,41 @@ def test_mnist_across_three_hosts_over_ssh_with_tls_is_bitwise_a_local_run(three
     _say(f"the weights are bitwise equal: {', '.join(f'{k} {v.shape}' for k, v in a.items())}")
 
 
+@pytest.mark.timeout(300)
+def test_a_host_that_refuses_ssh_or_lacks_ppt_dask_is_named_before_anything_starts(three_hosts, tmp_path):
+    """The printed ``ppt-dask cluster ssh`` with the last host's sshd stopped ends in one line
+    naming that host; with ``--python`` a Python that has no ppt_dask (a bare virtual
+    environment, seen by every host), in one line naming each host. No host runs a process
+    of a cluster afterwards."""
+    folder, h = three_hosts
+    _, certs, start, _, _ = printed_commands(folder)
+    if not Path(certs[2], "ca.pem").exists():
+        run = subprocess.run([sys.executable, *certs[1:]], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+    down = h.hosts[-1]
+    down.server.stop()
+    try:
+        run = _ppt_dask(*start[1:], cwd=tmp_path, timeout=120)
+    finally:
+        down.server.start()
+    assert run.returncode == 1 and run.stdout == "", run
+    assert run.stderr == (f"ppt-dask: error: the ssh cluster was not started: {down.address}: ssh: connection "
+                          "refused on port 22\n"), run.stderr
+    _say(f"{down.name}'s sshd stopped: {run.stderr.strip()}")
+
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
+    python = str(bare / "bin" / "python")
+    run = _ppt_dask(*start[1:], "--python", python, cwd=tmp_path, timeout=120)
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    named = run.stderr.split("the ssh cluster was not started: ", 1)[1].strip().split("; ")
+    assert named == [f"{a}: {python} has no ppt_dask (install it there, or name the Python that has it: --python)"
+                     for a in h.addresses], run.stderr
+    _say(f"a bare Python on every host: {len(named)} hosts named")
+    left = [p for host in h.hosts for p in host.server.wait_no_sessions(30)]
+    assert not left, [" ".join(p.cmdline())[:120] for p in left]
+
+
 @pytest.mark.timeout(600)
 def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_hosts, tmp_path):
     """On 100 Mbit/s links, the last host's link is set down (``ip link set ... down``) once the

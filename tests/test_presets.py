@@ -89,6 +89,7 @@ def _train(tmp_path, address, name, *flags):
     return json.loads(out.read_text()), np.load(model)["params"]
 
 
+@pytest.mark.slow  # 7 s, three runs: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_four_shards_settings_give_the_same_weights_on_1_2_4_workers(tmp_path, scheduler_address):
     """4 shards take the settings of 4 (one step of 50 rows a round, lr 0.4, the compensated
     correction) however many workers run them, and so end with the same weights, bit for

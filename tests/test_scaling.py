@@ -78,6 +78,7 @@ def test_local_sgd_on_eight_workers_halves_and_doubles_two_rounds_in_flight_bitw
     _within_bound(result, 8)
 
 
+@pytest.mark.slow  # 3 s: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8):
     X, y = _data()
     rounds = 40

@@ -84,6 +84,8 @@ def add_model_parser(subparsers) -> None:
                    help="probe rounds per point (at least 8: 5 warm up; the call curve runs at most 16)")
     c.add_argument("--p-values", type=_int_list, default=DEFAULT_P, help="virtual cluster sizes for Th(p)")
     c.add_argument("--scheduler", default=None, help="address of an existing scheduler")
+    c.add_argument("--security", default=None, metavar="DIR",
+                   help="TLS directory made by deploy/make_certs.py (default: the dask configuration)")
     c.add_argument("--data-dir", default=None)
     c.add_argument("--out", default="calibration.json", help="where to write the calibration")
 
@@ -145,8 +147,8 @@ def _calibrate(args) -> int:
     from ppt_dask.perf import calibrate
 
     preset = PRESETS[args.dataset]
-    if args.scheduler:
-        ppt.cluster.check_address(args.scheduler)
+    security = ppt.cluster.resolve_security(  # a TLS scheduler without certificates: refused here
+        args.security, ppt.cluster.check_address(args.scheduler) if args.scheduler else None)
     paths.output_file("--out", args.out, "the calibration's .json file")  # before the minutes it takes
     paths.output_folder("--data-dir", args.data_dir, "mnist/ and digits5000/")
     args.activation = None  # calibrate has no --activation: the preset's
@@ -168,7 +170,7 @@ def _calibrate(args) -> int:
     sync_block = STRATEGY_PRESETS.get((args.dataset, "block"), preset).get("block")
     block = min(args.block or sync_block or 1000, len(data.X))
     calibrate.check_rounds(args.rounds, flag="--rounds")  # before the cluster: a median needs rounds
-    client = ppt.connect(args.scheduler, n_workers=args.workers)
+    client = ppt.connect(args.scheduler, n_workers=args.workers, security=security)
     try:
         workers = ppt.cluster.worker_addresses(client)[: args.workers or None]
         shards = args.shards if args.shards is not None else max(8, len(workers))

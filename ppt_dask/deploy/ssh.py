@@ -184,6 +184,14 @@ def start(
         not outlive the process that started it (see :func:`dask_setup`).
     timeout : float
         Seconds to wait for the workers to connect.
+
+    Raises
+    ------
+    RuntimeError
+        Before any process starts: one line naming each host that gives no ssh answer
+        (within ``min(timeout, 30)`` s) or whose Python cannot import ppt_dask
+        (:mod:`ppt_dask.deploy.preflight`). Later, when SSHCluster fails: its error and the
+        hosts' last lines.
     """
     if isinstance(hosts, (str, os.PathLike)):
         hosts = read_hostfile(hosts)
@@ -214,8 +222,10 @@ def start(
                         ("death_timeout", death_timeout), ("worker_port", worker_port), ("port", nanny_port)):
         if value is not None:
             worker_options[name] = value
-    python = _per_process("python", python, hosts, workers_on_scheduler)
-    connect_options = _per_process("connect_options", connect_options, hosts, workers_on_scheduler)
+    per_host = (_per_process("python", python, hosts, workers_on_scheduler),
+                _per_process("connect_options", connect_options, hosts, workers_on_scheduler))
+    _preflight(hosts, python, connect_options, timeout)  # each host answers and imports ppt_dask, or is named
+    python, connect_options = per_host
     cluster = _ssh_cluster(config, hosts, worker_hosts, connect_options, worker_options, scheduler_options,
                            python, security, remote)
     try:
@@ -227,6 +237,26 @@ def start(
         cluster.close()
         raise
     return cluster, client
+
+
+def _preflight(hosts: list[str], python, connect_options, timeout: float) -> None:
+    """Ask every host over ssh to import ppt_dask before any cluster process starts; one
+    line names each host that does not answer or cannot (:mod:`ppt_dask.deploy.preflight`),
+    and a warning each host whose ppt_dask is another version than this process's."""
+    import sys
+    import warnings
+
+    from ppt_dask import __version__
+    from ppt_dask.deploy.preflight import check_hosts
+
+    try:
+        versions = check_hosts(hosts, python or sys.executable, connect_options or {}, timeout=min(timeout, 30.0))
+    except RuntimeError as exc:
+        raise RuntimeError(f"the ssh cluster was not started: {exc}") from None
+    other = {host: v for host, (v, _) in versions.items() if v != __version__}
+    if other:
+        warnings.warn("ppt_dask differs on the hosts: " + ", ".join(f"{h} has {v}" for h, v in other.items())
+                      + f", this process {__version__}", RuntimeWarning, stacklevel=3)
 
 
 def _tls(certs_dir, security, remote_certs_dir):

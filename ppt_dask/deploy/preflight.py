@@ -1,0 +1,86 @@
+"""Before an ssh cluster starts: every host answers over ssh, and its Python imports ppt_dask.
+
+SSHCluster starts the scheduler, then the workers, and when one host of many is wrong it
+fails late (after its own timeouts) and with the whole host list in its message. This asks
+each distinct host first, all at once, the way ``ssh HOST PYTHON -c 'import ppt_dask'``
+would, and names each host that does not answer or cannot import the package, in one line,
+before any process of the cluster is started:
+
+    10.0.0.13: ssh: connection refused on port 22; 10.0.0.12: /usr/bin/python3 has no ppt_dask
+
+Nothing here imports dask; asyncssh (the ``deploy`` extra, which SSHCluster needs anyway)
+is imported when a check runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import shlex
+
+PROBE = "import ppt_dask, distributed; print(ppt_dask.__version__, distributed.__version__)"
+
+
+def check_hosts(hosts: list[str], python: str | list[str], connect_options: dict | list[dict],
+                timeout: float = 30.0) -> dict[str, tuple[str, str]]:
+    """Ask every host, at once, to import ppt_dask with ``python``; return each host's
+    ``(ppt_dask version, distributed version)``.
+
+    ``python`` and ``connect_options`` are one for all hosts or one per host (lists as long
+    as ``hosts``). Raises :class:`RuntimeError` with one line naming every host that failed
+    (no ssh answer within ``timeout`` seconds, ssh refused, the Python missing, or ppt_dask
+    not importable there).
+    """
+    pythons = python if isinstance(python, (list, tuple)) else [python] * len(hosts)
+    options = connect_options if isinstance(connect_options, (list, tuple)) else [connect_options] * len(hosts)
+    asks, seen = [], set()
+    for host, py, opts in zip(hosts, pythons, options):
+        key = (host, py, repr(sorted((opts or {}).items())))
+        if key not in seen:  # a host named twice (several workers) is asked once
+            seen.add(key)
+            asks.append((host, py, dict(opts or {})))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its own event loop: a notebook has one running
+        answers = pool.submit(asyncio.run, _ask_all(asks, timeout)).result(timeout=timeout + 30)
+    failed = [f"{host}: {answer}" for (host, _, _), answer in zip(asks, answers) if isinstance(answer, str)]
+    if failed:
+        raise RuntimeError("; ".join(failed))
+    return {host: answer for (host, _, _), answer in zip(asks, answers)}
+
+
+async def _ask_all(asks: list, timeout: float) -> list:
+    return await asyncio.gather(*(_ask(host, python, options, timeout) for host, python, options in asks))
+
+
+async def _ask(host: str, python: str, options: dict, timeout: float) -> tuple[str, str] | str:
+    """The host's versions, or what went wrong there in a few words."""
+    import asyncssh
+
+    port = options.get("port", 22)
+    try:
+        async with asyncio.timeout(timeout):
+            async with asyncssh.connect(host, **options) as conn:
+                run = await conn.run(f"{shlex.quote(python)} -c {shlex.quote(PROBE)}", check=False,
+                                     stdin=asyncssh.DEVNULL)
+    except TimeoutError:
+        return f"no ssh answer within {timeout:g} s (port {port})"
+    except ConnectionRefusedError:
+        return f"ssh: connection refused on port {port}"
+    except (OSError, asyncssh.Error) as exc:
+        return f"ssh: {_first_line(str(exc)) or type(exc).__name__} (port {port})"
+    if run.exit_status == 127:
+        return f"no Python at {python} (name the hosts' Python: --python)"
+    if run.exit_status != 0:
+        said = _last_line(str(run.stderr or ""))
+        if "No module named 'ppt_dask'" in said or "No module named 'distributed'" in said:
+            return f"{python} has no ppt_dask (install it there, or name the Python that has it: --python)"
+        return f"{python} could not import ppt_dask: {said or f'exit status {run.exit_status}'}"
+    words = str(run.stdout or "").split()
+    return (words[0], words[1]) if len(words) >= 2 else ("?", "?")
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
