@@ -78,6 +78,7 @@ def test_measure_constants_bad_input(tiny, kwargs, match):
         calibrate.measure_constants(net, X, y, **kwargs)
 
 
+@pytest.mark.slow  # 4 s: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_measure_calls_times_the_real_gradient_alone_and_shared(client4, workers4):
     # calls of up to 1000 rows of a 256-64-10 network: milliseconds, above the task costs
     rng = np.random.default_rng(1)

@@ -276,7 +276,8 @@ def _close_worker_at(client, address, at_round):
     return progress, state
 
 
-@pytest.mark.parametrize("source", [pytest.param("loader", marks=pytest.mark.slow), "dask"])  # loader: 7 s, in CI's run
+@pytest.mark.slow  # 7 s each: in CI's full run (.ci/run), out of the default suite's few minutes
+@pytest.mark.parametrize("source", ["loader", "dask"])
 def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
     """No worker comes back (threads, no nanny): after the grace the survivor takes the lost
     slot under a new resource label, the slot's shards are built there again under new keys

@@ -294,6 +294,7 @@ def test_bad_files_are_refused_in_one_line_before_the_cluster(tmp_path):
         one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), *words)
 
 
+@pytest.mark.slow  # 8 s, five runs: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_bad_rows_are_refused_after_the_survey_before_training(tmp_path, address):
     df = frame(100)
     gaps = df.copy()
@@ -408,6 +409,7 @@ def test_check_fits_counts_the_rows_bytes_against_the_smallest_worker():
 # ---- the estimator: pandas and dask DataFrames ----------------------------------------------
 
 
+@pytest.mark.slow  # 4 s: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_the_estimator_takes_pandas_and_dask_frames_and_checks_their_columns(client4):
     import dask.dataframe as dd
 

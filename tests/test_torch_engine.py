@@ -60,8 +60,8 @@ IDS = ["epoch", "block", "block-tree", "ppt", "average-reset", "average-momentum
        "local-stream", "local-overlap"]
 
 
-@pytest.mark.parametrize("strategy, exchange", [  # epoch: 5 s, in CI's full run
-    pytest.param(*s, id=i, marks=pytest.mark.slow if i == "epoch" else ()) for s, i in zip(STRATEGIES, IDS)])
+@pytest.mark.parametrize("strategy, exchange", [  # epoch, block: 5 s, in CI's full run
+    pytest.param(*s, id=i, marks=pytest.mark.slow if i in ("epoch", "block") else ()) for s, i in zip(STRATEGIES, IDS)])
 def test_bitwise_identical_on_1_2_4_worker_processes_and_serial(client4, workers4, strategy, exchange):
     X, y = _data()
     rounds = 5
@@ -249,8 +249,8 @@ def _loss_on(threads, out, t):
     return nn.functional.cross_entropy(out, t, reduction="none")
 
 
-@pytest.mark.parametrize("strategy", [pytest.param(LOCAL, marks=pytest.mark.slow),  # local: 7 s, in CI's run
-                                      ppt.Sync(lr=0.3, momentum=0.5, block=24)], ids=["local", "block"])
+@pytest.mark.slow  # 6-7 s each: in CI's full run (.ci/run), out of the default suite's few minutes
+@pytest.mark.parametrize("strategy", [LOCAL, ppt.Sync(lr=0.3, momentum=0.5, block=24)], ids=["local", "block"])
 def test_workers_of_two_threads_compute_on_two_and_bitwise_on_1_and_2_workers(strategy):
     """threads_per_worker=2 (--threads-per-worker 2): each worker's passes run on 2 torch threads
     and NumPy's BLAS on 2; the weights are the same bits on 1 and 2 such workers and in the serial
