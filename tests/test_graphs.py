@@ -98,6 +98,16 @@ def test_every_script_answers_help(script):
     assert run.returncode == 0 and run.stdout.startswith("usage:"), run.stderr[-2000:]
 
 
+def _quick_in_namespaces(script: str, tmp_path, timeout: float) -> None:
+    """``script --quick`` into ``tmp_path``; skipped (failed with CI set) with the script's reason
+    where network namespaces or rate limits cannot be made here."""
+    run = subprocess.run([sys.executable, str(GRAPHS / script), "--quick", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=timeout, cwd=GRAPHS.parent)
+    assert run.returncode == 0, run.stderr[-3000:]
+    if run.stdout.startswith("skipped:"):
+        system.missing(run.stdout.strip())
+
+
 @pytest.mark.slow  # 80-90 s: in CI's run, not the default suite
 @pytest.mark.timeout(400)
 def test_model_under_slower_links_quick(tmp_path):
@@ -106,11 +116,7 @@ def test_model_under_slower_links_quick(tmp_path):
     Skips, with the script's reason, where namespaces or tc qdiscs are not allowed (not
     root, no iproute2, no tbf in the kernel). Checks the prediction against the rounds and
     the fitted bandwidth term against the link's floor, and that nothing is left behind."""
-    run = subprocess.run([sys.executable, str(GRAPHS / "validate_links.py"), "--quick", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=360, cwd=GRAPHS.parent)
-    assert run.returncode == 0, run.stderr[-3000:]
-    if run.stdout.startswith("skipped:"):
-        system.missing(run.stdout.strip())
+    _quick_in_namespaces("validate_links.py", tmp_path, timeout=360)
     with open(tmp_path / "validate_links.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert {r["link"] for r in rows} == {"100mbit"} and len(rows) == 2
@@ -133,11 +139,7 @@ def test_across_hosts_quick(tmp_path):
 
     Skips with the script's reason where the hosts cannot be made. Each contender reached 97%,
     its exchange share is a share, and no host is left."""
-    run = subprocess.run([sys.executable, str(GRAPHS / "across_hosts.py"), "--quick", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=540, cwd=GRAPHS.parent)
-    assert run.returncode == 0, run.stderr[-3000:]
-    if run.stdout.startswith("skipped:"):
-        system.missing(run.stdout.strip())
+    _quick_in_namespaces("across_hosts.py", tmp_path, timeout=540)
     with open(tmp_path / "across_hosts.csv") as fh:
         rows = {(r["cluster"], r["command"]): r for r in csv.DictReader(fh)}
     assert sorted(rows) == sorted((c, f"`ppt-dask train mnist{s}`") for c in ("3 hosts, 1 Gbit/s",

@@ -35,6 +35,13 @@ _NUMERIC_KINDS = "iuf"
 # --------------------------------------------------------------------------- scalars
 
 
+def error_line(exc) -> str:
+    """An exception's first line (its type's name when it says nothing): what a one-line error
+    quotes of a library's longer message."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 def _is_real(value) -> bool:
     """True for int/float (Python or numpy) but not for bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))

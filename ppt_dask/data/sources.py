@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ppt_dask.core.validation import error_line
+
 INSTALL_HINT = "pip install 'ppt_dask[tables]'"
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
 TABLE_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -138,7 +140,7 @@ def _dataframe_module():
         import pandas  # noqa: F401  (dask imports it too; named for the message)
         import pyarrow  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f"reading tables needs pandas and pyarrow: {INSTALL_HINT} ({_first_line(exc)})") from None
+        raise ImportError(f"reading tables needs pandas and pyarrow: {INSTALL_HINT} ({error_line(exc)})") from None
     return dd
 
 
@@ -158,10 +160,10 @@ def read_frame(source: Source, float_columns=()):
                            dtype={c: "float64" for c in float_columns} or None,
                            storage_options=source.storage_options or None)
     except (ValueError, OSError, TypeError) as exc:
-        raise ValueError(f"{source.path}: not a readable {source.kind} table ({_first_line(exc)})") from None
+        raise ValueError(f"{source.path}: not a readable {source.kind} table ({error_line(exc)})") from None
     except Exception as exc:  # pyarrow's and pandas' own parse errors
         raise ValueError(f"{source.path}: not a readable {source.kind} table "
-                         f"({type(exc).__name__}: {_first_line(exc)})") from None
+                         f"({type(exc).__name__}: {error_line(exc)})") from None
 
 
 def csv_has_rows(source: Source) -> bool:
@@ -171,11 +173,6 @@ def csv_has_rows(source: Source) -> bool:
     with fsspec.open(source.path, "rt", compression="infer", **source.storage_options) as fh:
         fh.readline()
         return any(line.strip() for line in (fh.readline(), fh.readline()))
-
-
-def _first_line(exc) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def frame_arrays(df, features: list[str], target: str | None):
@@ -377,4 +374,4 @@ def explain(exc: BaseException, where: str) -> Exception:
                           "as numbers or leave it out (--features)")
     if text.startswith(where):
         return ValueError(text.splitlines()[0])
-    return ValueError(f"{where}: cannot be read ({type(exc).__name__}: {_first_line(exc)})")
+    return ValueError(f"{where}: cannot be read ({type(exc).__name__}: {error_line(exc)})")

@@ -18,13 +18,15 @@ import asyncio
 import concurrent.futures
 import shlex
 
-PROBE = "import ppt_dask, distributed; print(ppt_dask.__version__, distributed.__version__)"
+from ppt_dask.core.validation import error_line
+
+PROBE = "import ppt_dask, distributed; print(ppt_dask.__version__)"  # distributed too: the workers need it
 
 
 def check_hosts(hosts: list[str], python: str | list[str], connect_options: dict | list[dict],
-                timeout: float = 30.0) -> dict[str, tuple[str, str]]:
+                timeout: float = 30.0) -> dict[str, str]:
     """Ask every host, at once, to import ppt_dask with ``python``; return each host's
-    ``(ppt_dask version, distributed version)``.
+    ppt_dask version.
 
     ``python`` and ``connect_options`` are one for all hosts or one per host (lists as long
     as ``hosts``). Raises :class:`RuntimeError` with one line naming every host that failed
@@ -41,18 +43,18 @@ def check_hosts(hosts: list[str], python: str | list[str], connect_options: dict
             asks.append((host, py, dict(opts or {})))
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its own event loop: a notebook has one running
         answers = pool.submit(asyncio.run, _ask_all(asks, timeout)).result(timeout=timeout + 30)
-    failed = [f"{host}: {answer}" for (host, _, _), answer in zip(asks, answers) if isinstance(answer, str)]
+    failed = [f"{host}: {problem}" for (host, _, _), (_, problem) in zip(asks, answers) if problem]
     if failed:
         raise RuntimeError("; ".join(failed))
-    return {host: answer for (host, _, _), answer in zip(asks, answers)}
+    return {host: version for (host, _, _), (version, _) in zip(asks, answers)}
 
 
 async def _ask_all(asks: list, timeout: float) -> list:
     return await asyncio.gather(*(_ask(host, python, options, timeout) for host, python, options in asks))
 
 
-async def _ask(host: str, python: str, options: dict, timeout: float) -> tuple[str, str] | str:
-    """The host's versions, or what went wrong there in a few words."""
+async def _ask(host: str, python: str, options: dict, timeout: float) -> tuple[str | None, str | None]:
+    """``(the host's ppt_dask version, None)``, or ``(None, what went wrong there in a few words)``."""
     import asyncssh
 
     port = options.get("port", 22)
@@ -62,24 +64,19 @@ async def _ask(host: str, python: str, options: dict, timeout: float) -> tuple[s
                 run = await conn.run(f"{shlex.quote(python)} -c {shlex.quote(PROBE)}", check=False,
                                      stdin=asyncssh.DEVNULL)
     except TimeoutError:
-        return f"no ssh answer within {timeout:g} s (port {port})"
+        return None, f"no ssh answer within {timeout:g} s (port {port})"
     except ConnectionRefusedError:
-        return f"ssh: connection refused on port {port}"
+        return None, f"ssh: connection refused on port {port}"
     except (OSError, asyncssh.Error) as exc:
-        return f"ssh: {_first_line(str(exc)) or type(exc).__name__} (port {port})"
+        return None, f"ssh: {error_line(exc)} (port {port})"
     if run.exit_status == 127:
-        return f"no Python at {python} (name the hosts' Python: --python)"
+        return None, f"no Python at {python} (name the hosts' Python: --python)"
     if run.exit_status != 0:
         said = _last_line(str(run.stderr or ""))
         if "No module named 'ppt_dask'" in said or "No module named 'distributed'" in said:
-            return f"{python} has no ppt_dask (install it there, or name the Python that has it: --python)"
-        return f"{python} could not import ppt_dask: {said or f'exit status {run.exit_status}'}"
-    words = str(run.stdout or "").split()
-    return (words[0], words[1]) if len(words) >= 2 else ("?", "?")
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+            return None, f"{python} has no ppt_dask (install it there, or name the Python that has it: --python)"
+        return None, f"{python} could not import ppt_dask: {said or f'exit status {run.exit_status}'}"
+    return str(run.stdout or "").strip() or "?", None
 
 
 def _last_line(text: str) -> str:

@@ -222,12 +222,11 @@ def start(
                         ("death_timeout", death_timeout), ("worker_port", worker_port), ("port", nanny_port)):
         if value is not None:
             worker_options[name] = value
-    per_host = (_per_process("python", python, hosts, workers_on_scheduler),
-                _per_process("connect_options", connect_options, hosts, workers_on_scheduler))
+    each_python = _per_process("python", python, hosts, workers_on_scheduler)  # lists' lengths checked here
+    each_connect = _per_process("connect_options", connect_options, hosts, workers_on_scheduler)
     _preflight(hosts, python, connect_options, timeout)  # each host answers and imports ppt_dask, or is named
-    python, connect_options = per_host
-    cluster = _ssh_cluster(config, hosts, worker_hosts, connect_options, worker_options, scheduler_options,
-                           python, security, remote)
+    cluster = _ssh_cluster(config, hosts, worker_hosts, each_connect, worker_options, scheduler_options,
+                           each_python, security, remote)
     try:
         from distributed import Client
 
@@ -253,7 +252,7 @@ def _preflight(hosts: list[str], python, connect_options, timeout: float) -> Non
         versions = check_hosts(hosts, python or sys.executable, connect_options or {}, timeout=min(timeout, 30.0))
     except RuntimeError as exc:
         raise RuntimeError(f"the ssh cluster was not started: {exc}") from None
-    other = {host: v for host, (v, _) in versions.items() if v != __version__}
+    other = {host: v for host, v in versions.items() if v != __version__}
     if other:
         warnings.warn("ppt_dask differs on the hosts: " + ", ".join(f"{h} has {v}" for h, v in other.items())
                       + f", this process {__version__}", RuntimeWarning, stacklevel=3)
