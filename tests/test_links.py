@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from ppt_dask.engine.placement.links import CHUNK, Links
+from ppt_dask.engine.placement.links import CHUNK, JOIN_BYTES, Links
 
 
 def _pair():
@@ -78,6 +78,27 @@ def test_tagged_messages_are_taken_by_tag_whatever_their_order_on_the_link():
         (first,) = b.receive(timeout=20, tag=("scatter", 1))
         (second,) = b.receive(timeout=20, tag=("scatter", 2))
         assert [gathered[0], first[0], second[0]] == [3.0, 1.0, 2.0]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_message_that_ends_in_empty_arrays_is_written_and_read_whole():
+    """Frames of no bytes (an empty slice of a small layer, as the halving's later steps give)
+    last in what is queued: a write that takes nothing still moves past them (it once went
+    round forever, and the loop with it; the send runs in a thread so that a test of the old
+    code fails instead of hanging)."""
+    a, b = _pair()
+    try:
+        big = np.arange(JOIN_BYTES // 8 + 1, dtype=np.float64)  # a frame of its own, then the empty one
+        message = (big, np.zeros(0))
+        sender = threading.Thread(target=a.send_each, args=({1: message}, ("half", 3, 2)), daemon=True)
+        sender.start()
+        sender.join(20)
+        assert not sender.is_alive(), "the send of a message ending in empty arrays did not return"
+        (got,) = b.receive(timeout=20, tag=("half", 3, 2))
+        assert len(got) == 2 and np.array_equal(got[0], big) and got[1].size == 0
+        assert a.backlog(1) == 0
     finally:
         a.close()
         b.close()

@@ -132,6 +132,9 @@ class _Out:
                 self.frames.popleft()
                 self.messages -= 1
                 continue
+            if not self.frames[0].nbytes:  # an empty array's buffer: a write of it takes nothing
+                self.frames.popleft()
+                continue
             batch = list(itertools.islice((f for f in self.frames if f is not None), GATHER if gather else 1))
             try:
                 n = sock.sendmsg(batch) if len(batch) > 1 else sock.send(batch[0])
