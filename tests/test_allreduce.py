@@ -19,7 +19,9 @@ from ppt_dask.engine.rounds.allreduce import Allreduce
 def _partials(n_shards: int, p: int, fan_in: int, size: int, seed: int) -> tuple[list, list]:
     """Every shard's partial (a vector and a stats triple) and each of p loops' subtree values."""
     rng = np.random.default_rng(seed)
-    leaves = [(rng.standard_normal(size).astype(np.float32), rng.standard_normal(3)) for _ in range(n_shards)]
+    # a network's arrays of one dtype (joined into one vector to travel), then its float64 stats
+    leaves = [(rng.standard_normal(size).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32),
+               rng.standard_normal(3)) for _ in range(n_shards)]
     loops = []
     for a, b in tree.split_shards(n_shards, p):
         nodes = tree.decompose(a, b, fan_in, n_shards)

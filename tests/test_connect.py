@@ -138,3 +138,27 @@ def test_a_local_clusters_workers_get_the_threads_asked_whatever_this_process_ho
     finally:
         ppt.cluster.close(client)
     assert settings["OMP_NUM_THREADS"] == "2" and {b["threads"] for b in settings["blas"]} == {2}, settings
+
+
+def _timers() -> tuple:
+    import dask
+
+    return tuple(dask.config.get(key) for key in ppt.cluster.QUIET_TIMERS)
+
+
+def test_a_local_clusters_timers_are_quieter_unless_the_user_set_them():
+    """The workers ppt.connect starts sample running tasks and tick their event loops every
+    100 ms (distributed: 10 and 20 ms), and a value the user configured is kept."""
+    import dask
+
+    client = ppt.connect(n_workers=1, dashboard_address=None)
+    try:
+        assert set(client.run(_timers).values()) == {("100ms", "100ms")}
+    finally:
+        ppt.cluster.close(client)
+    with dask.config.set({"distributed.worker.profile.interval": "5ms"}):
+        client = ppt.connect(n_workers=1, dashboard_address=None)
+        try:
+            assert set(client.run(_timers).values()) == {("5ms", "100ms")}
+        finally:
+            ppt.cluster.close(client)

@@ -36,11 +36,13 @@ same total as :func:`ppt_dask.core.tree.reduce_serial`, on any number of workers
 [(0, 3), (3, 6), (6, 10)]
 >>> parts = [{(0, s): (np.arange(4.0) + s,)} for s in range(2)]  # two loops, one shard each
 >>> own = [tree_sum([scatter_parts(p, 2)[j] for p in parts], 2, 2) for j in range(2)]
->>> gather(own, [(4,)])[0]
+>>> gather(own, shapes_of(parts[0]))[0]
 array([1., 3., 5., 7.])
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -136,12 +138,31 @@ def _flat(a) -> np.ndarray:
     return a.reshape(-1)  # a view for the contiguous arrays of a partial
 
 
+def _runs(layout: list[tuple]) -> list[list[int]]:
+    """The arrays of a partial (``layout``: their shapes and dtypes) in runs of one dtype:
+    each run travels as one flat vector, one buffer a message where a network's arrays
+    would be one each (a float32 network's gradients are one run, its float64 stats another)."""
+    runs: list[list[int]] = []
+    for i, (_shape, dtype) in enumerate(layout):
+        if runs and layout[runs[-1][0]][1] == dtype:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _joined(value: tuple, runs: list[list[int]]) -> list[np.ndarray]:
+    return [_flat(value[run[0]]) if len(run) == 1 else np.concatenate([_flat(value[i]) for i in run])
+            for run in runs]
+
+
 def scatter_parts(partial: dict, p: int) -> list[dict]:
     """A loop's subtree values cut for the ``p`` owners: element ``j`` maps each subtree to
-    the tuple of its arrays' part ``j`` (views, no copy)."""
+    the tuple of part ``j`` of each run of its arrays (:func:`_runs`; one copy a subtree joins
+    a run's arrays, the parts are views of it)."""
     out: list[dict] = [{} for _ in range(p)]
     for node, value in partial.items():
-        flats = [_flat(a) for a in value]
+        flats = _joined(value, _runs(_layout(value)))
         cuts = [bounds(f.size, p) for f in flats]
         for j in range(p):
             out[j][node] = tuple(f[c[j][0]:c[j][1]] for f, c in zip(flats, cuts))
@@ -155,11 +176,24 @@ def tree_sum(parts: list[dict], fan_in: int, n_shards: int) -> tuple:
 
 
 def shapes_of(partial: dict) -> list[tuple]:
-    """The shapes of the arrays of a partial (every subtree's are the same)."""
-    value = next(iter(partial.values()))
-    return [np.shape(a) for a in value]
+    """The shapes and dtypes of the arrays of a partial (every subtree's are the same)."""
+    return _layout(next(iter(partial.values())))
 
 
-def gather(owned: list[tuple], shapes: list[tuple]) -> tuple:
-    """The total from the ``p`` owners' reduced parts (in owner order), arrays of ``shapes``."""
-    return tuple(np.concatenate([part[i] for part in owned]).reshape(shape) for i, shape in enumerate(shapes))
+def _layout(value: tuple) -> list[tuple]:
+    return [(np.shape(a), np.asarray(a).dtype) for a in value]
+
+
+def gather(owned: list[tuple], layout: list[tuple]) -> tuple:
+    """The total from the ``p`` owners' reduced parts (in owner order), arrays of the shapes
+    and dtypes of ``layout`` (:func:`shapes_of`): views of one joined vector a run."""
+    out = []
+    for k, run in enumerate(_runs(layout)):
+        flat = np.concatenate([part[k] for part in owned])
+        at = 0
+        for i in run:
+            shape = layout[i][0]
+            n = math.prod(shape)
+            out.append(flat[at:at + n].reshape(shape))
+            at += n
+    return tuple(out)

@@ -52,7 +52,7 @@ class Allreduce:
         self.requested, self.algorithm = algorithm, None
         self.wait, self.stopped = wait, stopped
         self._own: dict = {}  # round -> this loop's partial sums (direct) or its own part (scatter)
-        self._shapes: list | None = None
+        self._layout: list | None = None
 
     def start(self, r: int, partial: dict) -> int:
         """Send round ``r``'s partial sums (``{tree node: tuple of arrays}``): whole to every
@@ -61,7 +61,7 @@ class Allreduce:
         if self.algorithm is None:
             nbytes = sum(int(getattr(a, "nbytes", 8)) for value in partial.values() for a in value)
             self.algorithm = allreduce.choose(self.requested, self.p, nbytes)
-            self._shapes = allreduce.shapes_of(partial)
+            self._layout = allreduce.shapes_of(partial)
         if self.links is None:
             self._own[r] = partial
             return 0
@@ -105,7 +105,7 @@ class Allreduce:
         gathered = dict(zip(sorted(self.links.incoming), self._take(("gather", r), phases)))
         gathered[self.slot] = mine
         t3 = time.perf_counter()
-        total = allreduce.gather([gathered[j] for j in range(self.p)], self._shapes)
+        total = allreduce.gather([gathered[j] for j in range(self.p)], self._layout)
         t4 = time.perf_counter()
         _add(phases, "reduce", (t1 - t0) + (t4 - t3))
         _add(phases, "transfer", t2 - t1)
@@ -155,7 +155,7 @@ class Allreduce:
             ranges = before[k]
             _add(phases, "transfer", t1 - t0)
             _add(phases, "reduce", time.perf_counter() - t2)
-        return tuple(a.reshape(shape) for a, shape in zip(held, self._shapes)), sent
+        return tuple(a.reshape(shape) for a, (shape, _dtype) in zip(held, self._layout)), sent
 
 
 def _add(phases: dict, name: str, seconds: float) -> None:
