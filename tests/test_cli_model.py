@@ -137,7 +137,7 @@ def test_calibrate_a_module_then_predict_and_recommend(tmp_path):
     assert run.returncode == 0 and "recommended: block" in run.stdout, run.stderr
 
 
-@pytest.mark.slow  # a few minutes: the README's claim for a module with no other flag
+@pytest.mark.slow  # a few minutes: the guide's claim (docs/guide/own-network.md) for a module with no other flag
 def test_lenet5_with_no_other_flag_reaches_98_percent_within_3_epochs_on_2_workers(tmp_path):
     summary = tmp_path / "lenet.json"
     run = _run("train", "mnist", "--model", "ppt_dask.nets.examples:lenet5", "--workers", "2", "--quiet",

@@ -2,7 +2,7 @@
 
 Read from the source (every ``import`` statement, at module level or inside a function),
 so a wrong-way import fails here, in CI, before anyone runs it. The allowed directions are
-the README's ("Layout"): the numpy layers (``core``, ``data``, ``algorithms``) import no
+the user guide's (docs/guide/layout.md): the numpy layers (``core``, ``data``, ``algorithms``) import no
 other part of ppt_dask above them and load no dask or bokeh.
 """
 

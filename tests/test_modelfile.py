@@ -46,8 +46,8 @@ def test_readme_prints_the_commands_run_here():
 
 @pytest.fixture(scope="module")
 def parity_model(tmp_path_factory, scheduler_address):
-    """README's ``ppt-dask train parity8 --save m.npz && ppt-dask predict ...``, run once, the
-    training on the tests' shared scheduler (tests/test_readme_commands.py runs it as printed)."""
+    """The guide's ``ppt-dask train parity8 --save m.npz && ppt-dask predict ...`` (docs/guide/first-run.md),
+    run once, the training on the tests' shared scheduler (tests/test_readme_commands.py runs it as printed)."""
     folder = tmp_path_factory.mktemp("parity")
     shared = f"--save m.npz --workers 2 --scheduler {scheduler_address} --seed 7"  # learned in 233 rounds
     run = _shell(README_TRAIN.replace("--save m.npz", shared, 1), cwd=folder)

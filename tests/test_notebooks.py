@@ -13,6 +13,7 @@ kernel) in Chromium and counts the plots drawn.
 """
 
 import importlib.util
+import re
 import subprocess
 import sys
 import time
@@ -73,6 +74,24 @@ def test_notebook_is_stored_with_outputs_of_the_current_code(path):
     stamp = RUN.stamp_of(nb)
     assert stamp == source_digest(), (f"{path.name}: its outputs came from source {stamp}, the package is now "
                                       f"{source_digest()}: {REGENERATE}")
+
+
+_RECORDS = re.compile(r"^\s*[\[(]?\s*\{\s*['\"]")  # "[{'phase': ...", "{'round': ..." as Python prints them
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_output_is_a_bare_repr_of_records(path):
+    """Records (a list of dicts, a dict) show as a table or a drawing (ppt_dask/observe/display.py),
+    or are printed in words: never 60 lines of a repr."""
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        for out in cell.outputs:
+            if out.output_type in ("execute_result", "display_data") and set(out.data) == {"text/plain"}:
+                text = out.data["text/plain"]
+                assert not _RECORDS.match(text), f"{path.name}, code cell {i + 1} shows records: {text[:80]}"
+            if out.output_type == "stream":
+                lines = [line for line in out.text.splitlines() if _RECORDS.match(line)]
+                assert not lines, f"{path.name}, code cell {i + 1} prints records: {lines[0][:80]}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

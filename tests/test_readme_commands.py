@@ -1,4 +1,5 @@
-"""Every ``ppt-dask`` command printed in README.md and deploy/README.md runs as printed.
+"""Every ``ppt-dask`` command printed in README.md, deploy/README.md and the user guide
+(docs/guide/*.md) runs as printed.
 
 The commands are read from the fenced code blocks (continuation lines joined, comments
 dropped) and run in order in one folder, so ``calib.json`` written by ``model calibrate``
@@ -28,7 +29,9 @@ import pytest
 import system
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "deploy/README.md")
+# the guide's pages hold the long explanations the README points to, with their commands
+GUIDE = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guide").glob("*.md"))
+DOCS = ("README.md", "deploy/README.md", *GUIDE)
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 _ENV = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 _COMMAND = re.compile(r"^([A-Z_][A-Z0-9_]*=\S*\s+)*ppt-dask\s")  # VAR=... ppt-dask ...
@@ -83,7 +86,10 @@ def runnable(line: str, data_dir: str, scheduler: str | None = None) -> tuple[di
     return env, words + extra, False
 
 
-COMMANDS = [(doc, line) for doc in DOCS for line in printed_commands(ROOT / doc)]
+# a command printed in two documents (the README's examples, again in the guide) runs once, where it is first printed
+COMMANDS: list[tuple[str, str]] = []
+for _doc in DOCS:
+    COMMANDS += [(_doc, line) for line in printed_commands(ROOT / _doc) if line not in {seen for _, seen in COMMANDS}]
 _OWN_FILES = ("train.csv", "test.csv", "new.csv", "parts/", "images.npy", "labels.npy")  # made by _own_files
 # The MNIST calibration takes a minute or more even with small settings, LeNet-5's epoch about 20 s:
 # long runs, in CI's full run (-m slow); the commands that read its calib.json get graphs/out's when
@@ -101,6 +107,8 @@ def test_the_documents_print_the_commands_we_expect():
     assert any(line.startswith("ppt-dask model recommend") for line in lines)
     assert any(line.startswith("ppt-dask cluster ssh") and "--python" in line for line in lines)
     assert sum(doc == "deploy/README.md" for doc, _ in COMMANDS) >= 3
+    guide = {doc for doc, _ in COMMANDS if doc.startswith("docs/guide/")}
+    assert {"docs/guide/cli.md", "docs/guide/own-data.md", "docs/guide/scaling-out.md"} <= guide
 
 
 def _inputs_of_predict(argv: list[str], workdir: Path, script: str, env: dict, scheduler: str) -> None:

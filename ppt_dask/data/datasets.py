@@ -84,10 +84,10 @@ def parity(n_bits: int = 8, dtype=np.float64) -> Dataset:
 
     Returns
     -------
-    Dataset named f"parity{n_bits}", task "binary":
-        X : (2**n_bits, n_bits) in {-1, +1}, row i is i in binary (bit 1 -> +1, bit 0 -> -1),
-            most significant bit first.
-        y : (2**n_bits,) int64, the number of ones modulo 2.
+    Dataset
+        Named ``f"parity{n_bits}"``, task ``"binary"``. ``X``: ``(2**n_bits, n_bits)`` in
+        {-1, +1}, row i is i in binary (bit 1 -> +1, bit 0 -> -1), most significant bit
+        first. ``y``: ``(2**n_bits,)`` int64, the number of ones modulo 2.
     """
     n_bits = check_int_at_least("n_bits", n_bits, 1)
     if n_bits > 24:
@@ -228,7 +228,7 @@ def mnist_rows(data_dir=None, split: str = "train", start: int = 0,
     Returns
     -------
     X : (stop - start, 784 * factor**2) array of `dtype`, pixels / 255 in [0, 1]
-        (or (stop - start, *row_shape)).
+        (or ``(stop - start, *row_shape)``).
     y : (stop - start,) int64 labels 0..9.
     """
     if split not in MNIST_FILES:

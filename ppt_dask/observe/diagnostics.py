@@ -34,6 +34,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ppt_dask.core.keys import parse_key, phases_of
 from ppt_dask.observe.breakdown import TaskRecord, breakdown, phase_table, summarize
+from ppt_dask.observe.display import Curves, PhaseTable
 from ppt_dask.observe.trace import trace_events
 
 TOPIC = "ppt-diagnostics"  # log_event topic of the head's messages
@@ -238,8 +239,13 @@ class RunRecords:
         return {**summarize(self.rows()), "head_cost_seconds": self.head_cost_seconds,
                 "dropped_records": self.dropped}
 
-    def table(self) -> list[dict]:
-        return phase_table(self.rows())
+    def table(self) -> PhaseTable:
+        """The phase table: a list of dicts, one per phase, shown as a table in a notebook."""
+        return PhaseTable(phase_table(self.rows()))
+
+    def curves(self) -> Curves:
+        """The loss and error rate per round, drawn in a notebook."""
+        return Curves(self.rows())
 
     def trace(self) -> dict:
         return trace_events(self.tasks, self.heads, self.settings)

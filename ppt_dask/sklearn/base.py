@@ -19,6 +19,7 @@ from ppt_dask.core.network import MLP
 from ppt_dask.core.tree import split_rows
 from ppt_dask.engine.placement import cluster
 from ppt_dask.engine.placement.enter import enter_data, exit_data
+from ppt_dask.observe.display import LossCurve
 from ppt_dask.sklearn.contract import (
     BaseEstimator,
     check_X,
@@ -372,7 +373,8 @@ class PPTBase(BaseEstimator):
             self.out_activation_ = "identity" if self._output == "linear" else self._output
         else:
             self.module_ = net.module_of(self.params_)  # the trained torch module (skorch's name)
-        self.loss_curve_, self.best_loss_, self.n_iter_, self.t_ = run.losses, run.best, run.epochs, run.patterns
+        self.loss_curve_ = LossCurve(run.losses)  # a list of floats that draws itself in a notebook
+        self.best_loss_, self.n_iter_, self.t_ = run.best, run.epochs, run.patterns
         self.history_, self._no_improvement_count = run.history, run.no_improvement
         self.n_features_in_, self.n_outputs_, self.row_shape_ = shapes
         self.batch_size_, self.n_shards_, self.solver_ = batch, n_shards, "adam" if adam else "sgd"

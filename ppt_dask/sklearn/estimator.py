@@ -145,6 +145,7 @@ _DOC = """
         Weights and biases as one flat vector, the trainer's layout.
     loss_curve_ : list of float
         Mean training loss of each epoch (without the L2 term); ``best_loss_`` its minimum.
+        A list that draws itself in a notebook (:class:`ppt_dask.observe.display.LossCurve`).
     n_iter_ : int
         Epochs trained; ``t_`` the training patterns processed.
     n_features_in_, n_outputs_, n_layers_ : int

@@ -95,7 +95,7 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
 
     Parameters
     ----------
-    X : ndarray or dask array, shape (n_rows, *row_shape)
+    X : ndarray or dask array, shape ``(n_rows, *row_shape)``
         Rows of any shape: (n_rows, n_features) for a table, (n_rows, 1, 28, 28) for images.
     y : ndarray or dask array, shape (n_rows,) or (n_rows, n_outputs)
     n_shards : int

@@ -68,7 +68,7 @@ class ShardSet:
 
     @property
     def row_shape(self) -> tuple:
-        """The shape of one row of X: the shards hold X of shape (rows, *row_shape)."""
+        """The shape of one row of X: the shards hold X of shape ``(rows, *row_shape)``."""
         return self.info[0].row_shape
 
     @property

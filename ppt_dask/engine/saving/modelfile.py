@@ -152,7 +152,7 @@ class Model:
         For data of one's own (:attr:`ppt_dask.data.tables.Table.preprocessing`):
         ``features`` (column names), ``target``, ``row_shape``, ``mean`` and ``scale`` per
         feature, ``y_mean`` and ``y_scale`` per target. :meth:`predict` and the others then
-        take the rows as they are in the file (of shape (n, n_features) or (n, *row_shape))
+        take the rows as they are in the file (of shape ``(n, n_features)`` or ``(n, *row_shape)``)
         and scale them; regression targets come back unscaled.
     """
 
@@ -218,7 +218,7 @@ class Model:
 
         Parameters
         ----------
-        X : array-like, shape (n_samples, *row_shape)
+        X : array-like, shape ``(n_samples, *row_shape)``
 
         Returns
         -------

@@ -1,0 +1,81 @@
+"""Sphinx configuration of the ppt_dask documentation: ``sphinx-build -W -b html docs docs/_build/html``.
+
+Why Sphinx rather than MkDocs: the docstrings are numpydoc (``Parameters`` / ``Returns``
+sections with shapes written out), which autodoc + napoleon render as dask's and
+scikit-learn's references do, and autosummary builds one page per public name from
+``ppt_dask.__all__`` instead of a hand-kept list; myst-nb renders the stored notebooks with
+their outputs without running them again, with no pandoc (nbsphinx needs it). The build is
+offline: no intersphinx, no theme or extension that fetches anything.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the package beside the docs, also when it is not installed
+
+import ppt_dask  # noqa: E402
+
+project = "ppt_dask"
+author = "the ppt_dask developers"
+copyright = "2026, the ppt_dask developers"
+release = version = ppt_dask.__version__
+
+extensions = [
+    "myst_nb",  # Markdown pages (MyST) and the notebooks with their stored outputs
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",  # numpydoc-style sections; ships with Sphinx, no extra package
+    "sphinx.ext.viewcode",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+templates_path = ["_templates"]
+
+# the API reference: a page per public name, generated from the docstrings
+autosummary_generate = True
+autosummary_imported_members = True
+autodoc_member_order = "bysource"
+autodoc_typehints = "none"  # the docstrings give each parameter's type and shape, as numpydoc has it
+autodoc_default_options = {"show-inheritance": False}
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+napoleon_use_param = False  # types as text (their words, n_features ..., are not cross-references)
+
+# the notebooks as they are stored (python notebooks/run.py keeps their outputs): never run here
+nb_execution_mode = "off"
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3  # [text](#a-heading) links of the README's style keep working
+
+# Theme: alabaster ships with Sphinx, so the [docs] extra needs no theme package and the
+# pages need no network to build or to read.
+html_theme = "alabaster"
+html_title = f"ppt_dask {release}"
+html_static_path = ["_static"]
+html_theme_options = {
+    "description": "Data-parallel training of neural networks on a Dask cluster",
+    "fixed_sidebar": True,
+    "page_width": "1100px",
+    "sidebar_width": "240px",
+}
+html_sidebars = {"**": ["about.html", "navigation.html", "relations.html", "searchbox.html"]}
+
+# bokeh's load and exec outputs come with a text/html twin that myst-nb shows; the widget
+# views of the progress bars come with their text. Nothing else is left out.
+suppress_warnings = ["mystnb.unknown_mime_type"]
+
+
+def _skip_foreign(app, what, name, obj, skip, options):
+    """Leave out what a class inherits from another package (scikit-learn's
+    ``set_*_request`` methods of the estimators): their docstrings point into scikit-learn's
+    own documentation, which this offline build does not link."""
+    module = getattr(obj, "__module__", None) or ""
+    return True if module.split(".")[0] not in ("ppt_dask", "") else skip
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_foreign)
