@@ -118,6 +118,25 @@ def test_a_threads_cluster_gives_the_same_weights(threads_client):
     assert result.params.tobytes() == expected.tobytes()
 
 
+def test_a_result_shows_in_a_notebook_as_a_line_and_its_curves(threads_client):
+    """``Result._repr_html_``: what the run did in one line (the result's own figures), then
+    its loss and error per round drawn, one point a round."""
+    import re
+
+    X, y = _data()
+    shards = ppt.enter_data(threads_client, X, y, n_shards=2)
+    try:
+        result = ppt.train(ppt.MLP((5, 4, 3)), shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=4))
+    finally:
+        ppt.exit_data(shards)
+    page = result._repr_html_()
+    line = page.split("</p>")[0]
+    assert f"{result.rounds} rounds" in line and f"train error {result.train_error_rate:.4f}" in line
+    assert ("not learned" in line) == (not result.learned) and result.stopped_because in line
+    assert page.count("<svg") == 2
+    assert all(len(points.split()) == result.rounds for points in re.findall(r'points="([^"]*)"', page))
+
+
 def test_shards_built_on_the_workers_from_a_source(client4, workers4, tmp_path):
     """The head passes a loader; each worker reads its own rows of the MNIST files."""
     import functools

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import html
 import functools
 import uuid
 import warnings
@@ -56,6 +57,16 @@ class Result:
     @property
     def rounds(self) -> int:
         return len(self.history)
+
+    def _repr_html_(self) -> str:
+        """In a notebook: one line of what the run did, then its loss and error curves
+        (:meth:`ppt_dask.observe.diagnostics.RunRecords.curves`)."""
+        test = "" if self.test_accuracy is None else f", test accuracy {self.test_accuracy:.4f}"
+        line = (f"<p><b>{'learned' if self.learned else 'not learned'}</b> ({html.escape(str(self.stopped_because))}): "
+                f"{self.epochs:.3g} epochs, {self.rounds} rounds, {self.wall_seconds:.3g} s, "
+                f"train error {self.train_error_rate:.4f}{test}</p>")
+        draw = getattr(self.diagnostics, "curves", None)  # the records ppt_dask.train gives draw them
+        return line + (draw()._repr_html_() if draw is not None and self.history else "")
 
     def predict(self, X):
         return self.net.predict(self.params, X)
