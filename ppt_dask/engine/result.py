@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-import html
 import functools
+import html
 import uuid
 import warnings
 from dataclasses import dataclass, field
