@@ -287,3 +287,59 @@ def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_
     for name in a:
         assert a[name].tobytes() == b[name].tobytes(), name
     _say(f"{summary['recoveries']} recovery; the weights are bitwise those of the LocalCluster run")
+
+
+@pytest.mark.timeout(600)
+def test_a_lost_scheduler_host_stops_the_run_in_one_line_and_its_checkpoint_resumes_bitwise(three_hosts, tmp_path):
+    """The scheduler's host (the first) has its link set down once the run has written its
+    first checkpoint: the run cannot go on, and ``ppt-dask train`` ends in one line that names
+    the scheduler and its host and the checkpoint's round (within distributed's TCP timeout,
+    not a hang); ``--resume`` from that checkpoint on a LocalCluster ends bitwise as a
+    LocalCluster run that was never cut."""
+    folder, h = three_hosts
+    _, certs, start, across, local = printed_commands(folder)
+    if not Path(certs[2], "ca.pem").exists():
+        run = subprocess.run([sys.executable, *certs[1:]], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    train = [*_with(across[1:], "--epochs", "2"), "--checkpoint", str(ck), "--checkpoint-every", "20", "--quiet"]
+    first = h.hosts[0]
+    cluster = _Cluster([sys.executable, "-m", "ppt_dask.cli", *start[1:]])
+    try:
+        cluster.wait_up(120)
+        proc = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", *train], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while not any(ck.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proc.poll() is None, proc.communicate()
+            testhosts.sh("ip", "link", "set", first.link, "down")
+            t0 = time.monotonic()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            testhosts.sh("ip", "link", "set", first.link, "up", check=False)
+        _say(f"{first.name} ({first.address}, the scheduler's) cut after the first checkpoint; the run ended "
+             f"{time.monotonic() - t0:.1f} s later: {err.strip()}")
+    finally:
+        cluster.stop()
+    scheduler = across[across.index("--scheduler") + 1]
+    line = re.fullmatch(rf"ppt-dask: error: lost the scheduler at {re.escape(scheduler)} \(host "
+                        rf"{re.escape(first.address)}\): .+; checkpoint {re.escape(str(ck))} holds round (\d+) "
+                        r"\(go on with --resume, resume=True\)\n", err)
+    assert proc.returncode == 1 and line, repr(err[-3000:])
+    assert not (tmp_path / "across.npz").exists()  # it did not end
+    resumed = _ppt_dask(*_with(local[1:], "--epochs", "2", "--save", "resumed.npz"), "--checkpoint", str(ck),
+                        "--resume", "--quiet", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    whole = _ppt_dask(*_with(local[1:], "--epochs", "2", "--save", "whole.npz"), "--quiet", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    a, b = _weights(tmp_path / "resumed.npz"), _weights(tmp_path / "whole.npz")
+    assert a and a.keys() == b.keys()
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    _say(f"resumed from round {line.group(1)} on a LocalCluster: bitwise the run that was never cut")

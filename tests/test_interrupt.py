@@ -274,3 +274,43 @@ def test_a_quiet_ctrl_c_leaves_no_warning_of_an_unawaited_wait():
     warning; with --debug it still shows."""
     assert _unawaited_warnings(quiet=True) == []
     assert len(_unawaited_warnings(quiet=False)) == 1
+
+
+def test_the_clients_failed_reconnections_are_not_logged_on_the_command_line():
+    """Without --debug, a lost scheduler ends in the one line of SchedulerLost: the client's
+    log keeps neither the traceback of its failed reconnection nor its 'Failed to reconnect'
+    line; any other record passes, and the filter is gone after the block."""
+    import logging
+
+    from ppt_dask.engine import interrupt
+
+    seen: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("distributed.client")
+    handler = Keep()
+    logger.addHandler(handler)
+
+    def _ensure_connected():
+        raise OSError("Timed out trying to connect")
+
+    def _reconnect():
+        logger.error("Failed to reconnect to scheduler after %.2f seconds, closing client", 10.0)
+        try:
+            _ensure_connected()
+        except OSError:
+            logger.exception("traceback of the reconnection")
+
+    try:
+        with interrupt.reconnects_unlogged(True):
+            _reconnect()
+            logger.error("another error")
+        assert seen == ["another error"]
+        _reconnect()
+        assert seen[1:] == ["Failed to reconnect to scheduler after 10.00 seconds, closing client",
+                            "traceback of the reconnection"]
+    finally:
+        logger.removeHandler(handler)

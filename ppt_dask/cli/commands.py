@@ -243,6 +243,7 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
     prediction rides in the run's settings (the live page draws it over the bars)."""
     import ppt_dask as ppt
     from ppt_dask.engine import interrupt
+    from ppt_dask.engine.waits import SchedulerLost
     from ppt_dask.progress import Training
 
     progress = None if args.quiet or args.splits else Training(s["epochs"])  # a bar, or lines in a log
@@ -280,6 +281,10 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         interrupt.close_quietly(ppt.cluster.close, client)
         client = None
         raise interrupt.Interrupted(watch.line(args.checkpoint)) from None
+    except SchedulerLost:  # nothing to close on the cluster's side: the client only, quietly
+        interrupt.close_quietly(ppt.cluster.close, client, workers_too=False)
+        client = None
+        raise
     finally:
         if progress is not None:
             progress.close()

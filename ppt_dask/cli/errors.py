@@ -20,6 +20,7 @@ import sys
 from ppt_dask.cli import paths
 from ppt_dask.engine import interrupt
 from ppt_dask.engine.interrupt import EXIT_STATUS, Interrupted
+from ppt_dask.engine.waits import SchedulerLost
 
 DEBUG_ENV = "PPT_DASK_DEBUG"
 
@@ -97,7 +98,8 @@ def debugging(args=None) -> bool:
 def run(command, args, parser: argparse.ArgumentParser) -> int:
     """``command(args)``, its errors turned into one line and an exit status."""
     try:
-        with interrupt.sigint_never_dropped(quiet=not debugging(args)):
+        quiet = not debugging(args)
+        with interrupt.sigint_never_dropped(quiet=quiet), interrupt.reconnects_unlogged(quiet):
             return command(args)
     except Interrupted as exc:  # Ctrl-C during a run: where it was and how to go on
         if debugging(args):
@@ -115,6 +117,11 @@ def run(command, args, parser: argparse.ArgumentParser) -> int:
         text = os_error_line(exc, args, parser) if isinstance(exc, OSError) else str(exc)
         print(f"ppt-dask: error: {name_the_flag(text, flags_of(parser))}", file=sys.stderr)
         return 2
+    except SchedulerLost as exc:  # its host or link went down: which, and where to go on from
+        if debugging(args):
+            raise
+        print(f"ppt-dask: error: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a fault, not bad input: say what it was, in one line
         if debugging(args):
             raise

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 import warnings
 from pathlib import Path
 
@@ -177,6 +178,35 @@ def _quiet_workers(client) -> None:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(QUIET_SECONDS)
+
+
+RECONNECTS = ("_reconnect", "_ensure_connected")  # distributed.Client's, where it logs a lost scheduler
+
+
+class _NotReconnects(logging.Filter):
+    """Keeps every record but the traceback of the client's failed reconnection to a
+    scheduler that went away (the run then stops with :class:`ppt_dask.engine.waits.SchedulerLost`,
+    whose one line says it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.funcName in RECONNECTS:  # "Failed to reconnect to scheduler after 10.00 seconds"
+            return False
+        if not record.exc_info or record.exc_info[2] is None:
+            return True
+        return not any(frame.name in RECONNECTS for frame in traceback.extract_tb(record.exc_info[2]))
+
+
+@contextlib.contextmanager
+def reconnects_unlogged(quiet: bool = True):
+    """With ``quiet`` (the command line without ``--debug``): for the block, the client's log
+    keeps no traceback of a failed reconnection to the scheduler."""
+    logger, quieter = logging.getLogger("distributed.client"), _NotReconnects()
+    if quiet:
+        logger.addFilter(quieter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quieter)
 
 
 class _NotHeartbeats(logging.Filter):

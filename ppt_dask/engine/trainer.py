@@ -17,7 +17,7 @@ from ppt_dask.core import applicability, model, validation
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import Stop
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import headblas, watch
+from ppt_dask.engine import headblas, interrupt, waits, watch
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.roundloop import End, Kept, Run, one_try
@@ -149,6 +149,29 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
                checkpoint.Writer(checkpoint_dir, meta) if checkpoint_dir else None, diag, run_id,
                time.perf_counter())
 
+    try:
+        return _tries(run, saved, initial_state, params, seed)
+    except Exception as exc:
+        lost = waits.scheduler_gone(shards.client)
+        if lost is None:
+            raise
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise waits.SchedulerLost(f"{lost}: {cause}; {_resume_note(checkpoint_dir)}") from exc
+
+
+def _resume_note(checkpoint_dir) -> str:
+    """Where a run that cannot go on may be continued from."""
+    if not checkpoint_dir:
+        return "no checkpoint was kept (checkpoint_dir, --checkpoint DIR, keeps one to resume from)"
+    saved = interrupt.saved_round(checkpoint_dir)
+    if saved is None:
+        return f"checkpoint {checkpoint_dir} holds none yet"
+    return f"checkpoint {checkpoint_dir} holds round {saved} (go on with --resume, resume=True)"
+
+
+def _tries(run: Run, saved, initial_state, params, seed: int) -> Result:
+    """The run's tries (restarts), from the checkpoint, the initial state or new weights."""
+    shards, net, strategy, stop = run.shards, run.net, run.strategy, run.stop
     attempt, end = 0, None
     with headblas.beside(shards.workers):  # the head's checks leave the workers their cores
         for attempt in range(saved["try"] if saved else 0, stop.restarts + 1):

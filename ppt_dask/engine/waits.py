@@ -25,6 +25,21 @@ class WorkerLost(RuntimeError):
     """A worker holding shards left the cluster while a round was waiting on it."""
 
 
+class SchedulerLost(RuntimeError):
+    """The head lost its scheduler (its host, or the link to it, went down): the run cannot
+    go on; the message names the scheduler, its host and the checkpoint to resume from."""
+
+
+def scheduler_gone(client) -> str | None:
+    """``lost the scheduler at ADDRESS (host HOST)`` when ``client`` is no longer connected
+    to its scheduler (reconnecting, or given up), else None."""
+    if client.status == "running":
+        return None
+    address = getattr(client.scheduler, "address", None) or "(unknown address)"
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0]
+    return f"lost the scheduler at {address} (host {host})"
+
+
 def round_result(future, shards, timeout: float = ROUND_TIMEOUT):
     """``future.result()``, checking every few seconds that the shards' workers are alive.
 
