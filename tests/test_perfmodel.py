@@ -3,6 +3,7 @@
 import dataclasses
 import doctest
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -223,6 +224,9 @@ def test_recommend():
     assert (best.block, best.p) == (64, 2)  # Table VII: at b = 64 only p = 2 is fastest
     assert best.speedup == pytest.approx(1.1994, abs=1e-4)
     assert best.efficiency == pytest.approx(best.speedup / 2)
+    cells = dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", best._repr_html_()))  # a notebook's table
+    assert cells == {"block": "64", "workers": "2", "seconds an epoch": f"{best.epoch_seconds:.3g}",
+                     "speedup": "1.2", "efficiency": f"{best.efficiency:.2f}"}
     small = planning.recommend(FN.n_patterns, FN.n_weights, BAT_FN, 8, blocks=[16, 32],
                          n_test=FN.n_test)
     assert small.p == 1  # below b ~ 50 one processor is fastest

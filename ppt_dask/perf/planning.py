@@ -32,6 +32,14 @@ class Recommendation:
     speedup: float
     efficiency: float
 
+    def _repr_html_(self) -> str:
+        """In a notebook: a small table of the recommendation."""
+        rows = (("block", f"{self.block}"), ("workers", f"{self.p}"),
+                ("seconds an epoch", f"{self.epoch_seconds:.3g}"), ("speedup", f"{self.speedup:.3g}"),
+                ("efficiency", f"{self.efficiency:.2f}"))
+        cells = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
+        return f'<table class="ppt-recommendation"><caption>the run-time model recommends</caption>{cells}</table>'
+
 
 def default_blocks(n: int) -> np.ndarray:
     """Powers of two up to ``n``, and ``n``: the blocks tried when none are given."""
