@@ -24,7 +24,10 @@ def test_the_hooks_use_the_versions_the_dev_extra_pins():
 def test_ci_runs_the_checks_and_every_test():
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^ruff check \.$", ci, re.M) and re.search(r"^mypy$", ci, re.M)
-    assert 'pip install ".[test,dev,torch]"' in ci  # the linters' pins, and torch for the TorchNet tests
+    # the linters' pins, torch for the TorchNet tests, and the docs' tools: the docs built with
+    # warnings as errors before the tests
+    assert 'pip install ".[test,dev,torch,docs]"' in ci
+    assert re.search(r"^sphinx-build -W --keep-going .*-b html docs docs/_build/html$", ci, re.M)
     run = next(line for line in ci.splitlines() if line.startswith("python -m pytest"))
     assert '-m "slow or not slow"' in run and "--durations=20" in run
     # the default suite leaves out exactly the markers pyproject declares for long runs

@@ -141,6 +141,28 @@ def _weights(path: Path) -> dict:
 
 
 @pytest.mark.timeout(600)
+def _cut_after_first_checkpoint(train: list[str], link: str, ck: Path, cwd: Path):
+    """``ppt-dask`` with ``train`` in ``cwd``; ``link`` set down once ``ck`` holds the run's
+    first checkpoint (and up again at the end); the process, its output and error, and the
+    seconds from the cut to its end."""
+    proc = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", *train], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(ck.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        testhosts.sh("ip", "link", "set", link, "down")
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        testhosts.sh("ip", "link", "set", link, "up", check=False)
+    return proc, out, err, time.monotonic() - t0
+
+
 def test_mnist_across_three_hosts_over_ssh_with_tls_is_bitwise_a_local_run(three_hosts, tmp_path):
     folder, h = three_hosts
     up, certs, start, across, local = printed_commands(folder)
@@ -253,23 +275,9 @@ def test_a_host_whose_link_goes_down_mid_run_leaves_the_run_going_bitwise(three_
     try:
         cluster.wait_up(120)
         (tmp_path / "ck").mkdir()
-        proc = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", *train], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 120
-            while not any((tmp_path / "ck").iterdir()) and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert proc.poll() is None, proc.communicate()
-            testhosts.sh("ip", "link", "set", cut.link, "down")
-            t0 = time.monotonic()
-            out, err = proc.communicate(timeout=400)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-            testhosts.sh("ip", "link", "set", cut.link, "up", check=False)
+        proc, out, err, seconds = _cut_after_first_checkpoint(train, cut.link, tmp_path / "ck", tmp_path)
         _say(f"links at 100 Mbit/s; {cut.name} ({cut.address}) cut after the first checkpoint; the run ended "
-             f"{time.monotonic() - t0:.1f} s later: {out.strip().splitlines()[:2]}")
+             f"{seconds:.1f} s later: {out.strip().splitlines()[:2]}")
         assert proc.returncode == 0, err[-3000:]
         first = h.addresses[0]  # the page's link does not open from the head: the line says how it does
         assert (f"time breakdown, live: http://{first}:8787/ppt\n  it does not answer from here (the dashboard "
@@ -308,23 +316,9 @@ def test_a_lost_scheduler_host_stops_the_run_in_one_line_and_its_checkpoint_resu
     cluster = _Cluster([sys.executable, "-m", "ppt_dask.cli", *start[1:]])
     try:
         cluster.wait_up(120)
-        proc = subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", *train], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 120
-            while not any(ck.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert proc.poll() is None, proc.communicate()
-            testhosts.sh("ip", "link", "set", first.link, "down")
-            t0 = time.monotonic()
-            out, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-            testhosts.sh("ip", "link", "set", first.link, "up", check=False)
+        proc, _out, err, seconds = _cut_after_first_checkpoint(train, first.link, ck, tmp_path)
         _say(f"{first.name} ({first.address}, the scheduler's) cut after the first checkpoint; the run ended "
-             f"{time.monotonic() - t0:.1f} s later: {err.strip()}")
+             f"{seconds:.1f} s later: {err.strip()}")
     finally:
         cluster.stop()
     scheduler = across[across.index("--scheduler") + 1]

@@ -24,7 +24,7 @@ from ppt_dask.data import datasets
 
 CLI = [sys.executable, "-m", "ppt_dask.cli"]
 REPO = Path(__file__).resolve().parents[1]
-# README.md's commands, run as printed (the test checks that README still prints them)
+# the guide's commands (docs/guide/first-run.md), run as printed (the test checks that it still prints them)
 README_TRAIN = "ppt-dask train parity8 --save m.npz && ppt-dask predict m.npz parity8 --split train"
 README_INPUT = "ppt-dask predict m.npz --input X.npy --output y.npy"
 
@@ -39,8 +39,8 @@ def _shell(command, cwd, timeout=300):
                           env=env)
 
 
-def test_readme_prints_the_commands_run_here():
-    text = (REPO / "README.md").read_text()
+def test_the_guide_prints_the_commands_run_here():
+    text = (REPO / "docs" / "guide" / "first-run.md").read_text()
     assert README_TRAIN in text and README_INPUT in text
 
 
