@@ -38,7 +38,7 @@ def test_reduce_scatter_and_all_gather_give_the_serial_trees_bits(p, extra, fan_
     expected = tree.reduce_serial(leaves, fan_in)
     owned = [allreduce.tree_sum([allreduce.scatter_parts(loop, p)[j] for loop in loops], fan_in, n_shards)
              for j in range(p)]
-    total = allreduce.gather(owned, allreduce.shapes_of(loops[0]))
+    total = allreduce.gather(owned, allreduce.layout_of(loops[0]))
     assert all(t.tobytes() == e.tobytes() for t, e in zip(total, expected))
     direct = allreduce.tree_sum(loops, fan_in, n_shards)
     assert all(t.tobytes() == e.tobytes() for t, e in zip(direct, expected))

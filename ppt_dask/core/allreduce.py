@@ -36,7 +36,7 @@ same total as :func:`ppt_dask.core.tree.reduce_serial`, on any number of workers
 [(0, 3), (3, 6), (6, 10)]
 >>> parts = [{(0, s): (np.arange(4.0) + s,)} for s in range(2)]  # two loops, one shard each
 >>> own = [tree_sum([scatter_parts(p, 2)[j] for p in parts], 2, 2) for j in range(2)]
->>> gather(own, shapes_of(parts[0]))[0]
+>>> gather(own, layout_of(parts[0]))[0]
 array([1., 3., 5., 7.])
 """
 
@@ -156,13 +156,15 @@ def _joined(value: tuple, runs: list[list[int]]) -> list[np.ndarray]:
             for run in runs]
 
 
-def scatter_parts(partial: dict, p: int) -> list[dict]:
+def scatter_parts(partial: dict, p: int, layout: list[tuple] | None = None) -> list[dict]:
     """A loop's subtree values cut for the ``p`` owners: element ``j`` maps each subtree to
     the tuple of part ``j`` of each run of its arrays (:func:`_runs`; one copy a subtree joins
-    a run's arrays, the parts are views of it)."""
+    a run's arrays, the parts are views of it). ``layout``: :func:`layout_of` the partial,
+    when the caller holds it (a loop's every round has the same)."""
+    runs = _runs(layout_of(partial) if layout is None else layout)
     out: list[dict] = [{} for _ in range(p)]
     for node, value in partial.items():
-        flats = _joined(value, _runs(_layout(value)))
+        flats = _joined(value, runs)
         cuts = [bounds(f.size, p) for f in flats]
         for j in range(p):
             out[j][node] = tuple(f[c[j][0]:c[j][1]] for f, c in zip(flats, cuts))
@@ -175,18 +177,14 @@ def tree_sum(parts: list[dict], fan_in: int, n_shards: int) -> tuple:
     return tree.evaluate_owned(tree.merged(parts), fan_in, n_shards)
 
 
-def shapes_of(partial: dict) -> list[tuple]:
+def layout_of(partial: dict) -> list[tuple]:
     """The shapes and dtypes of the arrays of a partial (every subtree's are the same)."""
-    return _layout(next(iter(partial.values())))
-
-
-def _layout(value: tuple) -> list[tuple]:
-    return [(np.shape(a), np.asarray(a).dtype) for a in value]
+    return [(np.shape(a), np.asarray(a).dtype) for a in next(iter(partial.values()))]
 
 
 def gather(owned: list[tuple], layout: list[tuple]) -> tuple:
     """The total from the ``p`` owners' reduced parts (in owner order), arrays of the shapes
-    and dtypes of ``layout`` (:func:`shapes_of`): views of one joined vector a run."""
+    and dtypes of ``layout`` (:func:`layout_of`): views of one joined vector a run."""
     out = []
     for k, run in enumerate(_runs(layout)):
         flat = np.concatenate([part[k] for part in owned])

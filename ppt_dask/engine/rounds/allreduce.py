@@ -61,7 +61,7 @@ class Allreduce:
         if self.algorithm is None:
             nbytes = sum(int(getattr(a, "nbytes", 8)) for value in partial.values() for a in value)
             self.algorithm = allreduce.choose(self.requested, self.p, nbytes)
-            self._layout = allreduce.shapes_of(partial)
+            self._layout = allreduce.layout_of(partial)
         if self.links is None:
             self._own[r] = partial
             return 0
@@ -74,7 +74,7 @@ class Allreduce:
             held = (flats, [(0, f.size) for f in flats])
             self._own[r] = held
             return self._halve_send(r, 0, *held)
-        parts = allreduce.scatter_parts(partial, self.p)
+        parts = allreduce.scatter_parts(partial, self.p, self._layout)
         self._own[r] = parts[self.slot]
         return self.links.send_each({j: parts[j] for j in self.links.outgoing}, ("scatter", r))
 
