@@ -5,6 +5,7 @@ ppt_dask/engine/rounds/allreduce.py). Runs on the cluster: tests/test_engine.py 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core import allreduce, tree
+from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.placement.links import Links
 from ppt_dask.engine.rounds.allreduce import Allreduce
 
@@ -50,6 +52,15 @@ def test_the_choice_and_the_bound_on_what_a_loop_sends():
     assert allreduce.choose("auto", 8, 220_200) == "scatter"  # MNIST's 784-64-64-10 in float32
     assert allreduce.choose("halving", 8, 220_200) == "halving"  # asked for, where the layout allows
     assert allreduce.choose("scatter", 2, 8) == "scatter"  # asked for: taken
+    # loops of one host: through shared memory at any p from 2, whatever the size
+    assert [allreduce.choose("auto", p, n, shared=True) for p, n in ((2, 10**6), (8, 1000), (8, 220_200), (12, 8))] \
+        == ["shared"] * 4
+    assert allreduce.choose("auto", 1, 8, shared=True) == "direct"  # alone: nothing to exchange
+    assert allreduce.choose("scatter", 8, 220_200, shared=True) == "scatter"  # asked for: taken
+    with pytest.raises(ValueError, match="allreduce 'shared' needs every worker holding shards on one host"):
+        allreduce.choose("shared", 4, 8)
+    assert [allreduce.messages("shared", p) for p in (2, 8, 16)] == [1, 7, 15]  # loop 0's tokens
+    assert [allreduce.sent_values("shared", p, 1000) for p in (2, 8, 64)] == [1000.0] * 3
     with pytest.raises(ValueError, match="allreduce algorithm must be one of .* got 'ring'"):
         allreduce.choose("ring", 4, 8)
     with pytest.raises(ValueError, match="'halving' needs a power-of-two number of workers"):
@@ -89,26 +100,29 @@ def _linked(p: int) -> list:
 
 
 @pytest.mark.parametrize("p, algorithm", [(2, "direct"), (3, "scatter"), (4, "scatter"), (8, "scatter"),
-                                          (8, "direct"), (2, "halving"), (4, "halving"), (8, "halving")])
+                                          (8, "direct"), (2, "halving"), (4, "halving"), (8, "halving"),
+                                          (2, "shared"), (3, "shared"), (8, "shared")])
 def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, algorithm):
     """p loops (threads) allreduce three rounds each, two rounds in flight as local SGD has
     them: every loop's total is bitwise the serial tree's; by reduce-scatter each loop sends
-    at most 2 (p - 1) / p of the partial sums' bytes and its messages' framing."""
+    at most 2 (p - 1) / p of the partial sums' bytes and its messages' framing; through
+    shared memory it writes its sums once (loop 0: the total) and leaves no segment behind."""
     n_shards, size, rounds = 16, 5000, 3
+    segments = set(Path(sharedmem.SHM_DIR).glob("ppt_dask-*"))
     links = _linked(p)
     results: dict = {}
     errors: list = []
 
     def loop(i):
         try:
-            exchange = Allreduce(links[i], i, p, 2, n_shards, algorithm, wait=30)
-            sent = {r: exchange.start(r, _partials(n_shards, p, 2, size, seed=r)[1][i]) for r in (0, 1)}
-            for r in range(rounds):
-                phases: dict = {}
-                total, more = exchange.finish(r, phases)
-                if r + 2 < rounds:
-                    sent[r + 2] = exchange.start(r + 2, _partials(n_shards, p, 2, size, seed=r + 2)[1][i])
-                results[i, r] = total, sent[r] + more, phases
+            with Allreduce(links[i], i, p, 2, n_shards, algorithm, wait=30) as exchange:
+                sent = {r: exchange.start(r, _partials(n_shards, p, 2, size, seed=r)[1][i]) for r in (0, 1)}
+                for r in range(rounds):
+                    phases: dict = {}
+                    total, more = exchange.finish(r, phases)
+                    if r + 2 < rounds:
+                        sent[r + 2] = exchange.start(r + 2, _partials(n_shards, p, 2, size, seed=r + 2)[1][i])
+                    results[i, r] = total, sent[r] + more, phases
         except BaseException as exc:
             errors.append(exc)
 
@@ -122,6 +136,7 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
         for links_i in links:
             links_i.close()
     assert not errors and not any(t.is_alive() for t in threads), errors
+    assert set(Path(sharedmem.SHM_DIR).glob("ppt_dask-*")) <= segments
     payload = size * 4 + 3 * 8
     for r in range(rounds):
         expected = tree.reduce_serial(_partials(n_shards, p, 2, size, seed=r)[0], 2)

@@ -1,11 +1,14 @@
 """More workers: the streamed allreduce at p = 8 on worker processes (oversubscribed on two
 cores, which changes the timing, not the bits) and at 12 worker threads: never a per-round
 graph by default, bitwise the serial path, through a SIGKILLed worker, and the bytes each
-worker sends a round within twice the weights."""
+worker sends a round within twice the weights. On one host (a LocalCluster) the default is
+the shared-memory exchange; the socket algorithms (what workers of several hosts use) are
+asked for by name here, and leave no shared memory behind either way."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
 
 from conftest import sigkill_at
+from ppt_dask.engine.placement import sharedmem
 
 # 6,147 weights of 8 bytes: 7 others x 49 kB is past the 256 KiB that "auto" sends whole, so
 # 8 workers reduce-scatter and all-gather (pairwise, or by recursive halving and doubling when
@@ -38,6 +42,11 @@ def client8():
     ppt.cluster.close(client)
 
 
+def _segments() -> set:
+    """The shared-memory segments of ppt_dask's loops that exist now."""
+    return {p.name for p in Path(sharedmem.SHM_DIR).glob("ppt_dask-*")}
+
+
 def _within_bound(result, workers: int) -> None:
     weights = NET.n_params * 8
     rows = result.breakdown()
@@ -46,22 +55,27 @@ def _within_bound(result, workers: int) -> None:
         assert 0 < row["transfer_bytes"] / workers <= BOUND * weights, row["transfer_bytes"]
 
 
-def test_eight_worker_processes_stream_and_end_bitwise_as_serial_within_the_bound(client8):
+@pytest.mark.parametrize("asked, used", [("auto", "shared"), ("scatter", "scatter")])
+def test_eight_worker_processes_stream_and_end_bitwise_as_serial_within_the_bound(client8, asked, used):
     X, y = _data()
     rounds = 12
     expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=4)
+    before = _segments()
     shards = ppt.enter_data(client8, X, y, n_shards=16)
     try:
-        result = ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))), seed=4)
+        result = ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))), seed=4,
+                           allreduce=asked)
     finally:
         ppt.exit_data(shards)
-    assert result.settings["exchange"] == "stream" and result.settings["allreduce"] == "scatter"
+    assert result.settings["exchange"] == "stream" and result.settings["allreduce"] == used
     assert result.settings["workers"] == 8 and result.rounds == rounds
     assert result.params.tobytes() == expected.tobytes()
     _within_bound(result, 8)
+    assert _segments() <= before  # the loops unlinked what they made
 
 
-def test_local_sgd_on_eight_workers_halves_and_doubles_two_rounds_in_flight_bitwise(client8):
+@pytest.mark.parametrize("algorithm", ["shared", "halving"])
+def test_local_sgd_on_eight_workers_two_rounds_in_flight_bitwise(client8, algorithm):
     X, y = _data()
     strategy = ppt.LocalSGD(lr=0.1, momentum=0.9, block=8, interval=16, ema=0.5)
     rounds = 7
@@ -70,34 +84,37 @@ def test_local_sgd_on_eight_workers_halves_and_doubles_two_rounds_in_flight_bitw
     try:
         result = ppt.train(NET, shards, strategy,
                            ppt.Stop(max_epochs=rounds / strategy.check([32] * 8).rounds_per_epoch(len(X))), seed=2,
-                           allreduce="halving")
+                           allreduce=algorithm)
     finally:
         ppt.exit_data(shards)
-    assert result.settings["allreduce"] == "halving" and result.rounds == rounds
+    assert result.settings["allreduce"] == algorithm and result.rounds == rounds
     assert result.params.tobytes() == expected.tobytes()
     _within_bound(result, 8)
 
 
-@pytest.mark.slow  # 3 s: in CI's full run (.ci/run), out of the default suite's few minutes
-def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8):
+@pytest.mark.slow  # 3 s each: in CI's full run (.ci/run), out of the default suite's few minutes
+@pytest.mark.parametrize("asked, used", [("auto", "shared"), ("scatter", "scatter")])
+def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8, asked, used):
     X, y = _data()
     rounds = 40
     strategy = ppt.Slowed(SYNC, seconds=0.01)
     expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=5)
+    before = _segments()
     shards = ppt.enter_data(client8, X, y, n_shards=16)
     progress, killed = sigkill_at(client8, at_round=15, slot=3)
     try:
         result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))),
-                           seed=5, checkpoint_every=10, progress=progress)
+                           seed=5, checkpoint_every=10, progress=progress, allreduce=asked)
     finally:
         ppt.exit_data(shards)
         deadline = time.monotonic() + 60  # the nanny brings the worker back for the next test
         while len(ppt.cluster.worker_addresses(client8)) < 8 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert killed["killed_at"] is not None and result.settings["recoveries"] >= 1
-    assert result.settings["allreduce"] == "scatter"
+    assert result.settings["allreduce"] == used
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()
+    assert _segments() <= before  # the killed loop's too: unlinked once loop 0 had mapped it
 
 
 def test_twelve_worker_threads_stream_by_default_bitwise_as_serial():
@@ -112,7 +129,7 @@ def test_twelve_worker_threads_stream_by_default_bitwise_as_serial():
         ppt.exit_data(shards)
     finally:
         ppt.cluster.close(client)
-    assert result.settings["exchange"] == "stream" and result.settings["allreduce"] == "scatter"
+    assert result.settings["exchange"] == "stream" and result.settings["allreduce"] == "shared"  # one process
     assert result.settings["workers"] == 12
     assert result.params.tobytes() == expected.tobytes()
     _within_bound(result, 12)
@@ -130,5 +147,7 @@ def test_the_algorithm_is_refused_where_it_does_not_apply(client8):
             ppt.train(NET, shards, ppt.Async(lr=0.1), ppt.Stop(max_epochs=1), allreduce="direct")
         with pytest.raises(ValueError, match="'halving' needs a power-of-two number of workers"):
             ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=1), fan_in=4, allreduce="halving")
+        with pytest.raises(ValueError, match="allreduce 'shared' applies to the synchronous and local strategies"):
+            ppt.train(NET, shards, ppt.Async(lr=0.1), ppt.Stop(max_epochs=1), allreduce="shared")
     finally:
         ppt.exit_data(shards)

@@ -18,6 +18,9 @@ IJHPCA 19(1), 2005, section 4.4; Patarasuk and Yuan, JPDC 69(2), 2009, for the b
   shard tree does only where that tree's top is the perfect binary tree over the loops:
   ``p`` a power of two, fan-in 2, and loop ``s`` holding the one subtree ``(level, s)``
   (:func:`can_halve`: ``n_shards = p 2^level`` shards in equal blocks).
+* ``"shared"``: loops of one host write their subtree values into shared memory, loop 0
+  adds every loop's along the tree and writes the total back
+  (:mod:`ppt_dask.engine.rounds.sharedreduce`); a token a loop a round over the links.
 * ``"scatter"``: a reduce-scatter, then an all-gather. The vector is cut into ``p`` parts
   (:func:`bounds`); loop ``j`` owns part ``j``. Each loop sends part ``j`` of its subtree
   values to loop ``j`` (:func:`scatter_parts`), each owner adds the ``p`` loops' parts of
@@ -48,32 +51,43 @@ import numpy as np
 
 from ppt_dask.core import tree
 
-ALGORITHMS = ("auto", "direct", "halving", "scatter")
+ALGORITHMS = ("auto", "direct", "halving", "scatter", "shared")
 # "auto" sends whole partial sums while what a loop would send to all the others stays under
 # this many bytes: there the further message latencies of the others cost more than the bytes
 # they save (graphs/allreduce_floor.py).
 DIRECT_BYTES = 256 * 2**10
 
 
-def choose(algorithm: str, p: int, nbytes: int, halves: bool = True) -> str:
+def choose(algorithm: str, p: int, nbytes: int, halves: bool = True, shared: bool = False) -> str:
     """The algorithm of a round of ``p`` loops whose partial sums take ``nbytes`` bytes;
-    ``halves``: whether the layout allows "halving" (:func:`can_halve`).
+    ``halves``: whether the layout allows "halving" (:func:`can_halve`); ``shared``: whether
+    every loop runs on one host and they share its memory
+    (:func:`ppt_dask.engine.placement.sharedmem.identity`).
 
-    At ``p <= 2`` every algorithm sends the same bytes and "direct" the fewest messages;
-    beyond, "direct" while ``(p - 1) * nbytes`` stays under :data:`DIRECT_BYTES`, then
-    "scatter": two phases a round, where "halving" has ``2 log2 p`` one after the other. With
-    more loops than cores (8 loops on this project's 2 cores, graphs/allreduce_floor.py) each
-    phase waits for the other loops to be given a core, and the pairwise exchange's two phases
-    took 17-36 ms a round of MNIST block 1000 against 21-69 for the halving's six and 32-61
-    for whole sums (2026-11-28, interleaved, a loaded machine); "halving" is there to ask for
-    (fewer messages where every loop has a core of its own)."""
+    Loops of one host take "shared" (the sums through shared memory, a token a loop through
+    the links, :mod:`ppt_dask.engine.rounds.sharedreduce`): MNIST block 1000 at 8 loops on
+    this project's 2 cores took 6.6 ms a round where the pairwise exchange took 11.3
+    (2026-11-28; graphs/README, "Scaling"). Across hosts, at ``p <= 2`` every algorithm sends
+    the same bytes and "direct" the fewest messages; beyond, "direct" while ``(p - 1) * nbytes``
+    stays under :data:`DIRECT_BYTES`, then "scatter": two phases a round, where "halving" has
+    ``2 log2 p`` one after the other. With more loops than cores (8 loops on this project's 2
+    cores, graphs/allreduce_floor.py) each phase waits for the other loops to be given a core,
+    and the pairwise exchange's two phases took 17-36 ms a round of MNIST block 1000 against
+    21-69 for the halving's six and 32-61 for whole sums (2026-11-28, interleaved, a loaded
+    machine); "halving" is there to ask for (fewer messages where every loop has a core of its
+    own)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if algorithm == "halving" and not halves:
         raise ValueError("allreduce 'halving' needs a power-of-two number of workers, fan_in 2 and "
                          "equal blocks of shards (n_shards = workers x a power of two)")
+    if algorithm == "shared" and not shared and p > 1:
+        raise ValueError("allreduce 'shared' needs every worker holding shards on one host, sharing its "
+                         "/dev/shm (the same address host, boot, /dev/shm and user)")
     if algorithm != "auto":
         return algorithm
+    if shared and p > 1:
+        return "shared"
     return "direct" if p <= 2 or (p - 1) * nbytes <= DIRECT_BYTES else "scatter"
 
 
@@ -109,9 +123,12 @@ def halve(ranges: list[tuple[int, int]], lower: bool) -> tuple[list, list]:
 
 def messages(algorithm: str, p: int) -> int:
     """Messages one loop sends a round: ``p - 1`` direct, ``2 (p - 1)`` by reduce-scatter and
-    all-gather, ``2 log2 p`` by recursive halving and doubling."""
+    all-gather, ``2 log2 p`` by recursive halving and doubling; "shared": one token, loop 0
+    ``p - 1`` (the most a loop sends)."""
     if p <= 1:
         return 0
+    if algorithm == "shared":
+        return p - 1
     if algorithm == "halving":
         return 2 * (p - 1).bit_length()
     return (p - 1) * (1 if algorithm == "direct" else 2)
@@ -119,9 +136,12 @@ def messages(algorithm: str, p: int) -> int:
 
 def sent_values(algorithm: str, p: int, n_values: int, subtrees: int = 1) -> float:
     """Values one loop sends a round: ``(p - 1) w`` direct, ``2 (p - 1) / p · w`` per subtree
-    it holds by reduce-scatter and all-gather (``w = n_values``)."""
+    it holds by reduce-scatter and all-gather (``w = n_values``); "shared": what it writes into
+    shared memory, its sums (loop 0: the total), ``w`` per subtree."""
     if p <= 1:
         return 0.0
+    if algorithm == "shared":
+        return float(n_values * subtrees)
     if algorithm == "direct":
         return float((p - 1) * n_values * subtrees)
     return (p - 1) / p * n_values * (subtrees + 1)
@@ -138,7 +158,7 @@ def _flat(a) -> np.ndarray:
     return a.reshape(-1)  # a view for the contiguous arrays of a partial
 
 
-def _runs(layout: list[tuple]) -> list[list[int]]:
+def runs_of(layout: list[tuple]) -> list[list[int]]:
     """The arrays of a partial (``layout``: their shapes and dtypes) in runs of one dtype:
     each run travels as one flat vector, one buffer a message where a network's arrays
     would be one each (a float32 network's gradients are one run, its float64 stats another)."""
@@ -151,20 +171,20 @@ def _runs(layout: list[tuple]) -> list[list[int]]:
     return runs
 
 
-def _joined(value: tuple, runs: list[list[int]]) -> list[np.ndarray]:
+def joined(value: tuple, runs: list[list[int]]) -> list[np.ndarray]:
     return [_flat(value[run[0]]) if len(run) == 1 else np.concatenate([_flat(value[i]) for i in run])
             for run in runs]
 
 
 def scatter_parts(partial: dict, p: int, layout: list[tuple] | None = None) -> list[dict]:
     """A loop's subtree values cut for the ``p`` owners: element ``j`` maps each subtree to
-    the tuple of part ``j`` of each run of its arrays (:func:`_runs`; one copy a subtree joins
+    the tuple of part ``j`` of each run of its arrays (:func:`runs_of`; one copy a subtree joins
     a run's arrays, the parts are views of it). ``layout``: :func:`layout_of` the partial,
     when the caller holds it (a loop's every round has the same)."""
-    runs = _runs(layout_of(partial) if layout is None else layout)
+    runs = runs_of(layout_of(partial) if layout is None else layout)
     out: list[dict] = [{} for _ in range(p)]
     for node, value in partial.items():
-        flats = _joined(value, runs)
+        flats = joined(value, runs)
         cuts = [bounds(f.size, p) for f in flats]
         for j in range(p):
             out[j][node] = tuple(f[c[j][0]:c[j][1]] for f, c in zip(flats, cuts))
@@ -186,7 +206,7 @@ def gather(owned: list[tuple], layout: list[tuple]) -> tuple:
     """The total from the ``p`` owners' reduced parts (in owner order), arrays of the shapes
     and dtypes of ``layout`` (:func:`layout_of`): views of one joined vector a run."""
     out = []
-    for k, run in enumerate(_runs(layout)):
+    for k, run in enumerate(runs_of(layout)):
         flat = np.concatenate([part[k] for part in owned])
         at = 0
         for i in run:

@@ -18,6 +18,7 @@ from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import Stop
 from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine import headblas, interrupt, waits, watch
+from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.roundloop import End, Kept, Run, one_try
@@ -84,14 +85,17 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         (:class:`ppt_dask.LocalSGD`), "all" is one task per worker per round whose exchange
         overlaps the next round's local steps (:mod:`ppt_dask.engine.rounds.overlap`). The
         asynchronous strategy runs on streamed loops only (:mod:`ppt_dask.engine.rounds.streamasync`).
-    allreduce : {"auto", "direct", "halving", "scatter"}
-        The streamed rounds' allreduce (:mod:`ppt_dask.core.allreduce`): "direct" sends each
+    allreduce : {"auto", "shared", "direct", "halving", "scatter"}
+        The streamed rounds' allreduce (:mod:`ppt_dask.core.allreduce`): "shared", for workers
+        of one host, passes the partial sums through shared memory and one worker adds them
+        (a token a worker through the links a round); "direct" sends each
         worker's partial sums whole to every other worker (one message latency, ``(p - 1) w``
         values sent by each); "halving" and "scatter" a reduce-scatter then an all-gather (at
         most ``2 w`` values each, whatever ``p``), by recursive halving and doubling
         (``2 log2 p`` messages; a power-of-two number of workers holding equal blocks of
-        shards, fan-in 2) or pairwise (``2 (p - 1)`` in two phases); "auto" takes "direct" at
-        2 workers and for small networks, "scatter" beyond. The same bits
+        shards, fan-in 2) or pairwise (``2 (p - 1)`` in two phases); "auto" takes "shared" where
+        every worker holding shards is on one host (a LocalCluster, one machine's workers),
+        else "direct" at 2 workers and for small networks, "scatter" beyond. The same bits
         every way. Streamed synchronous and local strategies only (the asynchronous loops send
         each gradient to every replica).
     recorder : callable, optional
@@ -127,9 +131,9 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     validation.check_network_fits(net, shards)
     validation.check_test_set(net, stop.test)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
-    if allreduce == "halving":  # refused here, not at the first round, where the layout does not allow it
+    if allreduce in ("halving", "shared"):  # refused here, not at the first round, where the layout does not allow it
         choose.choose_allreduce("stream", allreduce, graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in),
-                                strategy, net)
+                                strategy, net, lambda: sharedmem.colocated(shards.client, shards.block_workers()))
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     _send_network(shards, net)

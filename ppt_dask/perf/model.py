@@ -203,7 +203,8 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
     Each loop sends ``m`` messages of ``v`` values in all over direct links
     (:mod:`ppt_dask.engine.rounds.allreduce`), takes the others', adds them and leaves the round for
     the head. The algorithm is the one ``ppt.train`` picks for ``w`` values of ``itemsize``
-    bytes (:func:`ppt_dask.core.allreduce.choose`): sending whole sums to every other loop,
+    bytes (:func:`ppt_dask.core.allreduce.choose`; loops of one host, the calibration's, pass
+    their sums through shared memory, :func:`allreduce_terms`): sending whole sums to every other loop,
     ``m = p - 1`` and ``v = (p - 1) w`` (``tl0 + (p - 1)(tl1 + tlw w)``), or a reduce-scatter
     and all-gather, ``v = 2 (p - 1) w / p`` in ``m = 2 (p - 1)`` messages (pairwise, the choice
     of "auto") or ``m = 2 log2 p`` (recursive halving and doubling): MPI's bandwidth-optimal
@@ -212,8 +213,8 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
     (:func:`ppt_dask.perf.loops.measure_links`). Broadcasts ``p`` against ``n_weights``.
 
     >>> c = Constants(0, 0, 0, 0, 0, 0, tl1_seconds=1e-4, tlw_seconds_per_weight=1e-9)
-    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**5, c), 6)  # direct, scatter
-    (0.0002, 0.001575)
+    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**5, c), 6)  # one host: shared memory
+    (0.0004, 0.001)
     """
     c = _constants(c)
     p = check_int_array_at_least("p", p, 1)
@@ -225,11 +226,19 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
     return _out(c.tl0_seconds + m * c.tl1_seconds + v * c.tlw_seconds_per_weight)
 
 
-def allreduce_terms(p: int, n_weights: int, itemsize: int = 8, algorithm: str = "auto") -> tuple[int, float]:
-    """Messages and values one loop sends a streamed round: ``(m, v)`` of :func:`links_seconds`
-    (a power-of-two p is taken to hold equal aligned blocks, as ``ppt-dask train``'s shards do,
-    where ``algorithm`` asks for "halving")."""
-    used = allreduce.choose(algorithm, p, n_weights * itemsize, halves=p & (p - 1) == 0)
+def allreduce_terms(p: int, n_weights: int, itemsize: int = 8, algorithm: str = "auto",
+                    shared: bool = True) -> tuple[int, float]:
+    """Messages and values of a streamed round's exchange on its critical path: ``(m, v)`` of
+    :func:`links_seconds` (a power-of-two p is taken to hold equal aligned blocks, as
+    ``ppt-dask train``'s shards do, where ``algorithm`` asks for "halving"). ``shared``: the
+    loops are on one host, as on the cluster the model was calibrated on (a LocalCluster), so
+    "auto" takes the shared-memory exchange: two hops a round whatever p (the last loop's token
+    to loop 0, loop 0's back; the other tokens arrive while loop 0 waits for the last), and the
+    ``p`` loops' sums loop 0 adds, ``m = 2``, ``v = p w``; else what each loop sends by the
+    socket algorithms."""
+    used = allreduce.choose(algorithm, p, n_weights * itemsize, halves=p & (p - 1) == 0, shared=shared)
+    if used == "shared":
+        return 2, float(p * n_weights)
     return allreduce.messages(used, p), allreduce.sent_values(used, p, n_weights)
 
 

@@ -87,6 +87,10 @@ class ShardSet:
         """Per worker holding shards: (resource label, first shard, stop shard)."""
         return [(self.label(w), a, b) for w, (a, b) in enumerate(self.blocks) if b > a]
 
+    def block_workers(self) -> list[str]:
+        """The addresses of the workers of :meth:`worker_blocks`, in its order."""
+        return [self.workers[w] for w, (a, b) in enumerate(self.blocks) if b > a]
+
     def lost_workers(self) -> list[str]:
         """Addresses of this set's workers that the scheduler no longer knows."""
         alive = worker_addresses(self.client)

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from ppt_dask.core import allreduce
+from ppt_dask.engine.rounds.sharedreduce import SharedReduce
 
 
 class Allreduce:
@@ -36,9 +37,10 @@ class Allreduce:
         This loop's worker slot and the number of loops (slots ``0 .. n_loops - 1``).
     fan_in, n_shards : int
         The fixed shard tree.
-    algorithm : {"auto", "direct", "halving", "scatter"}
+    algorithm : {"auto", "shared", "direct", "halving", "scatter"}
         See :func:`ppt_dask.core.allreduce.choose` ("auto" here: as if the layout allowed
-        "halving"; the head resolves it with the layout, :func:`ppt_dask.engine.rounds.choose.choose_allreduce`).
+        "halving" and the loops were on several hosts; the head resolves it with the layout and
+        the hosts, :func:`ppt_dask.engine.rounds.choose.choose_allreduce`).
     wait : float
         The longest it waits for the other loops' messages of one phase, in seconds.
     stopped : callable
@@ -53,6 +55,7 @@ class Allreduce:
         self.wait, self.stopped = wait, stopped
         self._own: dict = {}  # round -> this loop's partial sums (direct) or its own part (scatter)
         self._layout: list | None = None
+        self._shared: SharedReduce | None = None
 
     def start(self, r: int, partial: dict) -> int:
         """Send round ``r``'s partial sums (``{tree node: tuple of arrays}``): whole to every
@@ -60,8 +63,12 @@ class Allreduce:
         :meth:`finish` of the round returned. Returns the bytes sent."""
         if self.algorithm is None:
             nbytes = sum(int(getattr(a, "nbytes", 8)) for value in partial.values() for a in value)
-            self.algorithm = allreduce.choose(self.requested, self.p, nbytes)
+            self.algorithm = allreduce.choose(self.requested, self.p, nbytes, shared=self.requested == "shared")
             self._layout = allreduce.layout_of(partial)
+            if self.algorithm == "shared" and self.links is not None:
+                self._shared = SharedReduce(self.links, self.slot, self.fan_in, self.n_shards, self._layout, self._take)
+        if self._shared is not None:
+            return self._shared.start(r, partial)
         if self.links is None:
             self._own[r] = partial
             return 0
@@ -82,6 +89,8 @@ class Allreduce:
         """Round ``r``'s total, bitwise the serial tree's, and the bytes this sent meanwhile;
         the seconds it waited (``idle``), added (``reduce``) and sent (``transfer``) are added
         to ``phases``."""
+        if self._shared is not None:
+            return self._shared.finish(r, phases)
         own = self._own.pop(r)
         if self.links is None:
             t0 = time.perf_counter()
@@ -110,6 +119,17 @@ class Allreduce:
         _add(phases, "reduce", (t1 - t0) + (t4 - t3))
         _add(phases, "transfer", t2 - t1)
         return total, sent
+
+    def close(self) -> None:
+        """Let go of what the exchange holds beyond the links (shared memory)."""
+        if self._shared is not None:
+            self._shared.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _take(self, tag, phases: dict, slots=None) -> list:
         """Every other loop's payload tagged ``tag`` (or those of ``slots``), in slot order

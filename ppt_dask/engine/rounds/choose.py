@@ -53,16 +53,20 @@ def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
     return "stream" if exchange == "auto" else exchange
 
 
-def choose_allreduce(exchange: str, algorithm: str, plan: graph.Plan, strategy, net) -> str | None:
+def choose_allreduce(exchange: str, algorithm: str, plan: graph.Plan, strategy, net,
+                     colocated=lambda: False) -> str | None:
     """The streamed exchange's algorithm for ``net``'s partial sums over this placement
     (:func:`ppt_dask.core.allreduce.choose`); None where the rounds are not streamed or are
-    asynchronous (their loops send each gradient whole)."""
+    asynchronous (their loops send each gradient whole). ``colocated()``, asked only where
+    the answer decides, tells whether the blocks' workers share one host's memory
+    (:func:`ppt_dask.engine.placement.sharedmem.colocated`)."""
     if exchange != "stream" or getattr(strategy, "asynchronous", False):
         return None
     own = getattr(strategy, "partial_bytes", None)  # a strategy whose sums are not the weights' size
     nbytes = own(net) if own is not None else int(net.n_params) * np.dtype(net.dtype).itemsize
     halves = allreduce.can_halve(len(plan.blocks), [nodes for *_, nodes in plan.blocks], plan.fan_in)
-    return allreduce.choose(algorithm, len(plan.blocks), nbytes, halves)
+    shared = algorithm in ("auto", "shared") and len(plan.blocks) > 1 and colocated()
+    return allreduce.choose(algorithm, len(plan.blocks), nbytes, halves, shared)
 
 
 def choose_graph(plan: graph.Plan) -> str:

@@ -112,56 +112,56 @@ def _exchange(step: StreamStep, links: Links | None, box: Mailbox) -> Allreduce:
 def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
                seconds: dict) -> None:
     """Synchronous rounds: gradient, allreduce of the partial sums along the tree, update."""
-    exchange = _exchange(step, links, box)
-    state = start
-    began = t0 = time.perf_counter()
-    for r in range(first, last + 1):
-        partial = sync_partial(step, state, shards, r)
-        t1 = time.perf_counter()
-        sent = exchange.start(r, partial)
-        t2 = time.perf_counter()
-        phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": 0.0, "reduce": 0.0}
-        total, more = exchange.finish(r, phases)
-        t4 = time.perf_counter()
-        # what the exchange's own timers left between them counts as adding: the phases tile the round
-        phases["reduce"] += (t4 - t2) - (phases["idle"] + phases["reduce"] + phases["transfer"] - (t2 - t1))
-        state = sync_update(step, state, total)
-        t5 = time.perf_counter()
-        box.wait_room(r, step.wait)
-        t6 = time.perf_counter()
-        phases.update(update=t5 - t4, head=t6 - t5)
-        box.keep(r, state.stats.tolist(), state, (t0 - began, phases, sent + more))
-        _add(seconds, phases)
-        t0 = t6  # the next round starts where this one's timing ends: the rounds tile the loop
+    with _exchange(step, links, box) as exchange:
+        state = start
+        began = t0 = time.perf_counter()
+        for r in range(first, last + 1):
+            partial = sync_partial(step, state, shards, r)
+            t1 = time.perf_counter()
+            sent = exchange.start(r, partial)
+            t2 = time.perf_counter()
+            phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": 0.0, "reduce": 0.0}
+            total, more = exchange.finish(r, phases)
+            t4 = time.perf_counter()
+            # what the exchange's own timers left between them counts as adding: the phases tile the round
+            phases["reduce"] += (t4 - t2) - (phases["idle"] + phases["reduce"] + phases["transfer"] - (t2 - t1))
+            state = sync_update(step, state, total)
+            t5 = time.perf_counter()
+            box.wait_room(r, step.wait)
+            t6 = time.perf_counter()
+            phases.update(update=t5 - t4, head=t6 - t5)
+            box.keep(r, state.stats.tolist(), state, (t0 - began, phases, sent + more))
+            _add(seconds, phases)
+            t0 = t6  # the next round starts where this one's timing ends: the rounds tile the loop
 
 
 def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
                 seconds: dict) -> None:
     """Local SGD rounds: take round r - 2's total, average, local steps, start round r's allreduce."""
     models, mean = local_start(step, start)  # the running mean a^(first-3), advanced each round
-    exchange = _exchange(step, links, box)
-    began = t0 = time.perf_counter()
-    for r in range(first, last + 1):
-        phases = {"idle": 0.0, "reduce": 0.0, "transfer": 0.0}
-        more = 0
-        if r - 2 >= first:  # round r - 2's, started two rounds ago: a loop waits only for one that lags
-            total, more = exchange.finish(r - 2, phases)
-            average = step.strategy.average_of(total)
-        else:  # the generation's first two rounds: the averages of the start state
-            average = start_average(start, r)
-        t2 = time.perf_counter()
-        models, partial, mean = local_round(step, models, average, mean, shards, r)
-        t3 = time.perf_counter()
-        sent = exchange.start(r, partial)
-        t4 = time.perf_counter()
-        box.wait_room(r, step.wait)
-        t5 = time.perf_counter()
-        reduce = (t2 - t0) - phases["idle"] - phases["transfer"]  # the tree's adds, the average and the mean
-        phases = {"idle": phases["idle"], "reduce": reduce, "gradient": t3 - t2,
-                  "transfer": phases["transfer"] + t4 - t3, "head": t5 - t4}
-        box.keep(r, local_log(partial), (models, partial, mean), (t0 - began, phases, sent + more))
-        _add(seconds, phases)
-        t0 = t5
+    with _exchange(step, links, box) as exchange:
+        began = t0 = time.perf_counter()
+        for r in range(first, last + 1):
+            phases = {"idle": 0.0, "reduce": 0.0, "transfer": 0.0}
+            more = 0
+            if r - 2 >= first:  # round r - 2's, started two rounds ago: a loop waits only for one that lags
+                total, more = exchange.finish(r - 2, phases)
+                average = step.strategy.average_of(total)
+            else:  # the generation's first two rounds: the averages of the start state
+                average = start_average(start, r)
+            t2 = time.perf_counter()
+            models, partial, mean = local_round(step, models, average, mean, shards, r)
+            t3 = time.perf_counter()
+            sent = exchange.start(r, partial)
+            t4 = time.perf_counter()
+            box.wait_room(r, step.wait)
+            t5 = time.perf_counter()
+            reduce = (t2 - t0) - phases["idle"] - phases["transfer"]  # the tree's adds, the average and the mean
+            phases = {"idle": phases["idle"], "reduce": reduce, "gradient": t3 - t2,
+                      "transfer": phases["transfer"] + t4 - t3, "head": t5 - t4}
+            box.keep(r, local_log(partial), (models, partial, mean), (t0 - began, phases, sent + more))
+            _add(seconds, phases)
+            t0 = t5
 
 
 def _add(seconds: dict, phases: dict) -> None:
