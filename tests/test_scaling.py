@@ -15,9 +15,9 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.engine.placement import sharedmem
 
 from conftest import sigkill_at
-from ppt_dask.engine.placement import sharedmem
 
 # 6,147 weights of 8 bytes: 7 others x 49 kB is past the 256 KiB that "auto" sends whole, so
 # 8 workers reduce-scatter and all-gather (pairwise, or by recursive halving and doubling when

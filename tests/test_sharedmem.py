@@ -14,7 +14,6 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.engine.placement import sharedmem
 
-
 CHILD = """
 import sys
 import numpy as np
@@ -57,6 +56,8 @@ def test_workers_of_a_local_cluster_share_memory_and_hosts_told_apart_by_address
     try:
         addresses = ppt.cluster.worker_addresses(client)
         assert sharedmem.colocated(client, addresses)
+        assert sharedmem.free_bytes() > 0
+        assert not sharedmem.colocated(client, addresses, need=sharedmem.free_bytes() + 2**40)  # no room
     finally:
         ppt.cluster.close(client)
     # network namespaces of one machine (graphs/netns.py's test hosts) have addresses of their

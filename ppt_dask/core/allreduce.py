@@ -83,7 +83,7 @@ def choose(algorithm: str, p: int, nbytes: int, halves: bool = True, shared: boo
                          "equal blocks of shards (n_shards = workers x a power of two)")
     if algorithm == "shared" and not shared and p > 1:
         raise ValueError("allreduce 'shared' needs every worker holding shards on one host, sharing its "
-                         "/dev/shm (the same address host, boot, /dev/shm and user)")
+                         "/dev/shm (the same address host, boot, /dev/shm and user) with room for the sums")
     if algorithm != "auto":
         return algorithm
     if shared and p > 1:

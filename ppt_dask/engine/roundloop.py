@@ -153,8 +153,8 @@ def _engine(run: Run, kept: Kept):
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
     run.used_exchange = choose.choose_exchange(run.exchange, plan, run.strategy)
     run.used_allreduce = choose.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net,
-                                                 lambda: sharedmem.colocated(run.shards.client,
-                                                                             run.shards.block_workers()))
+                                                 lambda need: sharedmem.colocated(run.shards.client,
+                                                                                  run.shards.block_workers(), need))
     run.last_kept = kept
     del run.history[kept.n_history:]
     return choose.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,

@@ -132,8 +132,9 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     validation.check_test_set(net, stop.test)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if allreduce in ("halving", "shared"):  # refused here, not at the first round, where the layout does not allow it
-        choose.choose_allreduce("stream", allreduce, graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in),
-                                strategy, net, lambda: sharedmem.colocated(shards.client, shards.block_workers()))
+        plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
+        choose.choose_allreduce("stream", allreduce, plan, strategy, net,
+                                lambda need: sharedmem.colocated(shards.client, shards.block_workers(), need))
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     _send_network(shards, net)

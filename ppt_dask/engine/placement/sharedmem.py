@@ -48,17 +48,32 @@ def shared(identities: list) -> bool:
     return bool(identities) and identities[0] is not None and all(i == identities[0] for i in identities)
 
 
-def colocated(client, addresses: list) -> bool:
-    """Whether the workers at ``addresses`` all run on one host and share its ``/dev/shm``: one
-    address host (so hosts told apart by address, network namespaces of one machine among them,
-    stay apart), and one :func:`identity` (asked of each worker, ``Client.run``)."""
+def free_bytes() -> int:
+    """The bytes ``/dev/shm`` has free (0 where it cannot say)."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
+def _seen() -> tuple:
+    return identity(), free_bytes()
+
+
+def colocated(client, addresses: list, need: int = 0) -> bool:
+    """Whether the workers at ``addresses`` all run on one host and share its ``/dev/shm``, with
+    ``need`` bytes free there: one address host (so hosts told apart by address, network
+    namespaces of one machine among them, stay apart), one :func:`identity` and room (asked of
+    each worker, ``Client.run``; a container's ``/dev/shm`` is 64 MiB unless set otherwise)."""
     addresses = list(dict.fromkeys(addresses))
     if len(addresses) < 2:
         return True
     if len({get_address_host(a) for a in addresses}) > 1:
         return False
-    found = client.run(identity, workers=addresses)
-    return shared([found.get(a) for a in addresses])
+    found = client.run(_seen, workers=addresses)
+    seen = [found.get(a, (None, 0)) for a in addresses]
+    return shared([i for i, _free in seen]) and min(free for _i, free in seen) >= need
 
 
 class Segment:
@@ -75,8 +90,8 @@ class Segment:
         else:
             fd = os.open(self.path, os.O_RDWR)
         try:
-            if create:
-                os.ftruncate(fd, max(int(nbytes), 1))
+            if create:  # the pages taken now: a full /dev/shm says so here, not with a SIGBUS at a write
+                os.posix_fallocate(fd, 0, max(int(nbytes), 1))
             self._map = mmap.mmap(fd, 0)
         except BaseException:
             os.close(fd)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ppt_dask.core import allreduce
-from ppt_dask.engine.rounds import graph, onehop, overlap, stream, streamasync
+from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
 # The one-hop graph (exchange "all") combines by recursive doubling from this many workers on,
@@ -54,19 +54,23 @@ def choose_exchange(exchange: str, plan: graph.Plan, strategy=None) -> str:
 
 
 def choose_allreduce(exchange: str, algorithm: str, plan: graph.Plan, strategy, net,
-                     colocated=lambda: False) -> str | None:
+                     colocated=lambda need: False) -> str | None:
     """The streamed exchange's algorithm for ``net``'s partial sums over this placement
     (:func:`ppt_dask.core.allreduce.choose`); None where the rounds are not streamed or are
-    asynchronous (their loops send each gradient whole). ``colocated()``, asked only where
-    the answer decides, tells whether the blocks' workers share one host's memory
-    (:func:`ppt_dask.engine.placement.sharedmem.colocated`)."""
+    asynchronous (their loops send each gradient whole). ``colocated(need)``, asked only where
+    the answer decides, tells whether the blocks' workers share one host's memory with ``need``
+    bytes free (:func:`ppt_dask.engine.placement.sharedmem.colocated`; what the segments of
+    :mod:`ppt_dask.engine.rounds.sharedreduce` take, twice over)."""
     if exchange != "stream" or getattr(strategy, "asynchronous", False):
         return None
     own = getattr(strategy, "partial_bytes", None)  # a strategy whose sums are not the weights' size
     nbytes = own(net) if own is not None else int(net.n_params) * np.dtype(net.dtype).itemsize
     halves = allreduce.can_halve(len(plan.blocks), [nodes for *_, nodes in plan.blocks], plan.fan_in)
-    shared = algorithm in ("auto", "shared") and len(plan.blocks) > 1 and colocated()
-    return allreduce.choose(algorithm, len(plan.blocks), nbytes, halves, shared)
+    p = len(plan.blocks)
+    subtrees = max(len(nodes) for *_, nodes in plan.blocks)
+    need = 2 * sharedreduce.segment_bytes(p, nbytes, subtrees)
+    shared = algorithm in ("auto", "shared") and p > 1 and colocated(need)
+    return allreduce.choose(algorithm, p, nbytes, halves, shared)
 
 
 def choose_graph(plan: graph.Plan) -> str:

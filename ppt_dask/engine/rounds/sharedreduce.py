@@ -33,10 +33,21 @@ import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.engine.placement.inboxes import LinkLost
-from ppt_dask.engine.placement.sharedmem import Segment, aligned
+from ppt_dask.engine.placement.sharedmem import ALIGN, Segment, aligned
 
 RING = 3  # rounds a segment holds (two would do: see above)
 LEADER = 0  # the slot that adds
+
+
+def segment_bytes(p: int, nbytes: int, subtrees: int = 1) -> int:
+    """What the segments of ``p`` loops take in ``/dev/shm``: ``RING`` rounds of each loop's sums
+    (``nbytes`` a subtree, at most ``subtrees`` a loop) and of loop 0's totals, each run of
+    arrays on whole cache lines (a few runs: a network's floats and its float64 statistics).
+
+    >>> segment_bytes(8, 220_212) // 2**20  # MNIST's 784-64-64-10 in float32, 8 loops: 5 MiB
+    5
+    """
+    return RING * ((p - 1) * subtrees + 1) * (int(nbytes) + 4 * ALIGN)
 
 
 class SharedReduce:
