@@ -128,9 +128,9 @@ def _streamed_terms(client, net, X, y, workers, rounds: int) -> tuple[dict, dict
         # levelled on real rounds), and the wait for the slower loop's gradient phase, which
         # grows with it and which a floor without compute does not have (MNIST at p = 2:
         # about 1 ms beyond the gradient for short phases, 4.3 ms for phases of 62 ms)
-        others = len(workers) - 1
+        m, v = perfmodel.allreduce_terms(len(workers), w, np.dtype(net.dtype).itemsize)  # the exchange's terms
         level, lag = modelfit.fit_lag(loop_curve.shared, loop_curve.rest_shared)
-        tl1 = max((level - links.tl0_seconds) / others - links.tlw_seconds_per_weight * w, 0.0)
+        tl1 = max((level - links.tl0_seconds - links.tlw_seconds_per_weight * v) / m, 0.0)
     stream_fields = dict(stream_rows=loop_curve.rows, stream_first_seconds=loop_curve.first,
                          stream_more_seconds=loop_curve.more, stream_shared_factor=loop_curve.factor,
                          tl0_seconds=links.tl0_seconds, tl1_seconds=tl1,
