@@ -205,9 +205,13 @@ def layout_of(partial: dict) -> list[tuple]:
 def gather(owned: list[tuple], layout: list[tuple]) -> tuple:
     """The total from the ``p`` owners' reduced parts (in owner order), arrays of the shapes
     and dtypes of ``layout`` (:func:`layout_of`): views of one joined vector a run."""
+    return split([np.concatenate([part[k] for part in owned]) for k in range(len(runs_of(layout)))], layout)
+
+
+def split(flats: list, layout: list[tuple]) -> tuple:
+    """The arrays of ``layout`` as views of ``flats``, one joined vector a run (:func:`runs_of`)."""
     out = []
-    for k, run in enumerate(runs_of(layout)):
-        flat = np.concatenate([part[k] for part in owned])
+    for flat, run in zip(flats, runs_of(layout)):
         at = 0
         for i in run:
             shape = layout[i][0]

@@ -25,7 +25,6 @@ from ppt_dask.core import keys
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.engine import waits
-from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
@@ -153,8 +152,7 @@ def _engine(run: Run, kept: Kept):
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
     run.used_exchange = choose.choose_exchange(run.exchange, plan, run.strategy)
     run.used_allreduce = choose.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net,
-                                                 lambda need: sharedmem.colocated(run.shards.client,
-                                                                                  run.shards.block_workers(), need))
+                                                 run.shards.colocated)
     run.last_kept = kept
     del run.history[kept.n_history:]
     return choose.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,

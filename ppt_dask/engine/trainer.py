@@ -18,7 +18,6 @@ from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import Stop
 from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine import headblas, interrupt, waits, watch
-from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.roundloop import End, Kept, Run, one_try
@@ -132,9 +131,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     validation.check_test_set(net, stop.test)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if allreduce in ("halving", "shared"):  # refused here, not at the first round, where the layout does not allow it
-        plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
-        choose.choose_allreduce("stream", allreduce, plan, strategy, net,
-                                lambda need: sharedmem.colocated(shards.client, shards.block_workers(), need))
+        choose.choose_allreduce("stream", allreduce, graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in),
+                                strategy, net, shards.colocated)
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
     _send_network(shards, net)

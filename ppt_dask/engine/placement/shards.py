@@ -20,7 +20,7 @@ from distributed import Client, Future
 
 from ppt_dask.core import keys
 from ppt_dask.core.tree import split_shards
-from ppt_dask.engine.placement import labels
+from ppt_dask.engine.placement import labels, sharedmem
 from ppt_dask.engine.placement.cluster import worker_addresses
 
 REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor
@@ -87,9 +87,11 @@ class ShardSet:
         """Per worker holding shards: (resource label, first shard, stop shard)."""
         return [(self.label(w), a, b) for w, (a, b) in enumerate(self.blocks) if b > a]
 
-    def block_workers(self) -> list[str]:
-        """The addresses of the workers of :meth:`worker_blocks`, in its order."""
-        return [self.workers[w] for w, (a, b) in enumerate(self.blocks) if b > a]
+    def colocated(self, need: int = 0) -> bool:
+        """Whether the workers of :meth:`worker_blocks` share one host's memory with ``need``
+        bytes free (:func:`ppt_dask.engine.placement.sharedmem.colocated`)."""
+        return sharedmem.colocated(self.client, [self.workers[w] for w, (a, b) in enumerate(self.blocks) if b > a],
+                                   need)
 
     def lost_workers(self) -> list[str]:
         """Addresses of this set's workers that the scheduler no longer knows."""

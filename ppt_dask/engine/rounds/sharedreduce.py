@@ -77,10 +77,12 @@ class SharedReduce:
         self._own: dict = {}  # round -> loop 0's own partial sums, joined by run
         self._rounds = 0  # rounds finished (segments are unlinked once every reader mapped them)
         self._cache: dict = {}  # (segment name, ring place, node index, nodes) -> views
+        self._opened = False  # loop 0's segment of totals made (loop 0) or mapped (the others)
 
     def _open(self, wait: dict) -> None:
         """Loop 0: make the segment of totals and send its name to every loop; the others: map
         it (the wait for the name counts in ``wait``)."""
+        self._opened = True
         if self.slot == LEADER:
             self._mine = Segment(nbytes=RING * self.node_bytes)
             self.links.send((("totals", 0), self._mine.name))
@@ -125,7 +127,7 @@ class SharedReduce:
     def start(self, r: int, partial: dict) -> int:
         """Put round ``r``'s partial sums in place (loop 0 keeps its own, joined by run); the
         bytes written and sent (loop 0: the round's total, which it writes once it has them all)."""
-        if self._rounds == 0 and self._mine is None and self._totals is None:
+        if not self._opened:
             self._open({})
         if self.slot == LEADER:
             self._own[r] = {node: tuple(allreduce.joined(value, self.runs)) for node, value in partial.items()}
@@ -142,7 +144,7 @@ class SharedReduce:
         self._rounds += 1
         if self.slot != LEADER:
             self._take(("total", r), phases, [LEADER])
-            total = allreduce.gather([self._views(self._totals, r, 0, 1)], self.layout)  # a copy
+            total = allreduce.split([v.copy() for v in self._views(self._totals, r, 0, 1)], self.layout)
             if self._rounds == 1 and self._mine is not None:
                 self._mine.unlink()  # loop 0 mapped it before it sent this total
             return total, 0
@@ -157,7 +159,7 @@ class SharedReduce:
         sent = self.links.send((("total", r), None))
         if self._rounds == 1:
             self._mine.unlink()  # every loop mapped it before it sent its first token
-        return allreduce.gather([flat], self.layout), sent
+        return allreduce.split(flat, self.layout), sent  # the adds' own arrays: no copy
 
     def close(self) -> None:
         """Unlink this loop's segment (if not yet) and unmap every segment."""
