@@ -94,6 +94,25 @@ def test_worker_killed_shards_from_a_source_are_rebuilt_by_dask(client2):
     assert result.params.tobytes() == expected.tobytes()
 
 
+def test_the_heads_copies_by_default_come_every_25_rounds_or_less_often_when_costly():
+    import time
+    from types import SimpleNamespace
+
+    from ppt_dask.engine import roundloop
+
+    def due(r, every=None, last=-1, ago=1e6, took=0.0):
+        run = SimpleNamespace(checkpoint_every=every, last_kept=SimpleNamespace(round=last),
+                              kept_at=time.perf_counter() - ago, keep_seconds=took)
+        return roundloop._keep_due(run, r)
+    assert [r for r in range(60) if due(r, every=10)] == [9, 19, 29, 39, 49, 59]  # as asked, whatever it cost
+    assert [r for r in range(60) if due(r)] == list(range(24, 60))  # KEEP_ROUNDS after the last (round -1)
+    assert not due(60, last=40)
+    assert due(65, last=40)
+    # a copy that took 1 s is not followed by another within 1 / KEEP_SHARE = 20 s of it
+    assert not due(1000, last=40, ago=19.0, took=1.0)
+    assert due(1000, last=40, ago=21.0, took=1.0)
+
+
 def test_no_head_copy_gives_a_clear_error(client2):
     X, y = _data()
     shards = ppt.enter_data(client2, X, y, n_shards=4, keep_copy=False)

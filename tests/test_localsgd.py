@@ -197,8 +197,9 @@ def test_other_exchanges_are_refused_before_any_work(client4, workers4):
         ppt.exit_data(shards)
 
 
-@pytest.mark.parametrize("exchange, compensate", [("auto", False), ("all", False), ("auto", True)])
-def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange, compensate):
+@pytest.mark.parametrize("exchange, compensate, every", [("auto", False, 5), ("all", False, 5), ("auto", True, 5),
+                                                    ("auto", True, None)])
+def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange, compensate, every):
     X, y = _data(400)
     local = ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20, ema=0.5, compensate=compensate,
                          pull=1.0 if compensate else 0.5)
@@ -209,8 +210,10 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange, 
     pid = client2.run(os.getpid, workers=[address])[address]
     killed = {}
 
+    at = 17 if every else 30  # the default's first copy is after round 24 (roundloop.KEEP_ROUNDS)
+
     def progress(record):
-        if record["round"] == 17 and not killed:
+        if record["round"] == at and not killed:
             os.kill(pid, signal.SIGKILL)
             killed["at"] = time.perf_counter()
 
@@ -218,10 +221,12 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange, 
     epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
     try:
         result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
-                           checkpoint_every=5, progress=progress, exchange=exchange)
+                           checkpoint_every=every, progress=progress, exchange=exchange)
     finally:
         ppt.exit_data(shards)
     assert killed and result.settings["recoveries"] >= 1
+    if every is None:  # the shards' models went with the worker: back to the head's copy after round 24
+        assert result.settings["events"][0]["rolled_back_to"] == 24
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()
 

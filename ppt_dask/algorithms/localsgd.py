@@ -289,8 +289,11 @@ def block_round(strategy: LocalSGD, net, models: dict, average, shards: list, sh
 
 def round_stats(logs: list, fan_in: int, n_shards: int) -> list:
     """Per round, the stats ``[loss_sum, n_wrong, n]`` added in tree order from every
-    worker's logged subtrees (``logs``: per worker, per round, {tree node: (stats,)})."""
-    return [tree.evaluate_owned(tree.merged(rounds), fan_in, n_shards)[0] for rounds in zip(*logs)]
+    worker's logged subtrees (``logs``: per worker, per round, {tree node: (stats,)}, the
+    stats an array or a list of floats)."""
+    return [tree.evaluate_owned({node: (np.asarray(value[0], dtype=np.float64),)
+                                 for node, value in tree.merged(rounds).items()}, fan_in, n_shards)[0]
+            for rounds in zip(*logs)]
 
 
 def state_after(strategy: LocalSGD, r: int, models: dict, partial: dict, previous: dict | None, pending,

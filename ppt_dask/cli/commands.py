@@ -79,7 +79,8 @@ def _settings(args, kind: str = "preset") -> dict:
         if not args.model:
             s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
         if strategy == s["strategy"]:  # the preset's own strategy: its settings for this many shards
-            s.update(presets.for_shards(s, _shard_count(args, strategy)))
+            scaling = presets.MODULE_SCALING if args.model else presets.MLP_SCALING
+            s.update(presets.for_shards(s, _shard_count(args, strategy), scaling))
         for name in [k for k in s if k in applicability.TABLE]:  # the preset's values for another strategy
             if not applicability.applies(name, strategy):
                 del s[name]
@@ -266,7 +267,7 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
                              fan_in=args.fan_in, exchange=args.exchange, local=not args.scheduler)
             recorder = _recorder_with(runmodel.settings(beside))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
-                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every or 25,
+                           checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
                            resume=args.resume, exchange=args.exchange, recorder=recorder,
                            pipeline=args.pipeline, progress=watch, on_round=s.get("on_round"))
         if isinstance(stop.test, ppt.ShardSet):  # a table's test rows, placed on the workers

@@ -122,9 +122,10 @@ def _stop_flags(t) -> None:
                    help="with a target error: the error estimate covers the last k*n patterns "
                         "(000's k; default 1; mnist: 0.4)")
     t.add_argument("--checkpoint", default=None, metavar="DIR",
-                   help="write a checkpoint (atomically) every --checkpoint-every rounds and at the end")
+                   help="write a checkpoint (atomically) with each of the head's copies of the state and at the end")
     t.add_argument("--checkpoint-every", type=_int_at_least(1), default=None,
-                   help="rounds between checkpoints (also what a run rolls back to when a worker dies; default 25)")
+                   help="rounds between the head's copies of the state (checkpoints; what a run rolls back to when a "
+                        "worker dies; default 25, fewer copies where one would take over 5%% of the run's time)")
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     t.add_argument("--splits", type=_int_at_least(1), default=None,
                    help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")

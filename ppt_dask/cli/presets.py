@@ -98,12 +98,17 @@ MODULE_PRESETS = {
 # workers p unless --shards says otherwise), over the preset; the flags still win. The presets
 # were tuned at p = 1 and 2: 60 local steps of 100 rows between averages. At p = 8 that is 0.8
 # epoch a round and 97% MNIST took 17.6 epochs (2.5 at p = 1). What brought it back
-# (graphs/README.md, "Settings chosen by the number of workers"; serial sweeps, the same bits as
-# the command line):
-# - The steps' rows over all shards (the global batch a step, S * block) held at twice the
-#   preset's block, and the learning rate scaled with it, the linear scaling rule of Goyal et al.,
-#   "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour", 2017 (MNIST MLP: 200 rows a step
-#   at lr 0.4, against the preset's 100 at 0.2; 400 rows at lr 0.5 took 3.1-3.4 epochs).
+# (graphs/README.md, "Settings chosen by the number of workers"; sweeps of the command line on
+# one worker with --shards S, the same bits as S workers):
+# - One local step a round, of a global batch (its rows over all shards) of a few preset blocks,
+#   the learning rate raised with it. Goyal et al. ("Accurate, Large Minibatch SGD: Training
+#   ImageNet in 1 Hour", 2017) scale it linearly; that held to 2 blocks (200 rows at lr 0.4,
+#   against the preset's 100 at 0.2), not to 4: 400 rows at lr 0.4 / 0.5 / 0.6 / 0.7 took 4.3 /
+#   3.35 / 4.0 / 3.8 epochs at S = 8, at lr 0.8 (512 rows at 0.9: no 97% in 15 epochs) more.
+#   4 blocks at lr 0.5 for S = 3 to 8 (epochs x p = 1's over seeds 0-2: S = 4 1.25 / 1.18 / 1.16,
+#   S = 8 1.34 / 1.07 / 1.36, S = 3 1.34 at seed 0) in about 0.6x the rounds of 2 blocks (2.49 /
+#   2.65 epochs at S = 4 / 8), which on 2 cores made p = 4 1.3x and p = 8 1.4x sooner; from 9
+#   shards 2 blocks (S = 16: 400 rows 5.0 epochs, 200 rows 3.9).
 # - One local step a round. More drove the shards' models apart: at S = 8, 50-row steps at lr 0.4,
 #   one / two steps a round took 4.3 / 6.0 epochs; at S = 4, 100-row steps at lr 0.5, 1 / 2 / 4
 #   steps a round 3.1 / 4.1 / more than 6 epochs. So a round is short, and the check cadence (a
@@ -113,30 +118,39 @@ MODULE_PRESETS = {
 #   gap took 4.5 epochs at S = 8 (one 50-row step a round, lr 0.5) against 3.4.
 # - The running mean's horizon in epochs kept: ema = 0.5 ** (rows a round / 6000), the preset's
 #   0.5 a round of its 6000 rows at S = 1 (modules: no running mean, as their preset).
-# No warm-up: lr 0.4 at 200 rows a step did not diverge. At S = 1 the preset stays (one shard:
-# no average). At S = 2 it stays too: one 100-row step a round reaches 97% at 2.9 epochs against
-# 4.4, but in 880 rounds against 22, and on 2 cores the preset's rounds cost less than the epochs
-# it saves.
+# No warm-up: lr 0.5 at 400 rows a step did not diverge. At S = 1 the preset stays (one shard:
+# no average). At S = 2 it stays too: one 200-row step a round at lr 0.5 reaches 97% at 3.1
+# epochs against 4.4, but in 463 rounds against 22, which cost more on 2 cores (1.1 s against
+# 0.97) and far more over a slow link.
+# A module of one's own (--model) keeps 2 blocks at every S (128 rows at lr 0.1): a convolutional
+# network's rounds are its gradients' time, not the exchange's, and 4 blocks were not measured.
 SCALED_FROM_SHARDS = 3
-GLOBAL_BLOCKS = 2  # the global batch of a step: this many preset blocks
-SMALLEST_BLOCK = 8  # rows a local step at least: from 2 * block / 8 shards on, the global batch grows with S
+# (the most shards it holds for, None: any; the global batch in preset blocks; its lr, None: the
+# preset's times the blocks), the first row that holds
+MLP_SCALING = ((8, 4, 0.5), (None, 2, None))
+MODULE_SCALING = ((None, 2, None),)
+SMALLEST_BLOCK = 8  # rows a local step at least: from 16 shards on, the global batch grows with S
 
 
-def for_shards(preset: dict, n_shards: int) -> dict:
+def for_shards(preset: dict, n_shards: int, scaling: tuple = MLP_SCALING) -> dict:
     """The settings of a local-strategy ``preset`` that depend on the number of shards
-    (empty for 1 and 2 shards, and for other strategies).
+    (empty for 1 and 2 shards, and for other strategies), by the first row of ``scaling``
+    that holds for ``n_shards``.
 
     >>> for_shards(PRESETS["mnist"], 8)
-    {'block': 25, 'interval': 25, 'lr': 0.4, 'pull': 1.0, 'compensate': True, 'ema': 0.9772}
-    >>> for_shards(MODULE_PRESETS["mnist"], 8)
+    {'block': 50, 'interval': 50, 'lr': 0.5, 'pull': 1.0, 'compensate': True, 'ema': 0.9548}
+    >>> for_shards(PRESETS["mnist"], 16)
+    {'block': 12, 'interval': 12, 'lr': 0.4, 'pull': 1.0, 'compensate': True, 'ema': 0.9781}
+    >>> for_shards(MODULE_PRESETS["mnist"], 8, MODULE_SCALING)
     {'block': 16, 'interval': 16, 'lr': 0.1, 'pull': 1.0, 'compensate': True, 'ema': 0.0}
     """
     if preset.get("strategy") != "local" or n_shards < SCALED_FROM_SHARDS:
         return {}
-    rows = GLOBAL_BLOCKS * preset["block"]
+    blocks, lr = next((blocks, lr) for most, blocks, lr in scaling if most is None or n_shards <= most)
+    rows = blocks * preset["block"]
     block = max(SMALLEST_BLOCK, round(rows / n_shards))
     ema = round(preset["ema"] ** (block * n_shards / preset["interval"]), 4) if preset.get("ema") else 0.0
-    return dict(block=block, interval=block, lr=round(preset["lr"] * rows / preset["block"], 6), pull=1.0,
+    return dict(block=block, interval=block, lr=round(lr or preset["lr"] * blocks, 6), pull=1.0,
                 compensate=True, ema=ema)
 
 

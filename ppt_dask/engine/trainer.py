@@ -29,7 +29,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
           params: np.ndarray | None = None, fan_in: int = 2, pipeline: int = 1,
           progress: Callable[[dict], None] | None = None,
           on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
-          checkpoint_dir=None, checkpoint_every: int = 25, resume: bool = False,
+          checkpoint_dir=None, checkpoint_every: int | None = None, resume: bool = False,
           initial_state=None, exchange: str = "auto", allreduce: str = "auto",
           recorder: Callable | None = None) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
@@ -63,10 +63,13 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     snapshot_epochs : tuple of float
         Epochs after which the head pulls a copy of the weights (``Result.snapshots``).
     checkpoint_dir : path, optional
-        Write a checkpoint there every ``checkpoint_every`` rounds and at the end.
-    checkpoint_every : int
+        Write a checkpoint there with each of the head's copies of the state and at the end.
+    checkpoint_every : int, optional
         Rounds between the head's copies of the state: what a run rolls back to when a
-        worker is lost (and what is written to ``checkpoint_dir``).
+        worker is lost (and what is written to ``checkpoint_dir``). None: every 25 rounds,
+        or less often where a copy would take more than 5% of the run's time (short rounds
+        of a state spread over many workers: local SGD's shard models); the rounds replayed
+        after a lost worker are as many, the result the same bits.
     resume : bool
         Continue from the checkpoint in ``checkpoint_dir`` when there is one.
     initial_state : ModelState, optional
@@ -118,7 +121,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         "initial_state": initial_state})
     fan_in = check_int_at_least("fan_in", fan_in, 2)
     pipeline = check_int_at_least("pipeline", pipeline, 0)
-    checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
+    if checkpoint_every is not None:
+        checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
     choose.check_exchange(exchange)
     if resume and not checkpoint_dir:
         raise ValueError("resume=True needs checkpoint_dir")

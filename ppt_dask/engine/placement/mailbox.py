@@ -57,7 +57,7 @@ class Mailbox:
         wait only once it is the round that wait needs: the worker's event loop is not woken
         (and does not take the GIL from the loop) for every round of a batch."""
         self._lock.notify_all()
-        if self._loop is not None and (r is None or not self._untils or r >= min(self._untils)):
+        if self._loop is not None and (r is None or self._untils and r >= min(self._untils)):
             self._loop.call_soon_threadsafe(self._event.set)
 
     # -- from the other slots' loops --

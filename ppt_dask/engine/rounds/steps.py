@@ -105,8 +105,10 @@ def local_round(step: SlotStep, models: dict, average, mean, shards: list, r: in
 
 
 def local_log(partial: dict) -> dict:
-    """What the head reads of a round's partial sums: each subtree's stats (tree node -> (stats,))."""
-    return {node: (value[-1],) for node, value in partial.items()}
+    """What the head reads of a round's partial sums: each subtree's stats (tree node -> (stats,)),
+    as plain floats (an array is frames of its own in every message that carries it: the head
+    read 16 rounds of 8 loops' logs in about 35 frames a round)."""
+    return {node: (value[-1].tolist(),) for node, value in partial.items()}
 
 
 def local_state(strategy, r: int, parts: list, pending, fan_in: int, n_shards: int):
