@@ -107,8 +107,9 @@ MODULE_PRESETS = {
 #   3.35 / 4.0 / 3.8 epochs at S = 8, at lr 0.8 (512 rows at 0.9: no 97% in 15 epochs) more.
 #   4 blocks at lr 0.5 for S = 3 to 8 (epochs x p = 1's over seeds 0-2: S = 4 1.25 / 1.18 / 1.16,
 #   S = 8 1.34 / 1.07 / 1.36, S = 3 1.34 at seed 0) in about 0.6x the rounds of 2 blocks (2.49 /
-#   2.65 epochs at S = 4 / 8), which on 2 cores made p = 4 1.3x and p = 8 1.4x sooner; from 9
-#   shards 2 blocks (S = 16: 400 rows 5.0 epochs, 200 rows 3.9).
+#   2.65 epochs at S = 4 / 8), which on 2 cores made p = 4 1.15x and p = 8 1.5x sooner (medians
+#   of 3: 1.93 -> 1.68 s, 4.40 -> 2.92 s); from 9 shards 2 blocks (S = 16: 400 rows 5.0 epochs,
+#   200 rows 3.9).
 # - One local step a round. More drove the shards' models apart: at S = 8, 50-row steps at lr 0.4,
 #   one / two steps a round took 4.3 / 6.0 epochs; at S = 4, 100-row steps at lr 0.5, 1 / 2 / 4
 #   steps a round 3.1 / 4.1 / more than 6 epochs. So a round is short, and the check cadence (a
