@@ -159,7 +159,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     try:
         return _tries(run, saved, initial_state, params, seed)
     except Exception as exc:
-        lost = waits.scheduler_gone(shards.client)
+        lost = waits.scheduler_gone(shards.client, exc)
         if lost is None:
             raise
         cause = " ".join(str(exc).split()) or type(exc).__name__

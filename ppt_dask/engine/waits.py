@@ -30,12 +30,15 @@ class SchedulerLost(RuntimeError):
     go on; the message names the scheduler, its host and the checkpoint to resume from."""
 
 
-def scheduler_gone(client) -> str | None:
+def scheduler_gone(client, exc: BaseException | None = None) -> str | None:
     """``lost the scheduler at ADDRESS (host HOST)`` when ``client`` is no longer connected
-    to its scheduler (reconnecting, or given up), else None."""
-    if client.status == "running":
-        return None
+    to its scheduler (reconnecting, or given up), or when ``exc`` is a failure to reach the
+    scheduler's address (an ``OSError`` naming it: a new connection to a host whose link is
+    down times out before the client's own connection notices); else None."""
     address = getattr(client.scheduler, "address", None) or "(unknown address)"
+    unreachable = isinstance(exc, OSError) and address in str(exc)
+    if client.status == "running" and not unreachable:
+        return None
     host = address.split("://", 1)[-1].rsplit(":", 1)[0]
     return f"lost the scheduler at {address} (host {host})"
 
