@@ -166,7 +166,7 @@ class Collector(SchedulerPlugin):
             if msg.get("client"):
                 self._client_run[msg["client"]] = msg["run"]
         elif msg.get("op") == "rounds":
-            log.heads.extend(pickle.loads(msg["packed"]) if "packed" in msg else msg.get("rounds") or ())
+            log.heads.extend(pickle.loads(msg["packed"]))  # the head's records (Recorder.flush)
         log.version += 1
 
     def remove_client(self, scheduler, client) -> None:
