@@ -71,13 +71,26 @@ def test_the_choice_and_the_bound_on_what_a_loop_sends():
         assert allreduce.sent_values("direct", p, 1000) == (p - 1) * 1000
         assert allreduce.messages("scatter", p) == 2 * allreduce.messages("direct", p) == 2 * (p - 1)
     assert [allreduce.messages("halving", p) for p in (2, 4, 8, 16)] == [2, 4, 6, 8]
-    assert allreduce.bounds(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    for n, p in ((10, 4), (7, 7), (3, 5), (1000, 3), (0, 2)):  # p contiguous parts of n, sizes within one
+        parts = allreduce.bounds(n, p)
+        assert len(parts) == p and parts[0][0] == 0 and parts[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+        assert {stop - start for start, stop in parts} <= {n // p, -(-n // p)}
     # the halving adds as the tree only where the loops' subtrees are the perfect tree's leaves
     blocks = lambda p, s, k=2: [tree.decompose(a, b, k, s) for a, b in tree.split_shards(s, p)]  # noqa: E731
     assert allreduce.can_halve(8, blocks(8, 16), 2) and allreduce.can_halve(4, blocks(4, 4), 2)
     assert not allreduce.can_halve(4, blocks(4, 12), 2)  # blocks of 3 shards: not subtrees
     assert not allreduce.can_halve(3, blocks(3, 3), 2) and not allreduce.can_halve(4, blocks(4, 16, 4), 4)
-    assert allreduce.halving_steps(8, 5) == [(4, False), (7, True), (1, False)]
+    # recursive halving: at distance d = 1, 2, 4 ... each loop pairs with the loop whose slot
+    # differs in bit d, the pair keep opposite halves (the lower half: the one without bit d),
+    # and after the last step each loop's halves name a part of the vector no other loop holds
+    for p in (2, 4, 8, 16):
+        steps = {slot: allreduce.halving_steps(p, slot) for slot in range(p)}
+        for slot, mine in steps.items():
+            assert [partner ^ slot for partner, _ in mine] == [2 ** k for k in range(len(mine))] and 2 ** len(mine) == p
+            for k, (partner, lower) in enumerate(mine):
+                assert steps[partner][k] == (slot, not lower) and lower == (slot >> k & 1 == 0)
+        assert len({tuple(lower for _, lower in mine) for mine in steps.values()}) == p
 
 
 def _linked(p: int) -> list:

@@ -104,13 +104,15 @@ def test_the_heads_copies_by_default_come_every_25_rounds_or_less_often_when_cos
         run = SimpleNamespace(checkpoint_every=every, last_kept=SimpleNamespace(round=last),
                               kept_at=time.perf_counter() - ago, keep_seconds=took)
         return roundloop._keep_due(run, r)
-    assert [r for r in range(60) if due(r, every=10)] == [9, 19, 29, 39, 49, 59]  # as asked, whatever it cost
-    assert [r for r in range(60) if due(r)] == list(range(24, 60))  # KEEP_ROUNDS after the last (round -1)
-    assert not due(60, last=40)
-    assert due(65, last=40)
-    # a copy that took 1 s is not followed by another within 1 / KEEP_SHARE = 20 s of it
-    assert not due(1000, last=40, ago=19.0, took=1.0)
-    assert due(1000, last=40, ago=21.0, took=1.0)
+    every, keep = 10, roundloop.KEEP_ROUNDS
+    # as asked, whatever it cost: after each round r with r + 1 a multiple of `every`
+    assert [r for r in range(60) if due(r, every=every)] == list(range(every - 1, 60, every))
+    assert [r for r in range(60) if due(r)] == list(range(-1 + keep, 60))  # KEEP_ROUNDS after the last (round -1)
+    assert not due(40 + keep - 1, last=40)
+    assert due(40 + keep, last=40)
+    # a copy that took 1 s is not followed by another within 1 / KEEP_SHARE s of it
+    assert not due(1000, last=40, ago=0.95 / roundloop.KEEP_SHARE, took=1.0)
+    assert due(1000, last=40, ago=1.05 / roundloop.KEEP_SHARE, took=1.0)
 
 
 def test_no_head_copy_gives_a_clear_error(client2):

@@ -287,11 +287,19 @@ def test_bad_files_are_refused_in_one_line_before_the_cluster(tmp_path):
     ]
     # all at once (each is a process of its own); one line each and nothing else on stderr: a
     # cluster started would have printed its live page's line
-    procs = [(subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", *map(str, args)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True), words) for args, words in cases]
-    for proc, words in procs:
-        out, err = proc.communicate(timeout=300)
-        one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), *words)
+    procs = []
+    try:
+        for args, words in cases:
+            procs.append((subprocess.Popen([sys.executable, "-m", "ppt_dask.cli", *map(str, args)],
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), words))
+        for proc, words in procs:
+            out, err = proc.communicate(timeout=300)
+            one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), *words)
+    finally:  # a failed case leaves none of the others running
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
 
 
 @pytest.mark.slow  # 8 s, five runs: in CI's full run (.ci/run), out of the default suite's few minutes
