@@ -65,8 +65,9 @@ def cluster_apart(folder, workers: int = 2, worker_args: tuple = ()):
             procs.append(_dask("worker", address, "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
                                "--name", f"apart-{i}", "--death-timeout", "60", *worker_args,
                                log=folder / f"worker-{i}.log"))
-        with Client(address, timeout=f"{START_SECONDS}s") as client:
-            client.wait_for_workers(workers, timeout=START_SECONDS)
+        if workers:
+            with Client(address, timeout=f"{START_SECONDS}s") as client:
+                client.wait_for_workers(workers, timeout=START_SECONDS)
         yield ClusterApart(address, scheduler, procs[1:])
     finally:
         for proc in procs:

@@ -5,7 +5,6 @@ ppt_dask/engine/rounds/allreduce.py). Runs on the cluster: tests/test_engine.py 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core import allreduce, tree
-from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.placement.links import Links
+from ppt_dask.engine.rounds import sharedreduce
 from ppt_dask.engine.rounds.allreduce import Allreduce
+
+from conftest import own_shm
 
 
 def _partials(n_shards: int, p: int, fan_in: int, size: int, seed: int) -> tuple[list, list]:
@@ -119,9 +120,9 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
     """p loops (threads) allreduce three rounds each, two rounds in flight as local SGD has
     them: every loop's total is bitwise the serial tree's; by reduce-scatter each loop sends
     at most 2 (p - 1) / p of the partial sums' bytes and its messages' framing; through
-    shared memory it writes its sums once (loop 0: the total) and leaves no segment behind."""
-    n_shards, size, rounds = 16, 5000, 3
-    segments = set(Path(sharedmem.SHM_DIR).glob("ppt_dask-*"))
+    shared memory it writes its sums once (loop 0: the total) and leaves no segment behind.
+    More rounds than a segment holds (``sharedreduce.RING``): its places are used again."""
+    n_shards, size, rounds = 16, 5000, 2 * sharedreduce.RING + 1
     links = _linked(p)
     results: dict = {}
     errors: list = []
@@ -140,16 +141,18 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
             errors.append(exc)
 
     threads = [threading.Thread(target=loop, args=(i,)) for i in range(p)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        for links_i in links:
-            links_i.close()
+    with own_shm() as segments:
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        finally:
+            for links_i in links:
+                links_i.close()
+        left = segments()
     assert not errors and not any(t.is_alive() for t in threads), errors
-    assert set(Path(sharedmem.SHM_DIR).glob("ppt_dask-*")) <= segments
+    assert left == []  # every loop's segment unlinked
     payload = size * 4 + 3 * 8
     for r in range(rounds):
         expected = tree.reduce_serial(_partials(n_shards, p, 2, size, seed=r)[0], 2)

@@ -336,9 +336,13 @@ def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
 
 @pytest.mark.slow  # 7 s: in CI's full run (.ci/run), out of the default suite's few minutes
 def test_a_replacement_killed_before_its_shards_arrive_is_replaced_in_turn():
-    """Repair gives a lost worker's slot to a worker that no slot holds; when that one is
-    SIGKILLed just before (the scheduler still lists it for a moment, then drops it), repair
-    goes round again: every slot ends on a live worker, holding its shards' rows bitwise."""
+    """Repair gives a lost worker's slot to a worker that no slot holds; when that one dies
+    after repair chose it and before its shards arrive, repair goes round again: every slot
+    ends on a live worker, holding its shards' rows bitwise. The one without a slot is stopped
+    (SIGSTOP: the scheduler still lists it, and repair's first pass takes it) and SIGKILLed
+    once repair has given it the slot, so the second pass is certain, not a race with the
+    scheduler's notice; the slot's label says which pass placed it (r0 the first, r1 the second)."""
+    import threading
     import time
 
     from distributed import Client, LocalCluster, wait
@@ -349,20 +353,35 @@ def test_a_replacement_killed_before_its_shards_arrive_is_replaced_in_turn():
                                    "--nthreads", "1", "--host", "127.0.0.1", "--no-nanny"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
         try:
-            client.wait_for_workers(3, timeout=60)
+            client.wait_for_workers(3, timeout=120)
             a, b, c = ppt.cluster.worker_addresses(client)
             pids = client.run(os.getpid)
             shards = ppt.enter_data(client, X, y, n_shards=4, workers=[a, b])
             os.kill(pids[b], signal.SIGKILL)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while b in ppt.cluster.worker_addresses(client):
                 assert time.monotonic() < deadline, "the scheduler kept the killed worker"
                 time.sleep(0.05)
-            os.kill(pids[c], signal.SIGKILL)  # the only worker without a slot: the first choice
-            events = shards.repair(timeout=60)
+            os.kill(pids[c], signal.SIGSTOP)  # still listed: repair's first choice, the only worker without a slot
+            chosen = threading.Event()
+
+            def kill_once_chosen():  # repair names the replacement before it places the shards there
+                deadline = time.monotonic() + 120
+                while shards.workers[1] != c and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if shards.workers[1] == c:
+                    chosen.set()
+                os.kill(pids[c], signal.SIGKILL)
+            killer = threading.Thread(target=kill_once_chosen, daemon=True)
+            killer.start()
+            events = shards.repair(timeout=120)
+            killer.join(130)
+            assert chosen.is_set(), "repair never chose the worker without a slot"
             alive = ppt.cluster.worker_addresses(client)
             assert alive == [a] and shards.workers == [a, a] and shards.lost_workers() == []
-            assert events and events[-1]["replacement"] == a and events[-1]["shards"] == [2, 3]
+            assert shards.label(1) == f"{shards.name}-w1-r1"  # placed by the second pass
+            assert events == [{"event": "worker_lost", "lost": c, "slot": 1, "replacement": a, "shards": [2, 3],
+                               "resent": True}]
             wait(shards.futures, timeout=60)
             held = client.gather(shards.futures)
             for info, (Xs, ys) in zip(shards.info, held):
