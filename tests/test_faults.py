@@ -15,7 +15,7 @@ from ppt_dask.data import datasets, files
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.saving import checkpoint
 
-from conftest import LASTING_PARITY8, scheduler_keys, wait_for_checkpoints
+from conftest import LASTING_PARITY8, RESTART_SECONDS, scheduler_keys, wait_for_checkpoints
 from conftest import sigkill_at as _killer  # SIGKILLs the second worker at a round
 
 
@@ -259,8 +259,11 @@ def test_a_worker_that_joins_gets_shards_from_the_next_kept_round(client2):
     shards = ppt.enter_data(client2, X, y, n_shards=6)
 
     def progress(record):
-        if record["round"] == 8:
-            client2.cluster.scale(3)  # a third worker process joins while training goes on
+        if record["round"] == 8:  # a third worker process joins while training goes on: the
+            # head waits here for it (a new process takes seconds on a loaded machine, longer
+            # than the rest of the run), then the next kept round gives it shards
+            client2.cluster.scale(3)
+            client2.wait_for_workers(3, timeout=RESTART_SECONDS)
     result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=6), seed=1,
                        checkpoint_every=5, progress=progress)
     held = shards.who_has()
