@@ -101,6 +101,7 @@ def test_a_cluster_started_apart_gives_its_workers_not_the_heads_cores(tmp_path)
     assert scaled and {k: summary[k] for k in scaled} == scaled
 
 
+@pytest.mark.slow  # 10-20 s, a cluster and a run of the head: in CI's full run (.ci/run)
 def test_a_lost_scheduler_in_the_rounds_without_a_checkpoint_ends_in_one_line(tmp_path):
     """The scheduler SIGKILLed once the run is in its rounds (its first progress line): the
     run ends with status 1 and one line naming the scheduler, its host and that no checkpoint

@@ -242,6 +242,7 @@ def _soak(client, workers, rounds):
     return growth_mb, tasks0, tasks1
 
 
+@pytest.mark.slow  # 300 rounds (10 s loaded): CI's full run, beside the 2000-round soak
 def test_soak_short(client4, workers4):
     _soak(client4, workers4, 300)
 
