@@ -5,7 +5,6 @@ import gc
 import time
 
 import pytest
-from distributed.diagnostics.plugin import WorkerPlugin
 from hypothesis import settings
 
 import ppt_dask as ppt
@@ -204,25 +203,6 @@ def sigkill_at(client, at_round: int, slot: int = 1):
     return progress, state
 
 
-class _ShmFolder(WorkerPlugin):
-    """A worker plugin: this run's shared-memory segments in a folder of their own (see :func:`own_shm`)."""
-
-    name = "ppt-test-shm-folder"
-
-    def __init__(self, folder: str):
-        self.folder = folder
-
-    def setup(self, worker) -> None:
-        from ppt_dask.engine.placement import sharedmem
-
-        sharedmem.SHM_DIR = self.folder
-
-    def teardown(self, worker) -> None:
-        from ppt_dask.engine.placement import sharedmem
-
-        sharedmem.SHM_DIR = "/dev/shm"
-
-
 @contextlib.contextmanager
 def own_shm(client=None):
     """This run's ``/dev/shm`` segments apart from every other process's: the loops of this
@@ -236,9 +216,11 @@ def own_shm(client=None):
 
     from ppt_dask.engine.placement import sharedmem
 
+    from shmfolder import ShmFolder
+
     folder = Path("/dev/shm") / f"ppt-test-{uuid.uuid4().hex[:12]}"
     folder.mkdir(mode=0o700)
-    before, plugin = sharedmem.SHM_DIR, _ShmFolder(str(folder))
+    before, plugin = sharedmem.SHM_DIR, ShmFolder(str(folder))
     sharedmem.SHM_DIR = str(folder)
     try:
         if client is not None:
