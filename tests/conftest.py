@@ -1,5 +1,6 @@
 """Shared fixtures: real Dask clusters (worker processes, and threads) and real data."""
 
+import contextlib
 import gc
 import time
 
@@ -24,6 +25,11 @@ SYSTEM_FIXTURES = {"browser": "browser", "sshd": "ssh", "slurm": "slurm"}
 # here: 7 s). The preset's lr 2.0 learns in 233 (0.7 s), which once ended in CI before the
 # Ctrl-C meant to cut it ("ppt-dask: interrupted", the run already over).
 LASTING_PARITY8 = ("--seed", "7", "--lr", "0.2", "--epochs", "4000")
+
+# How long a nanny may take to bring a SIGKILLed worker back before a test says so: 2-5 s on a
+# quiet machine; a new Python importing numpy, torch and distributed on two cores shared with
+# other test runs takes several times that. Within pytest's 300 s a test.
+RESTART_SECONDS = 180.0
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
@@ -113,13 +119,14 @@ def client2(_processes2):
     client = _processes2
     client.cluster.scale(2)  # closes the extra worker later, on the cluster's loop
     kept = {str(name) for name in client.cluster.worker_spec}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + RESTART_SECONDS
     # two workers listed is not enough: a third worker that scale(2) is about to close, or a
     # worker SIGKILLed by the test before whose loss the scheduler has not yet seen, is listed
     # too (a test placed its shards there, and the scatter failed with KeyError or the shards
     # left mid-run); wait for the two workers the cluster keeps, each answering
     while not _two_kept_and_alive(client, kept):
-        assert time.monotonic() < deadline, "the shared cluster did not come back to its two workers"
+        assert time.monotonic() < deadline, (f"the shared cluster did not come back to its two workers within "
+                                             f"{RESTART_SECONDS} s: {sorted(ppt.cluster.workers(client))}")
         time.sleep(0.1)
     return client
 
@@ -194,3 +201,33 @@ def sigkill_at(client, at_round: int, slot: int = 1):
             os.kill(pid, signal.SIGKILL)
             state["killed_at"] = time.perf_counter()
     return progress, state
+
+
+@contextlib.contextmanager
+def own_shm(client=None):
+    """This run's ``/dev/shm`` segments apart from every other process's: the loops of this
+    process (and of ``client``'s workers, restarted ones too) make theirs in a folder of
+    ``/dev/shm`` of their own (the same tmpfs, so the same room and the same identity for
+    every loop); yields a function that lists the segments there. ``/dev/shm`` itself holds
+    other runs' segments, which come and go while a test runs. The folder goes afterwards."""
+    import shutil
+    import uuid
+    from pathlib import Path
+
+    from ppt_dask.engine.placement import sharedmem
+
+    from shmfolder import ShmFolder
+
+    folder = Path("/dev/shm") / f"ppt-test-{uuid.uuid4().hex[:12]}"
+    folder.mkdir(mode=0o700)
+    before, plugin = sharedmem.SHM_DIR, ShmFolder(str(folder))
+    sharedmem.SHM_DIR = str(folder)
+    try:
+        if client is not None:
+            client.register_plugin(plugin)
+        yield lambda: sorted(p.name for p in folder.iterdir())
+    finally:
+        sharedmem.SHM_DIR = before
+        if client is not None:
+            client.unregister_worker_plugin(plugin.name)
+        shutil.rmtree(folder, ignore_errors=True)

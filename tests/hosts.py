@@ -19,20 +19,24 @@ As a script (root; iproute2 and openssh-server)::
 
 ``up`` removes its hosts on Ctrl-C or SIGTERM; ``down`` is for a run killed harder than that.
 
-``down`` is also what :func:`hosts` does on the way out, and on the way in when an earlier
-run was killed before it could clean up (names carry the fixed prefix ``ppth``).
+The names (prefix ``ppth``) and addresses are fixed, so one set of test hosts exists at a time:
+:func:`hosts` holds the lock file ``LOCK`` while its hosts exist, and a second run waits for it
+(up to ``LOCK_SECONDS``) instead of taking the first run's hosts away. Holding it, :func:`hosts`
+removes what a run killed before it could clean up left (the kernel drops a dead run's lock),
+and its own hosts on the way out; ``down`` refuses while a live run holds the lock.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sshd import SSHServer
@@ -46,6 +50,8 @@ HEAD = "10.77.0.1"  # the bridge's address: where the head is seen from the host
 NET = "10.77.0.0/24"  # a private test range, not routed anywhere else
 RATE = "1gbit"
 DATA_DIR = Path(os.environ.get("PPT_DASK_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+LOCK = Path("/tmp") / f"{PREFIX}.lock"  # held by the run whose hosts exist
+LOCK_SECONDS = 1800.0  # how long a second run waits for the first one's hosts to go
 
 
 def address(i: int) -> str:
@@ -66,6 +72,7 @@ class Hosts:
     client_key: Path
     known_hosts: Path
     user: str
+    left_behind: list[str] = field(default_factory=list)  # leftovers() once they were removed
 
     @property
     def addresses(self) -> list[str]:
@@ -98,10 +105,43 @@ def _hidden(paths: list[Path]) -> tuple[str, ...]:
 
 
 def leftovers() -> list[str]:
-    """Namespaces, links and processes of test hosts still there."""
+    """Namespaces, links and processes of test hosts still there: the processes in a ``ppth-*``
+    namespace, and any other that names the test network's addresses or a host's sshd files
+    (a namespace deleted while a process still ran in it is no longer listed by name)."""
+    import psutil
+
     found = [f"netns {n}" for n in _namespaces()]
     found += [f"link {n}" for n in _links()]
+    pids = {int(p) for ns in _namespaces() for p in sh("ip", "netns", "pids", ns, check=False).stdout.split()}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        words = " ".join(proc.info["cmdline"] or ())
+        if proc.info["pid"] in pids or NET.rsplit(".", 1)[0] + "." in words or f"/{PREFIX}-" in words:
+            found.append(f"process {proc.info['pid']}: {words[:120]}")
     return found
+
+
+@contextlib.contextmanager
+def _lock(wait: float):
+    """Hold ``LOCK`` (waiting up to ``wait`` seconds for another run to let it go)."""
+    with open(LOCK, "a+") as fh:
+        deadline = time.monotonic() + wait
+        said = False
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another run's test hosts still exist after {wait:g} s "
+                                       f"({LOCK} is held)") from None
+                if not said:
+                    print(f"waiting for another run's test hosts to go ({LOCK} is held)", file=sys.stderr)
+                    said = True
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _namespaces() -> list[str]:
@@ -116,7 +156,8 @@ def _links() -> list[str]:
 
 def down() -> list[str]:
     """Kill every process in a ``ppth-*`` namespace, delete the namespaces (their veth pairs go
-    with them) and the bridge; return what was removed."""
+    with them) and the bridge; return what was removed. Call it holding ``LOCK`` (:func:`hosts`
+    does; ``python tests/hosts.py down`` takes it, and refuses while a live run holds it)."""
     removed = []
     for ns in _namespaces():
         for attempt in (signal.SIGTERM, signal.SIGKILL):
@@ -171,10 +212,21 @@ def _up_host(i: int, rate: str, directory: Path, keys_from: SSHServer | None) ->
 @contextlib.contextmanager
 def hosts(directory, n: int = 3, rate: str = RATE):
     """``with hosts(tmp_path) as h:`` ... ``h.addresses``, ``h.ssh_flags()``: ``n`` test hosts,
-    all removed on the way out, whatever happened (and any an earlier run left, on the way in)."""
+    all removed on the way out, whatever happened (and any a killed run left, on the way in);
+    ``h.left_behind`` then lists what was still there after (:func:`leftovers`, read before
+    another run may start its hosts). A concurrent run's hosts are waited for, never removed."""
     reason = why_not()
     if reason:
         raise RuntimeError(reason)
+    with _lock(LOCK_SECONDS):
+        with _each_host(directory, n, rate) as made:
+            yield made
+        made.left_behind = leftovers()  # still holding the lock: no other run's hosts yet
+
+
+@contextlib.contextmanager
+def _each_host(directory, n: int, rate: str):
+    """The hosts of :func:`hosts`, made and removed; ``LOCK`` is held."""
     stale = down()
     if stale:
         print(f"removed what an earlier run left: {', '.join(stale)}", file=sys.stderr)
@@ -208,7 +260,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", default=RATE, help="each link's rate: 1gbit, 100mbit, or none")
     args = parser.parse_args(argv)
     if args.action == "down":
-        removed = down()
+        try:
+            with _lock(0.0):
+                removed = down()
+        except RuntimeError as exc:
+            print(f"{exc}: not removed (stop that run first)", file=sys.stderr)
+            return 1
         print("removed: " + (", ".join(removed) or "nothing"))
         return 0
     with contextlib.ExitStack() as stack:

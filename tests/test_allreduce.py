@@ -5,7 +5,6 @@ ppt_dask/engine/rounds/allreduce.py). Runs on the cluster: tests/test_engine.py 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core import allreduce, tree
-from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.placement.links import Links
+from ppt_dask.engine.rounds import sharedreduce
 from ppt_dask.engine.rounds.allreduce import Allreduce
+
+from conftest import own_shm
 
 
 def _partials(n_shards: int, p: int, fan_in: int, size: int, seed: int) -> tuple[list, list]:
@@ -71,13 +72,26 @@ def test_the_choice_and_the_bound_on_what_a_loop_sends():
         assert allreduce.sent_values("direct", p, 1000) == (p - 1) * 1000
         assert allreduce.messages("scatter", p) == 2 * allreduce.messages("direct", p) == 2 * (p - 1)
     assert [allreduce.messages("halving", p) for p in (2, 4, 8, 16)] == [2, 4, 6, 8]
-    assert allreduce.bounds(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    for n, p in ((10, 4), (7, 7), (3, 5), (1000, 3), (0, 2)):  # p contiguous parts of n, sizes within one
+        parts = allreduce.bounds(n, p)
+        assert len(parts) == p and parts[0][0] == 0 and parts[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+        assert {stop - start for start, stop in parts} <= {n // p, -(-n // p)}
     # the halving adds as the tree only where the loops' subtrees are the perfect tree's leaves
     blocks = lambda p, s, k=2: [tree.decompose(a, b, k, s) for a, b in tree.split_shards(s, p)]  # noqa: E731
     assert allreduce.can_halve(8, blocks(8, 16), 2) and allreduce.can_halve(4, blocks(4, 4), 2)
     assert not allreduce.can_halve(4, blocks(4, 12), 2)  # blocks of 3 shards: not subtrees
     assert not allreduce.can_halve(3, blocks(3, 3), 2) and not allreduce.can_halve(4, blocks(4, 16, 4), 4)
-    assert allreduce.halving_steps(8, 5) == [(4, False), (7, True), (1, False)]
+    # recursive halving: at distance d = 1, 2, 4 ... each loop pairs with the loop whose slot
+    # differs in bit d, the pair keep opposite halves (the lower half: the one without bit d),
+    # and after the last step each loop's halves name a part of the vector no other loop holds
+    for p in (2, 4, 8, 16):
+        steps = {slot: allreduce.halving_steps(p, slot) for slot in range(p)}
+        for slot, mine in steps.items():
+            assert [partner ^ slot for partner, _ in mine] == [2 ** k for k in range(len(mine))] and 2 ** len(mine) == p
+            for k, (partner, lower) in enumerate(mine):
+                assert steps[partner][k] == (slot, not lower) and lower == (slot >> k & 1 == 0)
+        assert len({tuple(lower for _, lower in mine) for mine in steps.values()}) == p
 
 
 def _linked(p: int) -> list:
@@ -106,9 +120,9 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
     """p loops (threads) allreduce three rounds each, two rounds in flight as local SGD has
     them: every loop's total is bitwise the serial tree's; by reduce-scatter each loop sends
     at most 2 (p - 1) / p of the partial sums' bytes and its messages' framing; through
-    shared memory it writes its sums once (loop 0: the total) and leaves no segment behind."""
-    n_shards, size, rounds = 16, 5000, 3
-    segments = set(Path(sharedmem.SHM_DIR).glob("ppt_dask-*"))
+    shared memory it writes its sums once (loop 0: the total) and leaves no segment behind.
+    More rounds than a segment holds (``sharedreduce.RING``): its places are used again."""
+    n_shards, size, rounds = 16, 5000, 2 * sharedreduce.RING + 1
     links = _linked(p)
     results: dict = {}
     errors: list = []
@@ -127,16 +141,18 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
             errors.append(exc)
 
     threads = [threading.Thread(target=loop, args=(i,)) for i in range(p)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        for links_i in links:
-            links_i.close()
+    with own_shm() as segments:
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        finally:
+            for links_i in links:
+                links_i.close()
+        left = segments()
     assert not errors and not any(t.is_alive() for t in threads), errors
-    assert set(Path(sharedmem.SHM_DIR).glob("ppt_dask-*")) <= segments
+    assert left == []  # every loop's segment unlinked
     payload = size * 4 + 3 * 8
     for r in range(rounds):
         expected = tree.reduce_serial(_partials(n_shards, p, 2, size, seed=r)[0], 2)

@@ -94,6 +94,8 @@ def test_mnist_async_preset_short_run_with_a_report(tmp_path, scheduler_address)
     assert "ppt-curves" in report.read_text()
 
 
+@pytest.mark.slow  # two MNIST runs (10 s quiet, 31 s loaded): CI's full run; local SGD's one-task-per-round
+# graph against the streamed rounds, bitwise, stays in the default suite through test_localsgd.py
 def test_mnist_preset_on_one_task_per_round_learns_the_same(tmp_path, scheduler_address):
     """`--exchange all` gives the local strategy's one-task-per-round graph, with the same bits."""
     outs = []

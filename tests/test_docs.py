@@ -2,16 +2,16 @@
 
 The reference (docs/api.rst) lists names for autosummary, which generates a page per name
 from its docstring; a public name added to ``ppt_dask.__all__`` without a line there fails
-the first test. The others read the built site: ``docs/_build/html`` as ``.ci/run`` builds
-it (``sphinx-build -W``), or, when it is not there, a build of their own into a temporary
-folder (about a minute; sphinx is the ``[docs]`` extra: without it they skip, or fail under
-CI, tests/system.py).
+the first test. The others read the site as they build it, with warnings as errors, from a copy of the
+sources in a temporary folder (about a minute; sphinx is the ``[docs]`` extra: without it
+they skip, or fail under CI, tests/system.py).
 """
 
 import html
 import importlib.util
 import inspect
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +26,6 @@ from test_dashboard import browser  # noqa: F401  (the fixture: Debian's chromiu
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-BUILT = DOCS / "_build" / "html"
 _PARAMETER = re.compile(r"^\*{0,2}\w+(?:, \*{0,2}\w+)*(?: : .*)?$")
 _ENTRY = re.compile(r"^\s{3}(ppt_dask(?:\.\w+)+)\s*$", re.M)  # an autosummary entry line
 
@@ -59,13 +58,20 @@ def _parameters(obj) -> list[str]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The built documentation (docs/_build/html, or built here with warnings as errors)."""
-    if (BUILT / "index.html").exists():
-        return BUILT
+    """The documentation built here, with warnings as errors, from a copy of the sources: the
+    build writes its pages (``generated/``) beside the sources, and the tree the tests run from
+    stays as it was; never a ``docs/_build`` an earlier build left (it may show older sources)."""
     if importlib.util.find_spec("sphinx") is None or importlib.util.find_spec("myst_nb") is None:
         system.missing("building the documentation needs the [docs] extra (pip install '.[docs]')")
-    out = tmp_path_factory.mktemp("docs") / "html"
-    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)]
+    root = tmp_path_factory.mktemp("docs")
+    source = root / "tree"
+    source.mkdir()
+    for entry in ROOT.iterdir():  # the pages include ../graphs/out and the gallery links ../../notebooks
+        if entry.name not in ("docs", ".git"):
+            (source / entry.name).symlink_to(entry)
+    shutil.copytree(DOCS, source / "docs", symlinks=True, ignore=shutil.ignore_patterns("_build", "generated"))
+    out = root / "html"
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(source / "docs"), str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out

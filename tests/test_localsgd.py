@@ -10,6 +10,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd, serial
+from ppt_dask.engine import roundloop
 from ppt_dask.engine.saving import checkpoint
 
 from conftest import scheduler_keys
@@ -210,7 +211,11 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange, 
     pid = client2.run(os.getpid, workers=[address])[address]
     killed = {}
 
-    at = 17 if every else 30  # the default's first copy is after round 24 (roundloop.KEEP_ROUNDS)
+    # the default (every None) keeps its first copy after round KEEP_ROUNDS - 1 and its next not
+    # before round 2 KEEP_ROUNDS - 1: a kill between them rolls back to the first
+    first = roundloop.KEEP_ROUNDS - 1
+    at = 17 if every else first + 6
+    assert every or first < at < 2 * roundloop.KEEP_ROUNDS - 1 and at < rounds
 
     def progress(record):
         if record["round"] == at and not killed:
@@ -225,8 +230,8 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange, 
     finally:
         ppt.exit_data(shards)
     assert killed and result.settings["recoveries"] >= 1
-    if every is None:  # the shards' models went with the worker: back to the head's copy after round 24
-        assert result.settings["events"][0]["rolled_back_to"] == 24
+    if every is None:  # the shards' models went with the worker: back to the head's first copy
+        assert result.settings["events"][0]["rolled_back_to"] == first
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()
 

@@ -8,16 +8,14 @@ asked for by name here, and leave no shared memory behind either way."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
-from ppt_dask.engine.placement import sharedmem
 
-from conftest import sigkill_at
+from conftest import RESTART_SECONDS, own_shm, sigkill_at
 
 # 6,147 weights of 8 bytes: 7 others x 49 kB is past the 256 KiB that "auto" sends whole, so
 # 8 workers reduce-scatter and all-gather (pairwise, or by recursive halving and doubling when
@@ -35,16 +33,23 @@ def _data(n=256, seed=0):
 
 
 @pytest.fixture(scope="module")
-def client8():
+def _processes8():
     client = ppt.connect(n_workers=8, dashboard_address=None)
-    client.wait_for_workers(8, timeout=120)
+    client.wait_for_workers(8, timeout=RESTART_SECONDS)
     yield client
     ppt.cluster.close(client)
 
 
-def _segments() -> set:
-    """The shared-memory segments of ppt_dask's loops that exist now."""
-    return {p.name for p in Path(sharedmem.SHM_DIR).glob("ppt_dask-*")}
+@pytest.fixture
+def client8(_processes8):
+    """Eight worker processes under nannies: each test starts with all eight (a worker the test
+    before killed is waited for, and said if it does not come back, not left to the next case)."""
+    deadline = time.monotonic() + RESTART_SECONDS
+    while len(ppt.cluster.worker_addresses(_processes8)) < 8:
+        assert time.monotonic() < deadline, (f"8 workers again within {RESTART_SECONDS} s: "
+                                             f"{ppt.cluster.worker_addresses(_processes8)}")
+        time.sleep(0.1)
+    return _processes8
 
 
 def _within_bound(result, workers: int) -> None:
@@ -60,18 +65,19 @@ def test_eight_worker_processes_stream_and_end_bitwise_as_serial_within_the_boun
     X, y = _data()
     rounds = 12
     expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=4)
-    before = _segments()
     shards = ppt.enter_data(client8, X, y, n_shards=16)
     try:
-        result = ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))), seed=4,
-                           allreduce=asked)
+        with own_shm(client8) as segments:
+            result = ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))),
+                               seed=4, allreduce=asked)
+            left = segments()
     finally:
         ppt.exit_data(shards)
     assert result.settings["exchange"] == "stream" and result.settings["allreduce"] == used
     assert result.settings["workers"] == 8 and result.rounds == rounds
     assert result.params.tobytes() == expected.tobytes()
     _within_bound(result, 8)
-    assert _segments() <= before  # the loops unlinked what they made
+    assert left == []  # the loops unlinked what they made
 
 
 @pytest.mark.parametrize("algorithm", ["shared", "halving"])
@@ -99,22 +105,20 @@ def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8
     rounds = 40
     strategy = ppt.Slowed(SYNC, seconds=0.01)
     expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=5)
-    before = _segments()
     shards = ppt.enter_data(client8, X, y, n_shards=16)
     progress, killed = sigkill_at(client8, at_round=15, slot=3)
     try:
-        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))),
-                           seed=5, checkpoint_every=10, progress=progress, allreduce=asked)
+        with own_shm(client8) as segments:
+            result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))),
+                               seed=5, checkpoint_every=10, progress=progress, allreduce=asked)
+            left = segments()
     finally:
-        ppt.exit_data(shards)
-        deadline = time.monotonic() + 60  # the nanny brings the worker back for the next test
-        while len(ppt.cluster.worker_addresses(client8)) < 8 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        ppt.exit_data(shards)  # the nanny brings the worker back: the next test waits for it (client8)
     assert killed["killed_at"] is not None and result.settings["recoveries"] >= 1
     assert result.settings["allreduce"] == used
     assert [r["round"] for r in result.history] == list(range(rounds))  # replayed, no gaps
     assert result.params.tobytes() == expected.tobytes()
-    assert _segments() <= before  # the killed loop's too: unlinked once loop 0 had mapped it
+    assert left == []  # the killed loop's too: unlinked once loop 0 had mapped it
 
 
 def test_twelve_worker_threads_stream_by_default_bitwise_as_serial():

@@ -66,12 +66,37 @@ def test_bad_timings_are_refused():
         pt.layouts(N, W, C, 2, {"rows": 64, "counts": [2], "seconds": [1.0]}, [64])
 
 
+class _Recording:
+    """The MLP, recording the BLAS threads it is allowed and the rows of each gradient call."""
+
+    def __init__(self, net):
+        self.net, self.calls = net, []
+
+    def __getattr__(self, name):
+        return getattr(self.net, name)
+
+    def loss_grad_stats(self, params, X, y):
+        from threadpoolctl import threadpool_info
+
+        self.calls.append(({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}, len(X)))
+        return self.net.loss_grad_stats(params, X, y)
+
+
 def test_a_call_timed_at_one_and_two_threads_in_this_process():
-    net = ppt.MLP((16, 32, 4), hidden="tanh", output="softmax")
+    """What the timings are of, as the docstring says (the times themselves are this minute's):
+    each count's calls run with BLAS limited to it, the counts interleaved repeat after repeat
+    after a first pass, each called twice in a row (the second timed), ``rows`` rows a call;
+    the limits are as they were afterwards."""
+    from threadpoolctl import threadpool_info
+
+    net = _Recording(ppt.MLP((16, 32, 4), hidden="tanh", output="softmax"))
     rng = np.random.default_rng(0)
     X, y = rng.random((200, 16)), rng.integers(0, 4, 200)
+    before = threadpool_info()
     seconds = pt.time_threads(net, X, y, rows=64, counts=[1, 2], repeats=2)
     assert len(seconds) == 2 and all(np.isfinite(s) and s > 0 for s in seconds)
+    assert net.calls == [({t}, 64) for _ in range(2 + 1) for t in (1, 2) for _ in range(2)]
+    assert threadpool_info() == before
 
 
 def test_a_torchnet_is_set_to_each_count_and_the_given_one_left_alone():

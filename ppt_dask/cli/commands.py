@@ -68,7 +68,9 @@ def _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkp
     return 0
 
 
-def _settings(args, kind: str = "preset") -> dict:
+def _settings(args, kind: str = "preset", workers: int | None = None) -> dict:
+    """The run's settings: the preset's, those of its strategy and of its shard count (for
+    ``workers`` workers, else :func:`_workers_known`'s), then the flags'."""
     if kind != "preset":  # a table or arrays of one's own
         s = owndata.settings(args)
     else:
@@ -80,7 +82,7 @@ def _settings(args, kind: str = "preset") -> dict:
             s.update(STRATEGY_PRESETS.get((args.dataset, strategy), {}))
         if strategy == s["strategy"]:  # the preset's own strategy: its settings for this many shards
             scaling = presets.MODULE_SCALING if args.model else presets.MLP_SCALING
-            s.update(presets.for_shards(s, _shard_count(args, strategy), scaling))
+            s.update(presets.for_shards(s, _shard_count(args, strategy, workers), scaling))
         for name in [k for k in s if k in applicability.TABLE]:  # the preset's values for another strategy
             if not applicability.applies(name, strategy):
                 del s[name]
@@ -120,14 +122,16 @@ def train_command(args) -> int:
     checkpoints = _checkpoints(args.split_epochs or SPLIT_EPOCHS) if args.splits else None
     client = ppt.connect(args.scheduler, n_workers=args.workers, threads_per_worker=args.threads_per_worker or 1,
                          security=security, timeout=args.connect_timeout or 10.0)
-    if kind != "preset":
-        data, net, stop, n_shards, strategy = _own_data_on(client, args, s, reading, dtype)
-        try:
+    try:
+        if kind != "preset":
+            data, net, stop, n_shards, strategy = _own_data_on(client, args, s, reading, dtype)
             beside = None if args.splits else runmodel.for_network(beside, net, s["strategy"])
-        except ValueError:
-            ppt.cluster.close(client)
-            raise
-    url = None if args.quiet else ppt.cluster.page_url(client)
+        elif _workers_known(args) is None:  # --scheduler without --workers: as many as the cluster has
+            s, strategy, n_shards = _on_the_clusters_workers(client, args, s, len(data.X))
+        url = None if args.quiet else ppt.cluster.page_url(client)
+    except BaseException as exc:
+        _close_after(client, exc, args.checkpoint)
+        raise
     if url:
         print("\n".join(_page_lines(url)), file=sys.stderr)
     with warnings.catch_warnings():  # said below in one line, naming the flag
@@ -154,23 +158,33 @@ def train_command(args) -> int:
 
 
 def _own_data_on(client, args, s: dict, reading, dtype: str):
-    """A table or arrays surveyed and checked on the workers (the cluster closed on an
-    error): the data, network, stop, shard count and the strategy for its size."""
+    """A table or arrays surveyed and checked on the workers: the data, network, stop, shard
+    count and the strategy for its size."""
     import ppt_dask as ppt
     from ppt_dask.algorithms import choose
 
-    try:
-        known = ppt.cluster.worker_addresses(client)
-        addresses = known[:args.workers] if args.workers and args.workers < len(known) else None
-        table, test_shards = owndata.read_on(client, args, s, reading, dtype, addresses)
-        n_shards = owndata.fill_sizes(args, s, table.n_rows, len(addresses or known))
-        strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
-        net, stop = owndata.network_and_stop(ppt, s, table, test_shards, dtype, args.restarts)
-        s["on_round"] = owndata.tolerance_rule(s, s["strategy"])
-    except BaseException:
-        ppt.cluster.close(client)
-        raise
+    known = ppt.cluster.worker_addresses(client)
+    addresses = known[:args.workers] if args.workers and args.workers < len(known) else None
+    table, test_shards = owndata.read_on(client, args, s, reading, dtype, addresses)
+    n_shards = owndata.fill_sizes(args, s, table.n_rows, len(addresses or known))
+    strategy = choose.make(s["strategy"], **{k: s.get(k) for k in STRATEGY_KEYS})
+    net, stop = owndata.network_and_stop(ppt, s, table, test_shards, dtype, args.restarts)
+    s["on_round"] = owndata.tolerance_rule(s, s["strategy"])
     return table, net, stop, n_shards, strategy
+
+
+def _close_after(client, exc: BaseException, checkpoint_dir) -> None:
+    """The client closed after an error between the connection and the run; a lost scheduler
+    raised as :class:`ppt_dask.engine.waits.SchedulerLost` (its one line), the client closed quietly."""
+    import ppt_dask as ppt
+    from ppt_dask.engine import interrupt, trainer
+
+    lost = trainer.scheduler_lost(client, exc, checkpoint_dir) if isinstance(exc, Exception) else None
+    if lost is None:
+        ppt.cluster.close(client)
+        return
+    interrupt.close_quietly(ppt.cluster.close, client, workers_too=False)
+    raise lost from exc
 
 
 def _checked_cluster_and_outputs(args, ppt):
@@ -216,20 +230,54 @@ def _network_and_stop(args, s: dict, data, dtype: str):
     return data, net, stop
 
 
-def _shard_count(args, strategy: str) -> int:
+def _workers_known(args) -> int | None:
+    """The workers the run will have, as far as the command line tells: ``--workers``, or one
+    per core of the LocalCluster it starts; None with ``--scheduler`` and no ``--workers``
+    (the cluster's, counted once connected: :func:`_on_the_clusters_workers`)."""
+    if args.workers:
+        return args.workers
+    return None if args.scheduler else (os.cpu_count() or 1)
+
+
+def _shard_count(args, strategy: str, workers: int | None = None) -> int:
     """ppt, average and local: one shard per worker, as in 000 (local epoch per node) and
     001/004 (one model per processor); otherwise 8 logical shards (aligned for 1, 2, 4, 8
-    workers). ``--shards`` wins."""
-    workers = args.workers
+    workers), or one per worker when there are more. ``workers``: the cluster's, else
+    :func:`_workers_known`'s (1 while a scheduler's are not counted yet). ``--shards`` wins."""
+    workers = workers or _workers_known(args) or 1
     per_worker = strategy in ("ppt", "average", "local")
-    return args.shards or ((workers or os.cpu_count() or 1) if per_worker else max(8, workers or 0))
+    return args.shards or (workers if per_worker else max(8, workers))
 
 
-def _n_shards(args, s: dict, n_rows: int) -> int:
+def _on_the_clusters_workers(client, args, s: dict, n_rows: int):
+    """``--scheduler`` without ``--workers``: the settings, strategy and shard count for the
+    workers the cluster has (not this machine's cores), said in the run's first line. Before
+    the connection they were checked for one worker."""
+    import ppt_dask as ppt
+    from ppt_dask.algorithms import choose
+
+    workers = len(ppt.cluster.worker_addresses(client))
+    if not workers:
+        raise ValueError(f"the cluster at {args.scheduler} has no workers (start some: dask worker "
+                         f"{args.scheduler}; or say how many: --workers)")
+    again = _settings(args, "preset", workers)
+    if "dtype" in s:  # a module's own dtype (_network_and_stop) stays
+        again["dtype"] = s["dtype"]
+    n_shards = _n_shards(args, again, n_rows, workers)
+    if args.interval is None:
+        presets.round_within_check(again, n_rows, n_shards)
+    strategy = choose.make(again["strategy"], **{k: again.get(k) for k in STRATEGY_KEYS})
+    if not args.quiet:
+        print(f"the cluster at {args.scheduler} has {workers} worker{'s' * (workers > 1)}: {n_shards} "
+              f"shard{'s' * (n_shards > 1)} (--workers, --shards choose others)", file=sys.stderr)
+    return again, strategy, n_shards
+
+
+def _n_shards(args, s: dict, n_rows: int, workers: int | None = None) -> int:
     """The number of shards (:func:`_shard_count`), checked against the rows."""
     from ppt_dask.core import validation
 
-    n_shards = _shard_count(args, s["strategy"])
+    n_shards = _shard_count(args, s["strategy"], workers)
     try:
         validation.check_n_shards(n_shards, n_rows)
     except ValueError as exc:  # name the flag when the count is the user's
@@ -243,7 +291,7 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
     calibration (``beside``) the run's round is predicted once its workers are known, and the
     prediction rides in the run's settings (the live page draws it over the bars)."""
     import ppt_dask as ppt
-    from ppt_dask.engine import interrupt
+    from ppt_dask.engine import interrupt, trainer
     from ppt_dask.engine.waits import SchedulerLost
     from ppt_dask.progress import Training
 
@@ -282,10 +330,15 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         interrupt.close_quietly(ppt.cluster.close, client)
         client = None
         raise interrupt.Interrupted(watch.line(args.checkpoint)) from None
-    except SchedulerLost:  # nothing to close on the cluster's side: the client only, quietly
-        interrupt.close_quietly(ppt.cluster.close, client, workers_too=False)
+    except Exception as exc:  # a lost scheduler (in the rounds, or placing or releasing the data): one line
+        lost = exc if isinstance(exc, SchedulerLost) else trainer.scheduler_lost(client, exc, args.checkpoint)
+        if lost is None:
+            raise
+        interrupt.close_quietly(ppt.cluster.close, client, workers_too=False)  # the client only, quietly
         client = None
-        raise
+        if lost is exc:
+            raise
+        raise lost from exc
     finally:
         if progress is not None:
             progress.close()

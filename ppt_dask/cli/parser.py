@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"a built-in set ({', '.join(sorted(PRESETS))}), or your own: a table (.csv, "
                         ".parquet file or folder of parts) or an .npz with X and y; a path or any URL "
                         "fsspec reads")
-    t.add_argument("--workers", type=_int_at_least(1), default=None, help="worker processes (default: one per core)")
+    t.add_argument("--workers", type=_int_at_least(1), default=None,
+                   help="worker processes (default: one per core; with --scheduler, all the cluster's)")
     t.add_argument("--threads-per-worker", type=_int_at_least(1), default=None,
                    help="threads of each worker process ppt-dask starts (default: 1)")
     t.add_argument("--shards", type=_int_at_least(1), default=None,

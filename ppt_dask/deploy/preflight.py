@@ -29,12 +29,13 @@ def check_hosts(hosts: list[str], python: str | list[str], connect_options: dict
     ppt_dask version.
 
     ``python`` and ``connect_options`` are one for all hosts or one per host (lists as long
-    as ``hosts``). Raises :class:`RuntimeError` with one line naming every host that failed
-    (no ssh answer within ``timeout`` seconds, ssh refused, the Python missing, or ppt_dask
-    not importable there).
+    as ``hosts``: another length is a :class:`ValueError`). Raises :class:`RuntimeError` with
+    one line naming every host that failed (no ssh answer within ``timeout`` seconds, ssh
+    refused, authentication or the host key refused, the Python missing, or ppt_dask not
+    importable there).
     """
-    pythons = python if isinstance(python, (list, tuple)) else [python] * len(hosts)
-    options = connect_options if isinstance(connect_options, (list, tuple)) else [connect_options] * len(hosts)
+    pythons = _per_host("python", python, hosts)
+    options = _per_host("connect_options", connect_options, hosts)
     asks, seen = [], set()
     for host, py, opts in zip(hosts, pythons, options):
         key = (host, py, repr(sorted((opts or {}).items())))
@@ -47,6 +48,16 @@ def check_hosts(hosts: list[str], python: str | list[str], connect_options: dict
     if failed:
         raise RuntimeError("; ".join(failed))
     return {host: version for (host, _, _), (version, _) in zip(asks, answers)}
+
+
+def _per_host(name: str, value, hosts: list[str]) -> list:
+    """``value`` for each host: a list as long as ``hosts`` (a shorter or longer one is refused,
+    never cut to fit), or one value for all."""
+    if not isinstance(value, (list, tuple)):
+        return [value] * len(hosts)
+    if len(value) != len(hosts):
+        raise ValueError(f"{name}: one per host ({len(hosts)} hosts: {', '.join(hosts)}), got {len(value)}")
+    return list(value)
 
 
 async def _ask_all(asks: list, timeout: float) -> list:
@@ -67,6 +78,10 @@ async def _ask(host: str, python: str, options: dict, timeout: float) -> tuple[s
         return None, f"no ssh answer within {timeout:g} s (port {port})"
     except ConnectionRefusedError:
         return None, f"ssh: connection refused on port {port}"
+    except asyncssh.PermissionDenied as exc:
+        return None, f"ssh: {error_line(exc)} on port {port} (the user and key: --ssh-user, --ssh-key)"
+    except asyncssh.HostKeyNotVerifiable as exc:
+        return None, f"ssh: {error_line(exc)} on port {port} (the hosts' keys: --known-hosts)"
     except (OSError, asyncssh.Error) as exc:
         return None, f"ssh: {error_line(exc)} (port {port})"
     if run.exit_status == 127:

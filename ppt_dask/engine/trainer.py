@@ -159,11 +159,23 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     try:
         return _tries(run, saved, initial_state, params, seed)
     except Exception as exc:
-        lost = waits.scheduler_gone(shards.client, exc)
+        lost = scheduler_lost(shards.client, exc, checkpoint_dir)
         if lost is None:
             raise
-        cause = " ".join(str(exc).split()) or type(exc).__name__
-        raise waits.SchedulerLost(f"{lost}: {cause}; {_resume_note(checkpoint_dir)}") from exc
+        raise lost from exc
+
+
+def scheduler_lost(client, exc: BaseException, checkpoint_dir=None) -> waits.SchedulerLost | None:
+    """``exc`` as a :class:`ppt_dask.engine.waits.SchedulerLost` when ``client`` lost its
+    scheduler (:func:`ppt_dask.engine.waits.scheduler_gone`): one line naming the scheduler, its
+    host, the error and the checkpoint to go on from; None when the scheduler is still there.
+    The rounds of :func:`train` raise it, and so does the command line around the data's
+    placing and release."""
+    lost = waits.scheduler_gone(client, exc)
+    if lost is None:
+        return None
+    cause = " ".join(str(exc).split()) or type(exc).__name__
+    return waits.SchedulerLost(f"{lost}: {cause}; {_resume_note(checkpoint_dir)}")
 
 
 def _resume_note(checkpoint_dir) -> str:
