@@ -1,5 +1,11 @@
 """Sphinx configuration of the ppt_dask documentation: ``sphinx-build -W -b html docs docs/_build/html``.
 
+The README's command, ``pip install ".[docs]" && sphinx-build -W -b html docs docs/_build/html``,
+builds it in a fresh environment without PyTorch: autodoc imports ``ppt.TorchNet``'s module
+with torch mocked (``autodoc_mock_imports``), as the reference needs its signature and
+docstrings, never torch itself (its CPU wheel is about 200 MB, the default one on Linux
+pulls CUDA, gigabytes).
+
 Why Sphinx rather than MkDocs: the docstrings are numpydoc (``Parameters`` / ``Returns``
 sections with shapes written out), which autodoc + napoleon render as dask's and
 scikit-learn's references do, and autosummary builds one page per public name from
@@ -28,8 +34,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",  # numpydoc-style sections; ships with Sphinx, no extra package
-    "sphinx.ext.viewcode",
 ]
+# No viewcode: the pages link the repository, not highlighted copies of every module (they
+# doubled the site and showed maintainers' comments as the reference).
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
@@ -41,6 +48,9 @@ autosummary_imported_members = True
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"  # the docstrings give each parameter's type and shape, as numpydoc has it
 autodoc_default_options = {"show-inheritance": False}
+# torch is the [torch] extra, not the [docs] one: ppt_dask.nets imports a stand-in of it when
+# autodoc reads ppt.TorchNet, so its page builds wherever the README's command runs
+autodoc_mock_imports = ["torch"]
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
@@ -50,19 +60,27 @@ napoleon_use_param = False  # types as text (their words, n_features ..., are no
 nb_execution_mode = "off"
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3  # [text](#a-heading) links of the README's style keep working
+# what is typed is what is shown: "--workers" must not become an en dash, nor quotes curly,
+# or a command pasted from a page fails
+smartquotes = False
 
 # Theme: alabaster ships with Sphinx, so the [docs] extra needs no theme package and the
 # pages need no network to build or to read.
 html_theme = "alabaster"
 html_title = f"ppt_dask {release}"
 html_static_path = ["_static"]
+html_css_files = ["ppt.css"]
 html_theme_options = {
     "description": "Data-parallel training of neural networks on a Dask cluster",
     "fixed_sidebar": True,
-    "page_width": "1100px",
+    "page_width": "1160px",
     "sidebar_width": "240px",
+    "show_relbars": True,  # previous / next above and below every page
 }
-html_sidebars = {"**": ["about.html", "navigation.html", "relations.html", "searchbox.html"]}
+# the site's table of contents, then this page's own sections
+html_sidebars = {"**": ["about.html", "navigation.html", "localtoc.html", "relations.html", "searchbox.html"]}
+html_copy_source = False  # the pages' Markdown lives in the repository; the site needs no copy
+html_show_sourcelink = False
 
 # bokeh's load and exec outputs come with a text/html twin that myst-nb shows; the widget
 # views of the progress bars come with their text. Nothing else is left out.
@@ -77,5 +95,44 @@ def _skip_foreign(app, what, name, obj, skip, options):
     return True if module.split(".")[0] not in ("ppt_dask", "") else skip
 
 
+# BokehJS once: a notebook that shows a bokeh plot stores the whole library (1.3 MB) in its
+# first plot's output, and each gallery page would carry a copy. The build drops that output
+# and links the one copy of the installed bokeh (a core dependency, so the same version the
+# notebooks ran with) from the pages that draw a plot.
+_BOKEH_LOAD = "_bokeh_onload_callbacks"  # in the library's loader, never in a plot's own script
+
+
+def _is_bokeh_loader(node) -> bool:
+    text = node.astext()
+    return _BOKEH_LOAD in text and "embed_document" not in text and len(text) > 100_000
+
+
+def _drop_bokeh_loaders(app, doctree):
+    from docutils import nodes
+
+    found = [node for node in doctree.findall(nodes.raw) if _is_bokeh_loader(node)]
+    for node in found:
+        node.parent.remove(node)
+    if found or any("embed_document" in n.astext() for n in doctree.findall(nodes.raw)):
+        app.env.metadata[app.env.docname]["bokeh"] = True
+
+
+def _link_bokeh(app, pagename, templatename, context, doctree):
+    if app.env.metadata.get(pagename, {}).get("bokeh"):
+        app.add_js_file("bokeh.min.js")  # added in this event: on this page only
+
+
+def _copy_bokeh(app, exception):
+    if exception is None and app.builder.format == "html":
+        import shutil
+
+        from bokeh.util.paths import bokehjs_path
+
+        shutil.copy(Path(bokehjs_path()) / "js" / "bokeh.min.js", Path(app.outdir) / "_static")
+
+
 def setup(app):
     app.connect("autodoc-skip-member", _skip_foreign)
+    app.connect("doctree-read", _drop_bokeh_loaders)
+    app.connect("html-page-context", _link_bokeh)
+    app.connect("build-finished", _copy_bokeh)
