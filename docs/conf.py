@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the package beside the docs, also when it is not installed
+sys.path.insert(0, str(Path(__file__).parent / "_ext"))  # pptdocs: the site's own extension
 
 import ppt_dask  # noqa: E402
 
@@ -34,6 +35,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",  # numpydoc-style sections; ships with Sphinx, no extra package
+    "pptdocs",  # docs/_ext: the papers linked where they are named, BokehJS once
 ]
 # No viewcode: the pages link the repository, not highlighted copies of every module (they
 # doubled the site and showed maintainers' comments as the reference).
@@ -95,44 +97,5 @@ def _skip_foreign(app, what, name, obj, skip, options):
     return True if module.split(".")[0] not in ("ppt_dask", "") else skip
 
 
-# BokehJS once: a notebook that shows a bokeh plot stores the whole library (1.3 MB) in its
-# first plot's output, and each gallery page would carry a copy. The build drops that output
-# and links the one copy of the installed bokeh (a core dependency, so the same version the
-# notebooks ran with) from the pages that draw a plot.
-_BOKEH_LOAD = "_bokeh_onload_callbacks"  # in the library's loader, never in a plot's own script
-
-
-def _is_bokeh_loader(node) -> bool:
-    text = node.astext()
-    return _BOKEH_LOAD in text and "embed_document" not in text and len(text) > 100_000
-
-
-def _drop_bokeh_loaders(app, doctree):
-    from docutils import nodes
-
-    found = [node for node in doctree.findall(nodes.raw) if _is_bokeh_loader(node)]
-    for node in found:
-        node.parent.remove(node)
-    if found or any("embed_document" in n.astext() for n in doctree.findall(nodes.raw)):
-        app.env.metadata[app.env.docname]["bokeh"] = True
-
-
-def _link_bokeh(app, pagename, templatename, context, doctree):
-    if app.env.metadata.get(pagename, {}).get("bokeh"):
-        app.add_js_file("bokeh.min.js")  # added in this event: on this page only
-
-
-def _copy_bokeh(app, exception):
-    if exception is None and app.builder.format == "html":
-        import shutil
-
-        from bokeh.util.paths import bokehjs_path
-
-        shutil.copy(Path(bokehjs_path()) / "js" / "bokeh.min.js", Path(app.outdir) / "_static")
-
-
 def setup(app):
     app.connect("autodoc-skip-member", _skip_foreign)
-    app.connect("doctree-read", _drop_bokeh_loaders)
-    app.connect("html-page-context", _link_bokeh)
-    app.connect("build-finished", _copy_bokeh)
