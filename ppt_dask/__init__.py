@@ -33,7 +33,7 @@ _EXPORTS = {
     "enter_source": "ppt_dask.engine.placement.enter", "exit_data": "ppt_dask.engine.placement.enter",
     "Async": "ppt_dask.algorithms.asynchronous", "StaleGradientsWarning": "ppt_dask.algorithms.asynchronous",
     "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
-    "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
+    "Sync": "ppt_dask.algorithms.strategies",
     "LocalSGD": "ppt_dask.algorithms.localsgd",
     "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.api",
     "PPTClassifier": "ppt_dask.sklearn.estimator", "PPTRegressor": "ppt_dask.sklearn.estimator",
@@ -85,7 +85,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.engine.saving.modelfile import Model, load_model
     from ppt_dask.nets.torchnet import TorchNet
     from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
-    from ppt_dask.testing import Slowed
     from ppt_dask.versions import show_versions
 
 __version__ = "0.1.0"
