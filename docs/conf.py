@@ -16,6 +16,8 @@ offline: no intersphinx, no theme or extension that fetches anything.
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -89,13 +91,64 @@ html_show_sourcelink = False
 suppress_warnings = ["mystnb.unknown_mime_type"]
 
 
-def _skip_foreign(app, what, name, obj, skip, options):
+# Members of public classes that the engine calls and users do not: left out of the
+# reference (they keep their docstrings for the developer guide's readers of the source).
+# "*": every member (a strategy is its parameters; its methods are the engine's protocol).
+ENGINE_MEMBERS = {
+    "Sync": "*", "PPT": "*", "Average": "*", "LocalSGD": "*", "Async": "*", "_Base": "*",
+    "ShardSet": {"worker_blocks", "colocated", "lost_workers", "repair", "can_grow",
+                 "joined_workers", "rebalance", "who_has", "label"},
+    "Result": {"left_out", "warn_left_out"},
+    "MLP": {"describe", "unflatten", "weight_mask", "passes", "loss_and_grad"},
+    "TorchNet": {"random", "module_path", "with_row_shape", "weight_mask", "describe",
+                 "architecture", "rebuild", "forward"},
+}
+# made by ppt_dask, never by users: the reference shows no constructor signature (their
+# fields are the docstring's Attributes)
+ENGINE_MADE = ("ppt_dask.Result", "ppt_dask.ShardSet")
+# a strategy's fields that its check() fills from the data before a run: not parameters
+_FILLED_BY_CHECK = re.compile(r",\s*(?:shard_rows|seed|replicated)=[^,)]*")
+
+
+def _owner(obj) -> str:
+    """The class a member is defined in, from its qualified name ("" when it has none)."""
+    function = getattr(obj, "fget", None) or getattr(obj, "func", None) or obj
+    return getattr(function, "__qualname__", "").rpartition(".")[0]
+
+
+def _skip_member(app, what, name, obj, skip, options):
     """Leave out what a class inherits from another package (scikit-learn's
-    ``set_*_request`` methods of the estimators): their docstrings point into scikit-learn's
-    own documentation, which this offline build does not link."""
+    ``set_*_request`` methods of the estimators: their docstrings point into scikit-learn's
+    own documentation, which this offline build does not link) and the engine's members."""
     module = getattr(obj, "__module__", None) or ""
-    return True if module.split(".")[0] not in ("ppt_dask", "") else skip
+    if module.split(".")[0] not in ("ppt_dask", ""):
+        return True
+    owner = _owner(obj)
+    hidden = ENGINE_MEMBERS.get(owner, ())
+    if hidden == "*" or name in hidden or name in _in_attributes(owner):
+        return True
+    return skip
+
+
+def _in_attributes(owner: str) -> set[str]:
+    """The names the public class ``owner``'s Attributes section describes: napoleon writes
+    them as attributes of the class, so autodoc leaves out the properties of those names
+    (described twice otherwise)."""
+    cls = getattr(ppt_dask, owner, None) if owner in ppt_dask.__all__ else None
+    doc = inspect.getdoc(cls) or ""
+    body = re.search(r"^Attributes\n-+\n(.*?)(?=^\w[\w ]*\n-{3,}\n|\Z)", doc, re.S | re.M)
+    return {n.strip() for line in (body.group(1).splitlines() if body else ())
+            if line and not line[0].isspace() for n in line.split(" : ")[0].split(",")}
+
+
+def _signature(app, what, name, obj, options, signature, return_annotation):
+    if name in ENGINE_MADE:
+        return "", None
+    if what == "class" and signature and getattr(obj, "__module__", "").startswith("ppt_dask.algorithms"):
+        return _FILLED_BY_CHECK.sub("", signature), return_annotation
+    return None
 
 
 def setup(app):
-    app.connect("autodoc-skip-member", _skip_foreign)
+    app.connect("autodoc-skip-member", _skip_member)
+    app.connect("autodoc-process-signature", _signature)

@@ -28,13 +28,13 @@ PAPERS = {
     "Alowaisheq and Dhami": "src-alowaisheq",
 }
 _NAMES = re.compile("|".join(re.escape(name) for name in PAPERS))
-_NO_LINKS_IN = (nodes.reference, nodes.literal, nodes.literal_block, nodes.raw, nodes.title,
-                nodes.target, nodes.FixedTextElement)
+_NO_LINKS_IN = (nodes.reference, nodes.literal, nodes.literal_block, nodes.doctest_block, nodes.raw,
+                nodes.title, nodes.target, nodes.math_block)
 
 
 def _inside(node, kinds) -> bool:
     while node is not None:
-        if isinstance(node, kinds):
+        if isinstance(node, kinds) or type(node) is nodes.comment:  # autosummary's table is a comment's subclass
             return True
         node = node.parent
     return False
