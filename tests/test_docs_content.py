@@ -286,3 +286,31 @@ def test_smart_quotes_are_off(site):
 
 
 sys.path.insert(0, str(DOCS / "_ext"))
+
+
+# ---- the developer guide's example strategy ----------------------------------------------
+
+
+def test_the_developer_guides_example_strategy_is_sync_when_it_does_not_clip():
+    """docs/dev/strategy.md's ``Clipped``, run in the serial reference: with a bound no
+    gradient reaches it gives Sync's weights to the bit; with a small bound it moves the
+    weights at most ``lr * clip`` a step (the rule it states; no momentum)."""
+    from ppt_dask.algorithms.serial import train_serial
+
+    code = re.search(r"```python\n(.*?)```", (DOCS / "dev" / "strategy.md").read_text(), re.S).group(1)
+    namespace: dict = {"__name__": "strategy_page"}
+    exec(compile(code, "docs/dev/strategy.md", "exec", dont_inherit=True), namespace)  # as a script runs it
+    clipped = namespace["Clipped"]
+    data = ppt_dask.datasets.parity(8)
+    net = ppt_dask.MLP((8, 20, 1), hidden="tanh", output="sigmoid")
+    rounds, lr, bound = 12, 0.5, 0.01
+    same, _ = train_serial(net, data.X, data.y, clipped(lr=lr, block=64, clip=1e12), rounds, n_shards=4)
+    sync, _ = train_serial(net, data.X, data.y, ppt_dask.Sync(lr=lr, block=64), rounds, n_shards=4)
+    assert np.array_equal(same, sync)
+    start = net.init_params(0)
+    params = start
+    for r in range(1, rounds + 1):  # each step moves the weights by at most lr * clip
+        after, _ = train_serial(net, data.X, data.y, clipped(lr=lr, block=64, clip=bound), r, n_shards=4)
+        assert np.linalg.norm(after - params) <= lr * bound * (1 + 1e-9)
+        params = after
+    assert not np.array_equal(params, start)
