@@ -51,7 +51,7 @@ autosummary_generate = True
 autosummary_imported_members = True
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"  # the docstrings give each parameter's type and shape, as numpydoc has it
-autodoc_default_options = {"show-inheritance": False}
+autodoc_default_options: dict = {}  # no "Bases:" line: a key given here turns an option on, even as False
 # torch is the [torch] extra, not the [docs] one: ppt_dask.nets imports a stand-in of it when
 # autodoc reads ppt.TorchNet, so its page builds wherever the README's command runs
 autodoc_mock_imports = ["torch"]
@@ -107,7 +107,7 @@ ENGINE_MEMBERS = {
 # fields are the docstring's Attributes)
 ENGINE_MADE = ("ppt_dask.Result", "ppt_dask.ShardSet")
 # a strategy's fields that its check() fills from the data before a run: not parameters
-_FILLED_BY_CHECK = re.compile(r",\s*(?:shard_rows|seed|replicated)=[^,)]*")
+_FILLED_BY_CHECK = re.compile(r",\s*(?:shard_rows|seed|replicated)=(?:\(\)|[^,)]*)")
 
 
 def _owner(obj) -> str:

@@ -314,3 +314,18 @@ def test_the_developer_guides_example_strategy_is_sync_when_it_does_not_clip():
         assert np.linalg.norm(after - params) <= lr * bound * (1 + 1e-9)
         params = after
     assert not np.array_equal(params, start)
+
+
+def test_reference_pages_show_what_users_pass_and_read(site):
+    """A strategy's page shows its parameters, not the fields its check() fills; a class made
+    by the engine shows no constructor; no page shows the engine's members."""
+    for name in STRATEGIES:
+        text = _main_text(site / "generated" / f"ppt_dask.{name}.html")
+        signature = text[:text.index(")")]
+        assert "lr" in signature and not any(field in signature for field in FILLED_BY_CHECK), signature
+        assert "Bases:" not in text
+    for name in ENGINE_MADE:
+        text = _main_text(site / "generated" / f"ppt_dask.{name}.html")
+        assert f"class ppt_dask. {name} (" not in text, f"ppt.{name}'s page shows a constructor"
+    assert "repair" not in _main_text(site / "generated" / "ppt_dask.ShardSet.html")
+    assert "local_round" not in _main_text(site / "generated" / "ppt_dask.LocalSGD.html")
