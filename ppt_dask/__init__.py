@@ -1,17 +1,32 @@
 """ppt_dask: data-parallel training of neural networks on a Dask cluster.
 
-The head places the training set once as logical shards on the workers
-(:func:`enter_data`), then every round sends one gradient task per worker, combines the
-results in tree-reduce tasks and applies the update on the cluster, where the weights
-stay (:func:`train`).
+The head (this process) places the training set once as logical shards on the workers
+(:func:`enter_data`). :func:`train` then starts one long task per worker, a loop over the
+rounds: each round a loop computes its shards' gradients, adds its sums with the other
+loops' straight over links of their own (through shared memory on one machine), in the
+fixed order of a tree over the shards, and takes the step, so every worker holds the same
+weights, to the bit, on any number of workers. No task is scheduled per round: the head
+reads each batch of rounds' numbers from the loops' mailboxes, checks the stopping rule,
+keeps a copy of the weights now and then, and recovers from a lost worker.
 
->>> import ppt_dask as ppt                                       # doctest: +SKIP
->>> client = ppt.connect()                                       # doctest: +SKIP
->>> data = ppt.datasets.parity(8)                                # doctest: +SKIP
->>> shards = ppt.enter_data(client, data.X, data.y, n_shards=8)  # doctest: +SKIP
->>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")  # doctest: +SKIP
+The strategies (:class:`Sync`, :class:`PPT`, :class:`Average`, :class:`LocalSGD`,
+:class:`Async`) say what a round computes; :class:`MLP` and :class:`TorchNet` (any PyTorch
+module) are the networks; :class:`PPTClassifier` and :class:`PPTRegressor` put it all
+behind scikit-learn's API. The documentation's Concepts page names the parts.
+
+Examples
+--------
+>>> import ppt_dask as ppt
+>>> client = ppt.connect(n_workers=2)
+>>> data = ppt.datasets.parity(8)
+>>> shards = ppt.enter_data(client, data.X, data.y, n_shards=4)
+>>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
 >>> result = ppt.train(net, shards, ppt.Sync(lr=2.0, momentum=0.9),
-...                    ppt.Stop(max_epochs=2000, target_error=0.0))  # doctest: +SKIP
+...                    ppt.Stop(max_epochs=2000, target_error=0.0))
+>>> result.learned
+True
+>>> ppt.exit_data(shards)
+>>> client.close()
 """
 
 from __future__ import annotations
@@ -33,7 +48,7 @@ _EXPORTS = {
     "enter_source": "ppt_dask.engine.placement.enter", "exit_data": "ppt_dask.engine.placement.enter",
     "Async": "ppt_dask.algorithms.asynchronous", "StaleGradientsWarning": "ppt_dask.algorithms.asynchronous",
     "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
-    "Sync": "ppt_dask.algorithms.strategies", "Slowed": "ppt_dask.testing",
+    "Sync": "ppt_dask.algorithms.strategies",
     "LocalSGD": "ppt_dask.algorithms.localsgd",
     "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.api",
     "PPTClassifier": "ppt_dask.sklearn.estimator", "PPTRegressor": "ppt_dask.sklearn.estimator",
@@ -85,7 +100,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.engine.saving.modelfile import Model, load_model
     from ppt_dask.nets.torchnet import TorchNet
     from ppt_dask.sklearn.estimator import PPTClassifier, PPTRegressor
-    from ppt_dask.testing import Slowed
     from ppt_dask.versions import show_versions
 
 __version__ = "0.1.0"

@@ -23,7 +23,15 @@ def write_report(result, path) -> None:
     write(result, path)
 
 
-RECORDER = functools.partial(diagnostics.Recorder, report=write_report)
+class _Recorder(functools.partial):
+    """The collector's recorder, named as ``help(ppt.train)`` and the reference show the
+    default of ``recorder`` (a partial's repr is a line of addresses)."""
+
+    def __repr__(self) -> str:
+        return "ppt_dask.api.RECORDER"
+
+
+RECORDER = _Recorder(diagnostics.Recorder, report=write_report)
 
 
 @functools.wraps(trainer.train)

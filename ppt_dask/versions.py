@@ -41,8 +41,19 @@ def versions() -> dict[str, str]:
 
 
 def show_versions() -> None:
-    """Print :func:`versions`: the first line names the code (``ppt_dask 0.1.0, source
-    1a2b3c4d5e6f``), the next ones what it runs on."""
+    """Print the versions a run depends on: ppt_dask and a digest of its source, then
+    Python, Dask, numpy and the rest.
+
+    The first line names the code (``ppt_dask 0.1.0, source 1a2b3c4d5e6f``): paste it
+    into a bug report, or beside a measurement. The notebooks print it first, and their
+    test compares the digest with the package's.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> ppt.show_versions()     # doctest: +ELLIPSIS
+    ppt_dask ..., source ...
+    """
     v = versions()
     print(f"ppt_dask {v.pop('ppt_dask')}, source {v.pop('source')}")
     print(", ".join(f"{name} {value}" for name, value in v.items()))

@@ -22,6 +22,7 @@ from ppt_dask.engine.placement import mailbox
 from ppt_dask.engine.rounds import streamasync
 from ppt_dask.engine.saving import checkpoint
 from ppt_dask.observe.breakdown import PHASES
+from ppt_dask.testing import Slowed
 
 NET = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax")
 
@@ -199,7 +200,7 @@ def _meta(strategy, shards):
 def test_the_breakdown_has_a_row_per_round_and_no_loop_ever_waits_for_another(client4, workers4, tmp_path):
     X, y = _data(480)
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
-    slowed = ppt.Slowed(ppt.Async(lr=0.2, momentum=0.5, block=20), seconds=0.002)  # per shard a step
+    slowed = Slowed(ppt.Async(lr=0.2, momentum=0.5, block=20), seconds=0.002)  # per shard a step
     try:
         result = ppt.train(NET, shards, slowed, ppt.Stop(max_epochs=2))
     finally:

@@ -14,6 +14,7 @@ from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.data import datasets, files
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.saving import checkpoint
+from ppt_dask.testing import Slowed
 
 from conftest import LASTING_PARITY8, RESTART_SECONDS, scheduler_keys, wait_for_checkpoints
 from conftest import sigkill_at as _killer  # SIGKILLs the second worker at a round
@@ -32,9 +33,9 @@ NET = ppt.MLP((6, 8, 3), hidden="tanh", output="softmax")
 
 
 @pytest.mark.parametrize("strategy, exchange", [
-    (ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "stream"),
-    (ppt.Slowed(ppt.Average(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01), "stream"),
-    (ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "all"),
+    (Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "stream"),
+    (Slowed(ppt.Average(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01), "stream"),
+    (Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "all"),
 ], ids=["sync", "average", "sync-one-hop"])
 def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy, exchange):
     X, y = _data()
@@ -82,7 +83,7 @@ def test_worker_killed_shards_from_a_source_are_rebuilt_by_dask(client2):
     loader = functools.partial(datasets.mnist_rows, str(files.find_data_dir()), "train")
     X, y = datasets.mnist_rows(None, "train", 0, 400)
     net = ppt.MLP((784, 8, 10))
-    strategy = ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
+    strategy = Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
     expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2)
     shards = ppt.enter_source(client2, loader, n_rows=400, n_shards=4)
     progress, killed = _killer(client2, at_round=15)
@@ -120,7 +121,7 @@ def test_no_head_copy_gives_a_clear_error(client2):
     shards = ppt.enter_data(client2, X, y, n_shards=4, keep_copy=False)
     progress, _ = _killer(client2, at_round=5)
     with pytest.raises(RuntimeError, match="head kept no copy.*keep_copy=True"):
-        ppt.train(NET, shards, ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02),
+        ppt.train(NET, shards, Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02),
                   ppt.Stop(max_epochs=10), progress=progress)
 
 
@@ -132,7 +133,7 @@ def test_a_worker_killed_mid_run_an_asynchronous_run_goes_on_and_learns(client2)
     verified on held-out data, as an undisturbed run does."""
     X, y = _data(1200, seed=4)
     X_test, y_test, X, y = X[:400], y[:400], X[400:], y[400:]
-    strategy = ppt.Slowed(ppt.Async(lr=0.2, momentum=0.5, block=10), seconds=0.002)
+    strategy = Slowed(ppt.Async(lr=0.2, momentum=0.5, block=10), seconds=0.002)
     stop = ppt.Stop(max_epochs=60, target_error=0.12, test=(X_test, y_test), check_every=1)
     shards = ppt.enter_data(client2, X, y, n_shards=4)
     try:
@@ -255,7 +256,7 @@ def test_soak_2000_rounds(client4, workers4):
 
 def test_a_worker_that_joins_gets_shards_from_the_next_kept_round(client2):
     X, y = _data()
-    strategy = ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)
+    strategy = Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)
     expected, _ = train_serial(NET, X, y, strategy.inner, rounds=60, n_shards=6, seed=1)
     shards = ppt.enter_data(client2, X, y, n_shards=6)
 
@@ -315,7 +316,7 @@ def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
     try:
         X, y = datasets.mnist_rows(None, "train", 0, 400)
         net = ppt.MLP((784, 8, 10))
-        strategy = ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
+        strategy = Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
         expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2)
         if source == "loader":
             loader = functools.partial(datasets.mnist_rows, str(files.find_data_dir()), "train")

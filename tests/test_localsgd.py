@@ -12,6 +12,7 @@ import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd, serial
 from ppt_dask.engine import roundloop
 from ppt_dask.engine.saving import checkpoint
+from ppt_dask.testing import Slowed
 
 from conftest import scheduler_keys
 
@@ -204,7 +205,7 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed(client2, exchange, 
     X, y = _data(400)
     local = ppt.LocalSGD(lr=0.1, momentum=0.9, block=10, interval=20, ema=0.5, compensate=compensate,
                          pull=1.0 if compensate else 0.5)
-    strategy = ppt.Slowed(local, seconds=0.01)
+    strategy = Slowed(local, seconds=0.01)
     rounds = 40
     expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
     address = ppt.cluster.worker_addresses(client2)[1]

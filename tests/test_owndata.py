@@ -26,6 +26,7 @@ import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.cli.commands import main as cli_main
 from ppt_dask.data import tables
+from ppt_dask.testing import Slowed
 
 
 def cli(*args, timeout=300):
@@ -167,7 +168,7 @@ def test_shards_of_a_table_are_rebuilt_when_their_worker_is_lost(tmp_path):
         client.wait_for_workers(2, timeout=60)
         t = ppt.datasets.from_table(tmp_path / "parts", "kind", features=["a", "b", "c", "d"], client=client)
         net = ppt.MLP((4, 8, 3), hidden="tanh", output="softmax")
-        strategy = ppt.Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
+        strategy = Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
         y = np.searchsorted(t.classes, df["kind"].to_numpy())
         expected, _ = train_serial(net, scaled(df, t), y, strategy.inner, rounds=40, n_shards=4, seed=2)
         shards = ppt.enter_data(client, t.X, t.y, n_shards=4)

@@ -14,6 +14,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
+from ppt_dask.testing import Slowed
 
 from conftest import RESTART_SECONDS, own_shm, sigkill_at
 
@@ -103,7 +104,7 @@ def test_local_sgd_on_eight_workers_two_rounds_in_flight_bitwise(client8, algori
 def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8, asked, used):
     X, y = _data()
     rounds = 40
-    strategy = ppt.Slowed(SYNC, seconds=0.01)
+    strategy = Slowed(SYNC, seconds=0.01)
     expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=5)
     shards = ppt.enter_data(client8, X, y, n_shards=16)
     progress, killed = sigkill_at(client8, at_round=15, slot=3)

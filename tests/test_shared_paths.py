@@ -23,6 +23,7 @@ from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.cli import presets
 from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.rounds import choose, graph, sharedreduce
+from ppt_dask.testing import Slowed
 
 from conftest import own_shm
 
@@ -58,7 +59,7 @@ def test_a_segment_gone_before_loop_0_maps_it_is_a_lost_link_and_the_run_rolls_b
     whose gradients take 2 s more, makes its segment after that, and the one loop 0's process
     does not map is taken (its maps say which: no race with the loops' pace)."""
     X, y = _data()
-    strategy = ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=2.0, shards=(1,))
+    strategy = Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=2.0, shards=(1,))
     rounds = 3
     expected, _ = train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=2, seed=1)
     shards = ppt.enter_data(client2, X, y, n_shards=2)

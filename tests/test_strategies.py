@@ -9,6 +9,7 @@ from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.core.stopping import ErrorEstimate
 from ppt_dask.data import datasets
 from ppt_dask.engine.experiments import repeated_splits
+from ppt_dask.testing import Slowed
 
 
 def _data(n=96, seed=0):
@@ -101,7 +102,7 @@ def test_a_slow_worker_does_not_stall_the_others(client4, workers4):
     too stale; worker 0 takes all of worker 1's, which are fresh to it."""
     X, y = _data()
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
-    strategy = ppt.Slowed(ppt.Async(lr=0.2, staleness=3), seconds=0.4, shards=(0, 1))
+    strategy = Slowed(ppt.Async(lr=0.2, staleness=3), seconds=0.4, shards=(0, 1))
     seen = []  # worker 0's steps in each round read
 
     def three_slow_steps(record) -> bool:

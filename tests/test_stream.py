@@ -12,6 +12,7 @@ from ppt_dask.core import tree
 from ppt_dask.engine.placement import mailbox
 from ppt_dask.engine.rounds import stream
 from ppt_dask.observe.breakdown import PHASES
+from ppt_dask.testing import Slowed
 
 from conftest import scheduler_keys
 from test_localsgd import NET, STRATEGY, _data
@@ -124,7 +125,7 @@ FRAMING = 512  # bytes of a message beyond its arrays' (a tagged partial of two 
 def test_the_breakdown_has_a_row_per_streamed_round_from_the_loops_own_timing(client4, workers4, tmp_path):
     X, y = _data(960)
     shards = ppt.enter_data(client4, X, y, n_shards=2, workers=workers4[:2])
-    slowed = ppt.Slowed(STRATEGY, seconds=0.02)  # 20 ms of "gradient" per shard and round
+    slowed = Slowed(STRATEGY, seconds=0.02)  # 20 ms of "gradient" per shard and round
     try:
         result = ppt.train(NET, shards, slowed, ppt.Stop(max_epochs=1))
     finally:

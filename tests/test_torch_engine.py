@@ -22,6 +22,7 @@ from torch import nn  # noqa: E402
 import ppt_dask as ppt  # noqa: E402
 from ppt_dask.algorithms import serial  # noqa: E402
 from ppt_dask.data import datasets, files  # noqa: E402
+from ppt_dask.testing import Slowed  # noqa: E402
 
 from conftest import scheduler_keys, sigkill_at  # noqa: E402
 
@@ -145,7 +146,7 @@ def test_images_from_a_dask_array_and_from_a_loader_on_the_workers(client4, work
 @pytest.mark.slow  # a long run (CI's full run): moved out of the default suite
 def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
     X, y = _data(400)
-    strategy = ppt.Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)
+    strategy = Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)
     rounds = 40
     expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
     client = ppt.connect(n_workers=2, dashboard_address=None)

@@ -63,12 +63,20 @@ ROUND_PATTERNS = 1000
 class Async(_Base):
     """Asynchronous SGD with bounded staleness: a replica per worker, no barrier.
 
+    Training on stale gradients, as discussed in the Stack Exchange thread (2015) (Hogwild!,
+    Downpour), with the bound of stale synchronous parallel: each worker keeps a replica,
+    applies the others' gradients as they arrive and never waits. Its result depends on the
+    order in which gradients arrive: it is not reproducible to the bit.
+
     Parameters
     ----------
-    lr, momentum, l2 : float
-        Each gradient is applied as one SGD step with these (momentum runs across the
-        replica's sequence of steps; see the module docstring for why it is set lower than
-        for a synchronous run).
+    lr : float
+        Learning rate of each gradient's step, > 0.
+    momentum : float
+        Momentum coefficient, in [0, 1); it runs across the replica's sequence of steps
+        (see the module docstring for why it is set lower than for a synchronous run).
+    l2 : float
+        L2 penalty on the weights (not the biases), >= 0.
     block : int or None
         Patterns per update: each worker's gradient covers ``block`` patterns of its
         shards, split over them. None: each update is one whole shard (a worker takes its
@@ -77,6 +85,13 @@ class Async(_Base):
         The largest staleness a gradient may have (gradients the other replicas have taken
         that its maker's had not, as far as its maker has heard when it is done); its maker
         drops a staler one, for all replicas.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> strategy = ppt.Async(lr=0.2, block=100, staleness=3)
+    >>> strategy.name, strategy.staleness
+    ('async', 3)
     """
 
     block: int | None = None
@@ -237,7 +252,22 @@ LEFT_OUT_SHARE = 0.5
 
 
 class StaleGradientsWarning(UserWarning):
-    """An asynchronous run dropped most of a worker's gradients as too stale (:func:`left_out`)."""
+    """An asynchronous run dropped most of a worker's gradients as too stale.
+
+    A worker more than ``staleness`` steps behind the others (a straggler) has its
+    gradients dropped, and the rows of its shards go unlearned; :func:`ppt_dask.train`
+    warns with this category at the end of such a run, naming the worker
+    (``Result.dropped_shares()`` gives each worker's share).
+
+    Examples
+    --------
+    Make the warning an error, to stop a pipeline that must learn every shard:
+
+    >>> import warnings
+    >>> import ppt_dask as ppt
+    >>> warnings.simplefilter("error", ppt.StaleGradientsWarning)
+    >>> warnings.resetwarnings()
+    """
 
 
 def dropped_shares(history: list[dict]) -> list[float] | None:

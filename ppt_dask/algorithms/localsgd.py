@@ -105,17 +105,28 @@ class ShardModel:
 
 @dataclass(frozen=True)
 class LocalSGD(_Base):
-    """Local SGD with momentum, the average applied one round late (see the module docstring).
+    """Local SGD with momentum, the average applied one round late.
+
+    Each shard keeps its own model and momentum and takes ``interval / block`` local steps
+    a round; the workers' weights are averaged (the weight averaging of Mörchen (2004),
+    section VII), and the average of round ``r`` is applied in round ``r + 2`` as a pull
+    toward it, so the exchange overlaps the next round's steps (as Overlap Local-SGD and
+    CoCoD-SGD do). The same weights, to the bit, on any number of workers.
 
     Parameters
     ----------
-    lr, momentum, l2 : float
-        The local steps' SGD (:class:`ppt_dask.core.optimizers.SGD`).
+    lr : float
+        Learning rate of the local steps, > 0.
+    momentum : float
+        Momentum coefficient of the local steps, in [0, 1) (Adam's ``beta1`` with
+        ``solver="adam"``).
+    l2 : float
+        L2 penalty on the weights (not the biases), >= 0.
     block : int
         Rows per local step (the local mini-batch).
     interval : int or None
-        Patterns per shard between averages (001's ``a``); ``k = interval / block`` local
-        steps per round. Default: 30 steps.
+        Patterns per shard between averages (the *a* of Mörchen (2004));
+        ``k = interval / block`` local steps per round. Default: 30 steps.
     pull : float
         The share of the gap to the average a shard closes, in (0, 1].
     ema : float
@@ -132,6 +143,13 @@ class LocalSGD(_Base):
         Take the gap to the average from where the shard started the round it has run
         since (CoCoD-SGD's update with ``pull = 1``; see the module docstring), not from
         where it ended the averaged round.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> strategy = ppt.LocalSGD(lr=0.2, momentum=0.8, block=100, interval=6000, pull=0.5)
+    >>> strategy.name, strategy.interval // strategy.block    # local steps a round
+    ('local', 60)
     """
 
     block: int = 100

@@ -70,7 +70,7 @@ def _count(name: str, value, allow_none: bool = False) -> None:
 
 @dataclass(frozen=True)
 class _Base:
-    """Learning rate, momentum and L2 (seeds 000, 001, 004), and the data layout."""
+    """Learning rate, momentum and L2, and the data layout (filled by :meth:`check`)."""
 
     lr: float = 0.1
     momentum: float = 0.0
@@ -106,7 +106,7 @@ class _Base:
         return state.params
 
     def apply(self, net, state: ModelState, total: tuple) -> ModelState:
-        """One SGD step on the summed gradient (seed 000: sum, then apply once)."""
+        """One SGD step on the summed gradient (Dahl et al. (2008): sum, then apply once)."""
         grad_sum, stats = total
         params, opt_state = sgd_step(self.optimizer, state.params, grad_sum, stats[2],
                                      state.opt_state, model.weight_mask(net))
@@ -115,18 +115,40 @@ class _Base:
 
 @dataclass(frozen=True)
 class Sync(_Base):
-    """Synchronous gradient descent: by epoch (``block=None``) or by block (seed 001).
+    """Synchronous gradient descent: by epoch (``block=None``) or by block.
 
-    Every round each shard computes the gradient sum over its part of the block; the
-    tree reduce adds them in shard order; the update applies one SGD step with momentum
-    and L2 to the mean gradient.
+    Learning by block as Mörchen (2004) runs it with MPI's Allreduce: every round each
+    shard computes the gradient summed over its part of the block, the sums are added in
+    the fixed order of the shard tree, and one SGD step (momentum, L2) is taken with the
+    mean gradient. The same weights, to the bit, on any number of workers.
 
     Parameters
     ----------
-    lr, momentum, l2 : float
-        See :class:`ppt_dask.core.optimizers.SGD`.
+    lr : float
+        Learning rate, > 0.
+    momentum : float
+        Momentum coefficient, in [0, 1).
+    l2 : float
+        L2 penalty on the weights (not the biases), >= 0.
     block : int or None
-        Patterns per update over all shards (split over them); None = the whole set.
+        Patterns per update over all shards (split over them, at least one row each);
+        None: the whole training set (full-batch gradient descent).
+
+    See Also
+    --------
+    ppt_dask.train : runs a strategy on placed shards.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> ppt.Sync(lr=0.5, momentum=0.9, block=1000).name    # mini-batch SGD
+    'block'
+    >>> ppt.Sync(lr=0.5).name                               # the whole set a round
+    'epoch'
+    >>> ppt.Sync(lr=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be > 0, got -1
     """
 
     block: int | None = None
@@ -163,14 +185,34 @@ class Sync(_Base):
 
 @dataclass(frozen=True)
 class PPT(_Base):
-    """Pattern Parallel Training (seed 000): random local epochs, summed updates.
+    """Pattern Parallel Training (Dahl et al., 2008): random local epochs, summed updates.
 
     Each round every shard draws ``local_epoch`` patterns at random (without replacement
     within the round) from its shard, or from the whole training set when the shards are
-    replicated (000's setting: ``enter_data(..., replicate=True)``), and returns the
-    gradient sum; the tree reduce adds them and one momentum step is applied, as 000 does
-    with Allgather. 000 tunes ``local_epoch`` per node: with one shard per worker (the
-    CLI's default for this strategy) it has 000's meaning.
+    replicated (the paper's setting: ``enter_data(..., replicate=True)``), and returns the
+    gradient sum; the sums are added along the shard tree and one momentum step is
+    applied, as the paper does with Allgather. The paper tunes ``local_epoch`` per node:
+    with one shard per worker (the command line's default for this strategy) it has the
+    paper's meaning.
+
+    Parameters
+    ----------
+    lr : float
+        Learning rate, > 0.
+    momentum : float
+        Momentum coefficient, in [0, 1) (the paper: 0.3 on 8-bit parity).
+    l2 : float
+        L2 penalty on the weights (not the biases), >= 0.
+    local_epoch : int
+        Patterns each shard draws a round, at most the rows of the smallest shard (of the
+        whole set when replicated).
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> strategy = ppt.PPT(lr=0.1, momentum=0.3, local_epoch=64)
+    >>> strategy.name, strategy.local_epoch
+    ('ppt', 64)
     """
 
     local_epoch: int = 32
@@ -203,32 +245,46 @@ MOMENTUM_POLICIES = ("reset", "average")
 
 @dataclass(frozen=True)
 class Average(_Base):
-    """Weight averaging (seed 001 section VII) / model averaging (seed 004).
+    """Weight averaging (Mörchen, 2004, section VII); model averaging (Alowaisheq and Dhami).
 
     Each round every shard starts from the averaged weights, applies local SGD updates on
     its own data with mini-batches of ``block`` rows for ``interval`` patterns (or
     ``local_epochs`` passes over the shard), and returns its weights times the patterns it
-    saw; the tree reduce adds them and the update divides by the total, so the new
+    saw; the sums are added along the shard tree and divided by the total, so the new
     weights are the average weighted by patterns seen.
 
     Parameters
     ----------
+    lr : float
+        Learning rate of the local steps, > 0.
+    momentum : float
+        Momentum coefficient of the local steps, in [0, 1).
+    l2 : float
+        L2 penalty on the weights (not the biases), >= 0.
     block : int or None
-        Local mini-batch (001's local block b); None = the whole shard.
+        Local mini-batch (the local block *b* of Mörchen (2004)); None = the whole shard.
     interval : int, optional
-        Patterns per shard between averages (001's a). Default: ``local_epochs`` passes.
+        Patterns per shard between averages (Mörchen's *a*). Default: ``local_epochs``
+        passes.
     local_epochs : float
-        Passes over the shard between averages (004 averages every 5 epochs).
+        Passes over the shard between averages (Alowaisheq and Dhami average every 5).
     sample_fraction : float, optional
-        004's sampling: each local step draws this fraction of the shard *with
-        replacement* (004 draws 90%); ``block`` is then ignored. Default: walk the shard
-        in order in blocks of ``block`` rows.
+        The sampling of Alowaisheq and Dhami: each local step draws this fraction of the
+        shard *with replacement* (they draw 90%); ``block`` is then ignored. Default: walk
+        the shard in order in blocks of ``block`` rows.
     momentum_policy : {"reset", "average"}
         The optimizer state across averages: "reset" starts every round's local updates
         with zero velocity; "average" averages the velocities like the weights and sends
         both to the next round. Keeping momentum locally on each worker is not offered:
         it would be state held by a worker between rounds, lost with the worker and
         dependent on which worker runs a shard.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> strategy = ppt.Average(lr=0.1, momentum=0.9, block=10, local_epochs=5)
+    >>> strategy.name, strategy.momentum_policy
+    ('average', 'reset')
     """
 
     block: int | None = None

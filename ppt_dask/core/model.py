@@ -106,6 +106,35 @@ class Network(Protocol):
     A network is sent to the workers by pickling (it travels in every task, so keep it
     small: weights belong in ``params``), and must compute the same bits wherever it runs
     for the runs to be bitwise the same on any number of workers.
+
+    Examples
+    --------
+    A linear regression in numpy, half the squared error summed over the rows, is a
+    network ``ppt.train`` takes:
+
+    >>> import numpy as np
+    >>> import ppt_dask as ppt
+    >>> class Linear:
+    ...     dtype, task, n_outputs = "float64", "regression", 1
+    ...
+    ...     def __init__(self, n_features):
+    ...         self.row_shape, self.n_params = (n_features,), n_features + 1
+    ...
+    ...     def init_params(self, seed):
+    ...         return np.random.default_rng(seed).normal(0.0, 0.1, self.n_params)
+    ...
+    ...     def predict(self, params, X):
+    ...         return X @ params[:-1] + params[-1]
+    ...
+    ...     def stats(self, params, X, Y):
+    ...         err = self.predict(params, X) - Y
+    ...         return np.array([0.5 * err @ err, np.sum(np.abs(err) > 0.1), len(X)])
+    ...
+    ...     def loss_grad_stats(self, params, X, Y):
+    ...         err = self.predict(params, X) - Y
+    ...         return np.append(X.T @ err, err.sum()), self.stats(params, X, Y)
+    >>> isinstance(Linear(3), ppt.Network)
+    True
     """
 
     dtype: str

@@ -45,7 +45,11 @@ __all__ = ["MLP"]
 
 @dataclass(frozen=True)
 class MLP:
-    """Shape, activations and loss of a feed-forward network.
+    """A feed-forward network (multi-layer perceptron) over one flat vector of weights.
+
+    The network is a value: its shape, activations and loss. The weights are a separate
+    flat vector (``params``), which the engine keeps, adds and sends. It follows the
+    model protocol (:class:`ppt_dask.Network`) in pure numpy.
 
     Parameters
     ----------
@@ -70,6 +74,22 @@ class MLP:
     Targets ``Y`` may be 1-D integer class labels 0..n_outputs-1 (softmax output),
     a 1-D array when ``n_outputs == 1`` (read as a column), or a 2-D array of shape
     (n, n_outputs) (for softmax: one-hot rows or probabilities).
+
+    Examples
+    --------
+    The 8-100-1 network of Dahl et al. (2008) on 8-bit parity:
+
+    >>> import ppt_dask as ppt
+    >>> data = ppt.datasets.parity(8)
+    >>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    >>> net.n_params, net.task
+    (1001, 'binary')
+    >>> params = net.init_params(seed=0)                  # shape (n_params,)
+    >>> grad_sum, stats = net.loss_grad_stats(params, data.X, data.y)
+    >>> grad_sum.shape, int(stats[2])                     # summed over the 256 rows
+    ((1001,), 256)
+    >>> net.predict(params, data.X[:4]).shape
+    (4,)
     """
 
     sizes: tuple[int, ...]

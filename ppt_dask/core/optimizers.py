@@ -5,7 +5,7 @@ update is a pure function ``(params, grad_sum, count, state) -> (params, state)`
 that can run as a Dask task whose output feeds the next round. Inputs are never
 modified: they may be read-only buffers shared between tasks.
 
-Convention (scikit-learn's ``MLPClassifier`` ``alpha``; seed 004's ``lambda``,
+Convention (scikit-learn's ``MLPClassifier`` ``alpha``; the ``lambda`` of Alowaisheq and Dhami,
 Andrew Ng's ex4): the gradient of the *mean* loss plus ``l2 / (2 count)`` times the
 sum of squared weights (biases not regularised) is::
 
@@ -57,6 +57,18 @@ class SGD:
         Momentum coefficient, 0 <= momentum < 1 (0: plain gradient descent).
     l2 : float
         L2 regularisation strength on the weights (not the biases), >= 0.
+
+    Examples
+    --------
+    The optimizer of every strategy; the strategies take the same three settings:
+
+    >>> import ppt_dask as ppt
+    >>> ppt.SGD(lr=0.1, momentum=0.9)
+    SGD(lr=0.1, momentum=0.9, l2=0.0)
+    >>> ppt.SGD(lr=0.1, momentum=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: momentum must be in [0, 1), got 1.0
     """
 
     lr: float = 0.1

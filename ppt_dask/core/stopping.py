@@ -1,6 +1,6 @@
-"""The stopping rule of seed 000 (section 4.1), as pure bookkeeping on the head.
+"""The stopping rule of Dahl et al. (2008), section 4.1, as pure bookkeeping on the head.
 
-000: "each process maintains an average [error] over the last k*n/p training patterns
+The paper: "each process maintains an average [error] over the last k*n/p training patterns
 that it has processed ... Each process piggybacks its error estimate onto the broadcast of
 its weight updates. The error estimates from all the processes are averaged ... When the
 global error estimate gets below the stopping threshold, each process tests the neural
@@ -23,7 +23,12 @@ from ppt_dask.core.validation import check_int_at_least
 
 @dataclass(frozen=True)
 class Stop:
-    """When to stop.
+    """When to stop: the most epochs, and a target error verified on a test set.
+
+    The rule of Dahl et al. (2008): an estimate of the training error over the last
+    ``window_epochs`` of patterns rides with every round; once it is at the target, the
+    weights are checked on the test set (or the whole training set), and the run stops
+    only when that check confirms the target.
 
     Parameters
     ----------
@@ -34,24 +39,37 @@ class Stop:
         or below it, the weights are verified (on ``test`` when given, else on the whole
         training set) before the run stops as learned.
     window_epochs : float
-        ``k`` of 000: the estimate covers the last ``k * n`` patterns processed (k between
-        1 and 10 in 000). Rounds that see the whole set (learning by epoch) need no window.
+        The paper's ``k``: the estimate covers the last ``k * n`` patterns processed (k
+        between 1 and 10 in the paper). Rounds that see the whole set (learning by epoch)
+        need no window.
     test : (X_test, y_test) or ShardSet, optional
         Held on the head, or placed on the workers (:func:`ppt_dask.enter_data`, the rows
         never on the head); verifies the target and gives ``test_accuracy`` at the end.
     restarts : int
         Further tries from new random weights when a try reaches ``max_epochs`` without
-        learning (000: "restart with new random weights when a try fails").
+        learning (the paper: "restart with new random weights when a try fails").
     check_every : float
         Epochs between two verifications (each costs a pass over ``test`` on the head);
         the first comes at the first round whose estimate is at or below the target.
     screen : bool
-        True (000's rule): verify only once the windowed training-error estimate is at or
+        True (the paper's rule): verify only once the windowed training-error estimate is at or
         below the target. False: verify every ``check_every`` epochs whatever the estimate,
         as a program that tests after each epoch does. The estimate lags the weights (it
         covers the last window of patterns; for local SGD it comes from the workers' own
         models, while the test is of their average), so screening saves tests but can stop
         a run later than testing on a schedule would.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> data = ppt.datasets.mnist(n_train=1000)
+    >>> stop = ppt.Stop(max_epochs=15, target_error=0.03, test=(data.X_test, data.y_test))
+    >>> stop.max_epochs, stop.target_error
+    (15, 0.03)
+    >>> ppt.Stop(max_epochs=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_epochs must be a positive number, got 0
     """
 
     max_epochs: float = 100

@@ -1,8 +1,9 @@
 """The data sets of the source papers, as numpy arrays.
 
-Generated: n-bit parity (000), the N-log2(N)-N Encoder and the Function problem (001).
-Read from files: MNIST from the four canonical gzip idx files (001; 002 grows the images
-to raise granularity) and the 5000-digit set of 004, found under a data directory
+Generated: n-bit parity (Dahl et al., 2008), the N-log2(N)-N Encoder and the Function
+problem (Mörchen, 2004). Read from files: MNIST from the four canonical gzip idx files
+(Mörchen, 2004; Sobreira and Carneiro (2024) grow the images to raise granularity) and
+the 5000-digit set of Alowaisheq and Dhami, found under a data directory
 holding ``mnist/`` and ``digits5000/`` (see :func:`ppt_dask.data.files.find_data_dir`).  `mnist_rows` reads one
 block of rows, so Dask workers build their shards from the files and the head never
 holds the data.  Every loader returns a `Dataset`; `DATASETS` maps the names a user
@@ -74,13 +75,13 @@ def _float_dtype(dtype) -> np.dtype:
 
 
 def parity(n_bits: int = 8, dtype=np.float64) -> Dataset:
-    """All 2**n_bits bit patterns and their parity (000: 8-bit parity, 8-100-1 net).
+    """All 2**n_bits bit patterns and their parity (Dahl et al. (2008): 8-bit parity, 8-100-1 net).
 
-    000 does not say how FANN coded the bits. The inputs are -1/+1 (FANN's "symmetric"
+    The paper does not say how FANN coded the bits. The inputs are -1/+1 (FANN's "symmetric"
     coding): with 0/1 inputs a tanh network learns parity far less reliably (in our
     runs, most seeds of random-local-epoch training failed within 3000 rounds; with -1/+1
     all learned). The targets are 0/1, which suit a sigmoid output unit. There is no
-    test set: 000 measures learning of the whole set.
+    test set: the paper measures learning of the whole set.
 
     Returns
     -------
@@ -99,10 +100,10 @@ def parity(n_bits: int = 8, dtype=np.float64) -> Dataset:
 
 
 def encoder(n: int = 256, dtype=np.float64) -> Dataset:
-    """001's Encoder problem for an N-log2(N)-N network (001 uses 256-8-256).
+    """The Encoder problem of Mörchen (2004) for an N-log2(N)-N network (the paper: 256-8-256).
 
     The inputs are the N orthonormal basis vectors of R^N and the target of each is the
-    input itself; there is no test set (001: "the data was not divided").
+    input itself; there is no test set (the paper: "the data was not divided").
 
     Returns
     -------
@@ -117,7 +118,7 @@ def encoder(n: int = 256, dtype=np.float64) -> Dataset:
 
 
 def function_target(x, y):
-    """001's Function problem: the surface to learn on [0, 1]^2.
+    """The Function problem of Mörchen (2004): the surface to learn on [0, 1]^2.
 
     f(x, y) = (1/pi) (sin(10 x) + 1) arctan(-x) + (1/pi) (cos(10 y) - 1) arctan(-y) + 1/2
 
@@ -132,10 +133,10 @@ def function_target(x, y):
 
 def function(n_train: int = 1024, n_test: int = 128, noise: float = 0.05, seed: int = 0,
              dtype=np.float64) -> Dataset:
-    """001's Function problem: 1024 noisy training points and 128 test points.
+    """The Function problem of Mörchen (2004): 1024 noisy training points and 128 test points.
 
     Points are uniform in [0, 1]^2; the target is `function_target`.  Uniform noise in
-    [-noise, noise] is added to the training targets only: 001 adds it "to introduce the
+    [-noise, noise] is added to the training targets only: the paper adds it "to introduce the
     network to the problem of over-fitting", so the test targets are kept clean and
     measure how well the true surface was learnt.  Random draws, in order, from
     ``np.random.default_rng(seed)``: training points, training noise, test points.
@@ -166,7 +167,7 @@ def grow_images(X: np.ndarray, factor: int, side_in: int = MNIST_SIDE) -> np.nda
     """Nearest-neighbour upscaling of square images by an integer `factor` per side.
 
     Each pixel becomes a factor x factor block, so the number of inputs grows by
-    factor**2 while the picture stays the same (002 grows MNIST this way, 28 -> 56 ->
+    factor**2 while the picture stays the same (Sobreira and Carneiro (2024) grow MNIST this way, 28 -> 56 ->
     112 pixels per side, to raise the work per sample).
 
     Parameters
@@ -200,7 +201,7 @@ def mnist_grow_factor(grow: int | None) -> int:
     """Upscaling factor per side for a requested number of MNIST inputs.
 
     784 -> 1, 3136 -> 2 (56x56), 12544 -> 4 (112x112), in general (28 k)**2 -> k.
-    3248, 002's label for its 56x56 set (see PAPER_GROW_ALIASES), also gives 2.
+    3248, the label Sobreira and Carneiro (2024) give their 56x56 set (see PAPER_GROW_ALIASES), also gives 2.
     """
     if grow is None:
         return 1
@@ -211,7 +212,7 @@ def mnist_grow_factor(grow: int | None) -> int:
         raise ValueError(
             f"grow={grow} is not a number of inputs MNIST can be grown to: use "
             "(28 k)**2 for an integer k, e.g. 784, 3136 (56x56), 12544 (112x112), "
-            "or 3248 (002's label for 56x56)"
+            "or 3248 (the paper's label for 56x56)"
         )
     return side // MNIST_SIDE
 
@@ -267,7 +268,7 @@ def mnist_dir(data_dir=None, offline: bool | None = None) -> Path:
 def mnist(data_dir=None, dtype=np.float64, n_train: int | None = None,
           n_test: int | None = None, grow: int | None = None,
           offline: bool | None = None) -> Dataset:
-    """MNIST, 60000 training and 10000 test images (001's Digits, 002).
+    """MNIST, 60000 training and 10000 test images (the Digits of Mörchen (2004); Sobreira and Carneiro (2024)).
 
     The four files are fetched from the mirrors when missing (`mnist_dir`).
 
@@ -294,9 +295,9 @@ def mnist(data_dir=None, dtype=np.float64, n_train: int | None = None,
 
 def digits5000(data_dir=None, dtype=np.float64, test_fraction: float | None = None,
                seed: int = 0) -> Dataset:
-    """004's 5000 handwritten digits: 20x20 images unrolled column-major, 500 per class.
+    """The 5000 handwritten digits of Alowaisheq and Dhami: 20x20 images unrolled column-major, 500 per class.
 
-    The set has no fixed test set (004 draws random 70/30 splits, see `random_splits`).
+    The set has no fixed test set (the paper draws random 70/30 splits, see `random_splits`).
     With `test_fraction` set, the Dataset carries one `train_test_split` of it.
 
     Returns

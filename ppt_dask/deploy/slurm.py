@@ -104,6 +104,18 @@ def start(jobs: int, *, cores: int = 1, memory: str = "2GB", processes: int | No
     Returns
     -------
     (dask_jobqueue.SLURMCluster, distributed.Client)
+        The cluster (the scheduler here, the workers in jobs) and a client of it; give both
+        to :func:`stop`.
+
+    Examples
+    --------
+    From a login node (``deploy/README.md``, section 9; its test runs the same on a
+    one-node Slurm):
+
+    >>> from ppt_dask.deploy import slurm as slurmcluster
+    >>> cluster, client = slurmcluster.start(2, cores=1, memory="1GB", certs_dir="~/ppt-certs",
+    ...                                      partition="batch")  # doctest: +SKIP
+    >>> slurmcluster.stop(cluster, client)                       # doctest: +SKIP
     """
     processes = cores if processes is None else processes
     _check(jobs, cores, memory, processes, walltime, timeout)
@@ -148,7 +160,17 @@ def job_of(cluster, worker_name) -> str | None:
 
 
 def stop(cluster, client=None, timeout: float = 30.0) -> None:
-    """Close the client, then the cluster: every worker job is cancelled (``scancel``)."""
+    """Close the client, then the cluster: every worker job is cancelled (``scancel``).
+
+    Parameters
+    ----------
+    cluster : dask_jobqueue.SLURMCluster
+        From :func:`start`.
+    client : distributed.Client, optional
+        From :func:`start`.
+    timeout : float
+        Seconds to wait for the client to close.
+    """
     for what, thing in (("client", client), ("cluster", cluster)):
         if thing is None:
             continue

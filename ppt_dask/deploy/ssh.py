@@ -185,6 +185,11 @@ def start(
     timeout : float
         Seconds to wait for the workers to connect.
 
+    Returns
+    -------
+    (distributed.SSHCluster, distributed.Client)
+        The cluster, and a client of it with the TLS settings; give both to :func:`stop`.
+
     Raises
     ------
     RuntimeError
@@ -192,6 +197,19 @@ def start(
         (within ``min(timeout, 30)`` s) or whose Python cannot import ppt_dask
         (:mod:`ppt_dask.deploy.preflight`). Later, when SSHCluster fails: its error and the
         hosts' last lines.
+
+    Examples
+    --------
+    On machines of your own (``deploy/README.md`` has the whole walk-through; its tests
+    run these calls against a real sshd):
+
+    >>> import ppt_dask as ppt
+    >>> from ppt_dask.deploy import ssh as sshcluster
+    >>> cluster, client = sshcluster.start(
+    ...     "hosts.txt", certs_dir="~/ppt-certs", remote_certs_dir="/opt/ppt-dask/certs",
+    ...     python="/opt/ppt-dask/venv/bin/python", n_workers=4)  # doctest: +SKIP
+    >>> shards = ppt.enter_data(client, X, y, n_shards=12)       # doctest: +SKIP
+    >>> sshcluster.stop(cluster, client)                           # doctest: +SKIP
     """
     if isinstance(hosts, (str, os.PathLike)):
         hosts = read_hostfile(hosts)
@@ -318,6 +336,15 @@ def stop(cluster, client=None, timeout: float = 30.0) -> None:
     """Close the client, then the scheduler and the workers (each within ``timeout`` s).
 
     A scheduler that is already gone is not an error: there is nothing left to close.
+
+    Parameters
+    ----------
+    cluster : distributed.SSHCluster
+        From :func:`start`.
+    client : distributed.Client, optional
+        From :func:`start`.
+    timeout : float
+        Seconds to wait for each to close.
     """
     scheduler_gone = client is not None and client.status != "running"
     for what, thing in (("client", client), ("cluster", cluster)):

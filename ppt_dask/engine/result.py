@@ -34,7 +34,69 @@ class Outcome(enum.Enum):
 
 @dataclass
 class Result:
-    """A finished run: final weights, per-round history and totals."""
+    """A finished run: the trained weights, a record per round and the totals.
+
+    What :func:`ppt_dask.train` returns; never made by hand.
+
+    Attributes
+    ----------
+    net : Network
+        The network trained (an MLP, a TorchNet or a model of your own).
+    params : ndarray, shape (net.n_params,)
+        The trained weights (for local SGD with ``ema``, the running mean reported).
+    history : list of dict
+        One record per round: ``epoch``, ``loss``, ``error_rate``, ``patterns``,
+        ``wall_seconds``, ``head_seconds`` ... (a verified round also
+        ``verified_error_rate``).
+    strategy : Sync, PPT, Average, LocalSGD or Async
+        The strategy, as it ran (with the shard sizes and the seed filled in).
+    learned : bool
+        Whether the run reached its target error, verified.
+    stopped_because : str
+        Why it stopped: "target_error", "max_epochs", "stopped" (an ``on_round`` call), or
+        "diverged at ..." (a loss that was not finite; the weights before it are kept).
+    outcome : Outcome
+        The same as an enum.
+    epochs : float
+        Passes over the training set.
+    rounds : int
+        Rounds run (``len(history)``).
+    wall_seconds, head_seconds : float
+        The run's wall time, and the head's own share of it.
+    train_loss, train_error_rate : float
+        The final weights' mean loss and error rate on the training set.
+    test_accuracy : float or None
+        On the test set of ``Stop(test=...)``, else None.
+    settings : dict
+        The run's settings and events (workers, shards, exchange, recoveries ...), as
+        saved in the model file and printed by ``--json``.
+    snapshots : dict
+        Epoch -> weights, for ``train(..., snapshot_epochs=...)``.
+    diagnostics : RunRecords or None
+        Where the time went, round by round (None with ``recorder=None``): the source of
+        :meth:`breakdown`, :meth:`report` and :meth:`trace`.
+    state : ModelState
+        Weights and optimizer state, to continue with ``train(..., initial_state=...)``.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> data = ppt.datasets.parity(8)
+    >>> shards = ppt.enter_data(client, data.X, data.y, n_shards=4)
+    >>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    >>> result = ppt.train(net, shards, ppt.Sync(lr=2.0, momentum=0.9),
+    ...                    ppt.Stop(max_epochs=2000, target_error=0.0))
+    >>> result.learned, result.rounds == len(result.history)
+    (True, True)
+    >>> row = result.breakdown()[-1]                  # the last round's time, by phase
+    >>> "gradient" in row and "idle" in row
+    True
+    >>> bool((result.predict(data.X) == data.y).all())
+    True
+    >>> ppt.exit_data(shards)
+    >>> client.close()
+    """
 
     net: Network
     params: np.ndarray
@@ -132,7 +194,40 @@ class Result:
 
 def evaluate(net: Network, shards: ShardSet, weights, fan_in: int = 2,
              timeout: float = ROUND_TIMEOUT) -> np.ndarray:
-    """Stats ``[loss_sum, n_wrong, n]`` of ``weights`` (array or future) over all shards."""
+    """The loss and the errors of ``weights`` over all shards, computed where they are.
+
+    Parameters
+    ----------
+    net : Network
+        The network the weights belong to.
+    shards : ShardSet
+        Placed rows (training or test rows), from :func:`ppt_dask.enter_data`.
+    weights : ndarray, shape (net.n_params,), or a future of one
+        The weights to score.
+    fan_in : int
+        Children per node of the tree that adds the shards' parts (>= 2).
+    timeout : float
+        Seconds to wait for the result.
+
+    Returns
+    -------
+    ndarray, shape (3,)
+        ``[loss_sum, n_wrong, n]``: the loss summed over the rows, the rows counted wrong
+        and the number of rows.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> data = ppt.datasets.parity(8)
+    >>> shards = ppt.enter_data(client, data.X, data.y, n_shards=4)
+    >>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    >>> loss_sum, n_wrong, n = ppt.evaluate(net, shards, net.init_params(0))
+    >>> int(n)
+    256
+    >>> ppt.exit_data(shards)
+    >>> client.close()
+    """
     client = shards.client
     tag = f"eval-{uuid.uuid4().hex[:8]}"
     if isinstance(weights, np.ndarray):

@@ -34,6 +34,12 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
           recorder: Callable | None = None) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
+    Each worker runs one loop over the rounds for its shards; the loops add their sums
+    straight to each other along the fixed shard tree, and the head reads each round's
+    numbers from the loops' mailboxes, checks ``stop``, keeps a copy of the weights now
+    and then and recovers from a lost worker. A seeded synchronous run gives the same
+    weights, to the bit, on any number of workers.
+
     Parameters
     ----------
     net : a network of the model protocol (:class:`ppt_dask.core.model.Network`)
@@ -41,7 +47,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         takes rows of any shape is fixed to the shards' (``with_row_shape``).
     shards : ShardSet
         From :func:`ppt_dask.enter_data`.
-    strategy : a strategy from :mod:`ppt_dask.algorithms.strategies`
+    strategy : Sync, PPT, Average, LocalSGD or Async
+        What a round computes and how the parts become the next weights.
     stop : Stop
         Max epochs, target error (windowed estimate, then verified), restarts.
     seed : int
@@ -110,6 +117,24 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     Returns
     -------
     Result
+        The trained weights (``params``), a record per round (``history``), why the run
+        stopped and the time breakdown; ``result.save(path)`` keeps the model.
+
+    Examples
+    --------
+    The 8-100-1 network of Dahl et al. (2008) learns 8-bit parity on two workers:
+
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> data = ppt.datasets.parity(8)
+    >>> shards = ppt.enter_data(client, data.X, data.y, n_shards=4)
+    >>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    >>> stop = ppt.Stop(max_epochs=2000, target_error=0.0)
+    >>> result = ppt.train(net, shards, ppt.Sync(lr=2.0, momentum=0.9), stop)
+    >>> result.learned, result.stopped_because, result.train_error_rate
+    (True, 'target_error', 0.0)
+    >>> ppt.exit_data(shards)
+    >>> client.close()
     """
     if progress is not None and not callable(progress):  # True, False, or refused
         return _with_display(dict(locals()))  # the first statement: locals() are the parameters

@@ -29,8 +29,8 @@ Decisions (refusals are one line, before any cluster work; see :mod:`ppt_dask.ne
   to each worker's ``t`` (so NumPy's BLAS has ``t`` threads there too), and Dask's own
   workers to 1 (Dask's nanny writes it into the process that starts a local cluster too, so
   the head computes with the workers' count); where it is unset, one thread. So one worker of ``t``
-  threads on ``t`` cores runs each step on all of them (seed 002's OpenMP threads inside MPI
-  ranks), and ``t`` workers of one thread do not fight over the cores. ``threads=k`` sets
+  threads on ``t`` cores runs each step on all of them (the OpenMP threads inside MPI ranks of
+  Sobreira and Carneiro (2024)), and ``t`` workers of one thread do not fight over the cores. ``threads=k`` sets
   ``k`` in every process; None leaves torch's setting alone. The threads are set in the
   thread that computes, before each pass (OpenMP keeps a count per thread). Runs are bitwise
   the same on any number of workers when every worker has the same threads (torch splits
@@ -93,9 +93,9 @@ class TorchNet:
 
     Parameters
     ----------
-    module : torch.nn.Module, or a class or function that returns one (called with no
-        arguments)
-        The network. It is copied: later changes to it do not reach the TorchNet.
+    module : torch.nn.Module, or a class or function returning one
+        The network (a class or function is called with no arguments). It is copied:
+        later changes to it do not reach the TorchNet.
     loss : {"cross_entropy", "nll", "bce", "mse"}, a torch.nn loss module, or a function
         ``loss(outputs, targets) -> per-row losses, shape (rows,)``
         "cross_entropy": the module returns logits, the targets are class labels
@@ -128,9 +128,24 @@ class TorchNet:
 
     Examples
     --------
-    >>> net = ppt.TorchNet(lenet5, loss="cross_entropy", row_shape=(1, 28, 28))  # doctest: +SKIP
-    >>> result = ppt.train(net, shards, ppt.LocalSGD(lr=0.05, momentum=0.9, block=100))  # doctest: +SKIP
-    >>> module = net.module_of(result.params)   # a torch module with the trained weights  # doctest: +SKIP
+    A small module on 8-bit parity: its weights become one flat vector, its gradient
+    comes from autograd, summed over the rows:
+
+    >>> import torch
+    >>> import ppt_dask as ppt
+    >>> data = ppt.datasets.parity(8, dtype="float32")
+    >>> module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    >>> net = ppt.TorchNet(module, loss="bce", row_shape=(8,))
+    >>> net.n_params, net.dtype, net.task
+    (161, 'float32', 'binary')
+    >>> params = net.init_params(seed=0)
+    >>> grad_sum, stats = net.loss_grad_stats(params, data.X, data.y)
+    >>> grad_sum.shape, int(stats[2])
+    ((161,), 256)
+    >>> type(net.module_of(params)).__name__       # back in PyTorch, with these weights
+    'Sequential'
+
+    ``ppt.train(net, shards, strategy)`` trains it as it does an MLP.
     """
 
     def __init__(self, module, loss="cross_entropy", *, row_shape=None, task=None, tolerance: float = 0.1,

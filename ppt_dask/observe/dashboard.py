@@ -116,6 +116,7 @@ class RoundBars(_Component):
         renderers = self.root.vbar_stack(names, x="x", width=0.9, source=self.source,
                                          color=[COLORS[n] for n in names], legend_label=[LABELS[n] for n in names])
         self.root.legend.orientation = "horizontal"
+        self.root.legend.nrows = 2  # in one row its ten labels ran past the plot's left edge, cut off
         self.root.legend.label_text_font_size = "8pt"
         self.root.add_layout(self.root.legend[0], "above")  # over the plot, not over the bars
         self.hover = HoverTool(tooltips=self._tooltips(LABELS), renderers=list(renderers))

@@ -62,7 +62,7 @@ _DOC = """
         L2 penalty on the weights (not the biases), as scikit-learn's: a block of ``m``
         patterns steps along ``(sum of their gradients + alpha * W) / m``.
     batch_size : int or "auto", default="auto"
-        Patterns per weight update over all shards (seed 001's block; for "local", "ppt"
+        Patterns per weight update over all shards (the block of Mörchen (2004); for "local", "ppt"
         and "average" each shard takes ``batch_size // n_shards`` per step). "auto" is
         ``min(100, n_samples)`` for "local" (each worker steps on its own shard between
         averages, so small steps cost no scheduling) and ``min(1000, n_samples)`` for the
@@ -182,7 +182,25 @@ class PPTClassifier(ClassifierMixin, PPTBase):
 """ + _DOC.replace("{lr}", "0.3").replace("{sklearn}", "MLPClassifier").replace(
         "{loss}", "cross-entropy (logits out)").replace("{outputs}", "class").replace(
         "{classes}", "classes_ : ndarray of shape (n_classes,)\n"
-                     "        The sorted labels; output k is the probability of ``classes_[k]``.\n    ")
+                     "        The sorted labels; output k is the probability of ``classes_[k]``.\n    ") + """
+    Examples
+    --------
+    scikit-learn's 8x8 digits on a LocalCluster of two workers (``fit`` uses the current
+    client, or starts a LocalCluster of its own for the fit):
+
+    >>> import ppt_dask as ppt
+    >>> from sklearn.datasets import load_digits
+    >>> from sklearn.model_selection import train_test_split
+    >>> client = ppt.connect(n_workers=2)
+    >>> X, y = load_digits(return_X_y=True)
+    >>> X_train, X_test, y_train, y_test = train_test_split(X / 16, y, random_state=0)
+    >>> clf = ppt.PPTClassifier(random_state=0).fit(X_train, y_train)
+    >>> clf.score(X_test, y_test) > 0.9
+    True
+    >>> clf.predict(X_test[:3]).shape, clf.classes_.tolist()
+    ((3,), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    >>> client.close()
+"""
 
     _output, _default_lr, _estimator_kind = "softmax", 0.3, "classifier"
     _module_loss = "cross_entropy"
@@ -243,7 +261,20 @@ class PPTRegressor(RegressorMixin, PPTBase):
     Linear output and squared error (half the sum of squares per pattern, as
     MLPRegressor); one target or several.
 """ + _DOC.replace("{lr}", "0.1").replace("{sklearn}", "MLPRegressor").replace("{classes}", "").replace(
-        "{loss}", "squared-error").replace("{outputs}", "target")
+        "{loss}", "squared-error").replace("{outputs}", "target") + """
+    Examples
+    --------
+    The Function problem of Mörchen (2004): a surface over the unit square, learned from
+    1024 noisy points:
+
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> data = ppt.datasets.function()
+    >>> reg = ppt.PPTRegressor(random_state=0).fit(data.X, data.y)
+    >>> reg.predict(data.X_test).shape
+    (128,)
+    >>> client.close()
+"""
 
     _output, _default_lr, _estimator_kind = "linear", 0.1, "regressor"
     _module_loss = "mse"

@@ -170,14 +170,21 @@ def connect(
     Parameters
     ----------
     address : str, optional
-        ``tcp://host:8786``, ``tls://host:8786`` ... When None, start a LocalCluster with
-        ``n_workers`` processes (default: one per core) of ``threads_per_worker`` threads,
-        each with as many BLAS and OpenMP threads (``OMP_NUM_THREADS`` and the like, set in
-        this process too, where Dask's nanny would otherwise take them from and writes them):
-        a :class:`ppt_dask.TorchNet` there computes with them. Its workers sample running
-        tasks for the dashboard's Profile page every 100 ms and tick their event loops every
-        100 ms (distributed: 10 and 20 ms; :data:`QUIET_TIMERS`); a ``dask.config`` value the
+        ``tcp://host:8786``, ``tls://host:8786`` ... When None, start a LocalCluster of
+        ``n_workers`` worker processes. Its workers sample running tasks for the
+        dashboard's Profile page every 100 ms and tick their event loops every 100 ms
+        (distributed: 10 and 20 ms; :data:`QUIET_TIMERS`); a ``dask.config`` value the
         caller sets for either wins.
+    n_workers : int, optional
+        The LocalCluster's workers (default: one per core). Not with ``address``.
+    threads_per_worker : int
+        Threads of each of the LocalCluster's workers, and as many BLAS and OpenMP threads
+        (``OMP_NUM_THREADS`` and the like, set in this process too, where Dask's nanny
+        would otherwise take them from): a :class:`ppt_dask.TorchNet` there computes with
+        them.
+    processes : bool
+        Workers as processes (the default, what ppt_dask is measured with), or as threads
+        of this process.
     dashboard_address : str or None
         Where the LocalCluster's dashboard listens (None: a free port on 127.0.0.1);
         localhost unless asked otherwise.
@@ -189,10 +196,28 @@ def connect(
         that does not answer like a Dask scheduler, an HTTP port for one, is named as such).
     batch_interval : float or None
         Seconds between the batches of small messages of scheduler, workers and this
-        client (:func:`ppt_dask.engine.placement.messages.fast_messages`; default 0, send at once: a round
-        of tiny compute takes about half the time); None keeps distributed's timers.
+        client (:func:`ppt_dask.engine.placement.messages.fast_messages`; default 0, send
+        at once: a round of tiny compute takes about half the time); None keeps
+        distributed's timers.
+    **cluster_kwargs
+        Further arguments of ``distributed.LocalCluster`` (``memory_limit=`` ...).
 
-    The client closes the LocalCluster it started when the client is closed.
+    Returns
+    -------
+    distributed.Client
+        The client closes the LocalCluster it started when the client is closed.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)        # a LocalCluster on this machine
+    >>> len(ppt.cluster.worker_addresses(client))
+    2
+    >>> client.close()                           # the LocalCluster closes with it
+
+    A cluster started elsewhere, with TLS (``deploy/make_certs.py`` made the folder):
+
+    >>> client = ppt.connect("tls://node1:8786", security="~/ppt-certs")  # doctest: +SKIP
     """
     if address is not None:
         address = check_address(address)

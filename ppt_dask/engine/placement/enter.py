@@ -1,6 +1,6 @@
 """Enter data / exit data: logical shards placed once on the workers, pinned.
 
-OmpCluster's ``target enter data`` (seed 002) copies each block to its device once; the
+OmpCluster's ``target enter data`` (Sobreira and Carneiro, 2024) copies each block to its device once; the
 tasks of every round then run where the data already is. Here the rows are split into
 ``n_shards`` logical shards, a number fixed at entry and independent of the number of
 workers. The workers are given contiguous blocks of shards, so each worker's share is a
@@ -93,11 +93,18 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
                replicate: bool = False) -> ShardSet:
     """Place ``(X, y)`` on the workers as ``n_shards`` logical shards, once.
 
+    The rows are split into ``n_shards`` shards of consecutive rows, placed on the
+    workers (a run of shards each) and pinned there; every round then runs where its data
+    already is. After this the head needs none of the rows.
+
     Parameters
     ----------
+    client : distributed.Client
+        From :func:`ppt_dask.connect`.
     X : ndarray or dask array, shape ``(n_rows, *row_shape)``
         Rows of any shape: (n_rows, n_features) for a table, (n_rows, 1, 28, 28) for images.
     y : ndarray or dask array, shape (n_rows,) or (n_rows, n_outputs)
+        Class labels, 0/1 labels or target values.
     n_shards : int
         Logical shards, fixed for the run; independent of the number of workers.
     dtype : {"float64", "float32"}
@@ -109,12 +116,25 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
     keep_copy : bool
         For numpy input, keep references on the head so lost shards can be re-sent.
     replicate : bool
-        Give every worker one copy of the whole set (seed 000's setting); each logical
-        shard is then a random stream over all the rows (strategy ``PPT``).
+        Give every worker one copy of the whole set (the setting of Dahl et al. (2008));
+        each logical shard is then a random stream over all the rows (strategy ``PPT``).
 
     Returns
     -------
     ShardSet
+        The placed shards, for :func:`ppt_dask.train`; release them with
+        :func:`ppt_dask.exit_data`.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> data = ppt.datasets.parity(8)
+    >>> shards = ppt.enter_data(client, data.X, data.y, n_shards=4)   # 2 on each worker
+    >>> shards.n_shards, shards.n_rows, shards.row_shape
+    (4, 256, (8,))
+    >>> ppt.exit_data(shards)
+    >>> client.close()
     """
     validation.check_dtype("dtype", dtype)
     is_dask = hasattr(X, "dask") or hasattr(y, "dask")
@@ -153,8 +173,48 @@ def enter_data(client: Client, X, y, n_shards: int, *, dtype: str = "float64",
 
 def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *,
                  dtype: str = "float64", workers: list[str] | None = None) -> ShardSet:
-    """Shards built on the workers by ``loader(start, stop) -> (X_rows, y_rows)``; ``X_rows``
-    may have rows of any shape, ``(stop - start, *row_shape)``."""
+    """Shards built on the workers by a loader: the head never holds the rows.
+
+    Each shard's rows are read by the worker that keeps them, so a lost shard is read
+    again on another worker.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        From :func:`ppt_dask.connect`.
+    loader : callable
+        ``loader(start, stop) -> (X_rows, y_rows)``, run on the workers; ``X_rows`` may
+        have rows of any shape, ``(stop - start, *row_shape)``. It must be picklable
+        (a module-level function, or a ``functools.partial`` of one).
+    n_rows : int
+        The rows in all.
+    n_shards : int
+        Logical shards, fixed for the run; independent of the number of workers.
+    dtype : {"float64", "float32"}
+        Feature dtype on the workers (match the network's).
+    workers : list of addresses, optional
+        Workers to use (default: all, in address order), as for :func:`enter_data`.
+
+    Returns
+    -------
+    ShardSet
+        The placed shards, for :func:`ppt_dask.train`.
+
+    Examples
+    --------
+    MNIST read by the workers from the data folder (``PPT_DASK_DATA``, which the
+    LocalCluster's workers inherit):
+
+    >>> import functools
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> loader = functools.partial(ppt.datasets.mnist_rows, None, "train")
+    >>> shards = ppt.enter_source(client, loader, n_rows=60000, n_shards=4)
+    >>> shards.n_rows, shards.row_shape
+    (60000, (784,))
+    >>> ppt.exit_data(shards)
+    >>> client.close()
+    """
     if not callable(loader):
         raise ValueError(f"loader must be callable, got {loader!r}")
     validation.check_dtype("dtype", dtype)
@@ -198,7 +258,24 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
 
 
 def exit_data(shards: ShardSet) -> None:
-    """Release the shards and the workers' labels; nothing is left on the scheduler."""
+    """Release the shards and the workers' labels; nothing is left on the scheduler.
+
+    Parameters
+    ----------
+    shards : ShardSet
+        From :func:`enter_data` or :func:`enter_source`; unusable afterwards.
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> data = ppt.datasets.parity(8)
+    >>> shards = ppt.enter_data(client, data.X, data.y, n_shards=2)
+    >>> ppt.exit_data(shards)      # the workers hold none of it any more
+    >>> shards.futures
+    []
+    >>> client.close()
+    """
     client = shards.client
     client.cancel(shards.futures)
     shards.futures = []

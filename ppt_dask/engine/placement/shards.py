@@ -43,7 +43,46 @@ class ShardInfo:
 
 @dataclass
 class ShardSet:
-    """Logical shards resident on workers (the result of :func:`enter_data`)."""
+    """Logical shards resident on workers: what :func:`ppt_dask.enter_data` returns.
+
+    Made by :func:`ppt_dask.enter_data` and :func:`ppt_dask.enter_source`, never by hand;
+    given to :func:`ppt_dask.train` and released by :func:`ppt_dask.exit_data`. A lost
+    worker's shards are placed again on another worker during a run.
+
+    Attributes
+    ----------
+    client : distributed.Client
+        The client the shards were placed with.
+    n_shards : int
+        The number of logical shards, fixed at entry.
+    n_rows : int
+        The training rows in all.
+    row_shape : tuple of int
+        The shape of one row of X: the shards hold X of shape ``(rows, *row_shape)``.
+    n_features : int
+        Numbers per row (the product of ``row_shape``).
+    dtype : str
+        The features' dtype on the workers, "float64" or "float32".
+    workers : list of str
+        The addresses of the workers holding shards, by slot.
+    source : {"numpy", "dask", "loader"}
+        Where the rows came from: arrays on the head, a dask array, a loader.
+    replicated : bool
+        Whether every worker holds the whole set (``enter_data(..., replicate=True)``).
+
+    Examples
+    --------
+    >>> import ppt_dask as ppt
+    >>> client = ppt.connect(n_workers=2)
+    >>> data = ppt.datasets.parity(8)
+    >>> shards = ppt.enter_data(client, data.X, data.y, n_shards=8)
+    >>> shards.n_shards, shards.n_rows, shards.n_features, shards.dtype
+    (8, 256, 8, 'float64')
+    >>> len(shards.workers), shards.source
+    (2, 'numpy')
+    >>> ppt.exit_data(shards)
+    >>> client.close()
+    """
 
     client: Client
     futures: list[Future]

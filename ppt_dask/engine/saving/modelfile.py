@@ -154,6 +154,35 @@ class Model:
         feature, ``y_mean`` and ``y_scale`` per target. :meth:`predict` and the others then
         take the rows as they are in the file (of shape ``(n, n_features)`` or ``(n, *row_shape)``)
         and scale them; regression targets come back unscaled.
+
+    Attributes
+    ----------
+    task : {"classification", "binary", "multilabel", "regression"}
+        What the network predicts.
+    row_shape : tuple of int
+        The shape of one input row: ``(n_features,)``, or ``(1, 28, 28)`` for images.
+    n_features : int
+        Numbers per row (the product of ``row_shape``).
+
+    Examples
+    --------
+    A model is what ``result.save(path)`` writes and :func:`ppt_dask.load_model` reads;
+    here one is made of untrained weights:
+
+    >>> import os, tempfile
+    >>> import ppt_dask as ppt
+    >>> data = ppt.datasets.parity(8)
+    >>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    >>> model = ppt.Model(net, net.init_params(0))     # or result.params after a run
+    >>> model.task, model.row_shape, model.classes.tolist()
+    ('binary', (8,), [0, 1])
+    >>> model.predict(data.X[:4]).shape
+    (4,)
+    >>> 0.0 <= model.score(data.X, data.y) <= 1.0
+    True
+    >>> path = model.save(os.path.join(tempfile.mkdtemp(), "parity.npz"))
+    >>> ppt.load_model(path).n_features
+    8
     """
 
     net: Network
@@ -317,12 +346,19 @@ def load_model(path, module=None) -> Model:
     Parameters
     ----------
     path : str or path
+        A ``.npz`` file written by ``Result.save`` or ``Model.save``.
     module : optional
         For a file of any network but an MLP, the network again: for a TorchNet its
         ``torch.nn.Module``, the function or class that builds it, or that function's import
         path ``"package.module:function"`` (the file names the one it was trained with); for
         a model of your own, the network object. Checked against the file (parameter count,
         row shape, dtype, architecture).
+
+    Returns
+    -------
+    Model
+        The network, its weights, classes, settings and summary; it predicts with numpy
+        only, without a cluster.
 
     Raises
     ------
@@ -331,6 +367,21 @@ def load_model(path, module=None) -> Model:
     ValueError
         The file is not a ppt_dask model, was written in another format version, or is
         corrupted (unreadable archive, bad JSON, arrays that do not match the checksum).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import ppt_dask as ppt
+    >>> data = ppt.datasets.parity(8)
+    >>> net = ppt.MLP((8, 100, 1), hidden="tanh", output="sigmoid")
+    >>> path = ppt.Model(net, net.init_params(0)).save(os.path.join(tempfile.mkdtemp(), "m.npz"))
+    >>> model = ppt.load_model(path)                   # result.save(path) after a run
+    >>> model.predict(data.X[:3]).shape, model.task
+    ((3,), 'binary')
+    >>> ppt.load_model("no-such-file.npz")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: ...
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
