@@ -24,7 +24,7 @@ from ppt_dask.algorithms import strategies
 from ppt_dask.core import keys
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
-from ppt_dask.engine import waits
+from ppt_dask.engine import loopenv, waits
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
@@ -102,6 +102,8 @@ class Run:
     last_kept: Kept | None = None
     kept_at: float = 0.0  # when the head's last copy was made (or its generation began)
     keep_seconds: float = 0.0  # what that copy took the head
+    worker_settings: dict = field(default_factory=dict)  # per worker, its loop's report (loopenv)
+    said: set = field(default_factory=set)  # what the log said of them already
 
 
 
@@ -208,6 +210,10 @@ def _rounds(run: Run, attempt: int, engine, kept: Kept) -> End | Grow:
         first, last, seconds = batches.popleft()
         stats = engine.read_stats(first, last, wait)
         now = time.perf_counter()
+        if getattr(engine, "worker_settings", None):  # streamed loops: what they set in their workers
+            run.worker_settings.update(engine.worker_settings)
+            engine.worker_settings.clear()
+            loopenv.log_once(run.worker_settings, run.said)
         n = last - first + 1
         for i, r in enumerate(range(first, last + 1)):
             record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)

@@ -17,7 +17,7 @@ from ppt_dask.core import applicability, model, validation
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import Stop
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import headblas, interrupt, waits, watch
+from ppt_dask.engine import headblas, interrupt, loopenv, waits, watch
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.roundloop import End, Kept, Run, one_try
@@ -246,5 +246,6 @@ def _finish(run: Run, attempt: int, end: End) -> Result:
                    "fan_in": run.fan_in, "pipeline": run.pipeline, "exchange": run.used_exchange,
                    "allreduce": run.used_allreduce,
                    "seed": run.meta["seed"], "target_error": stop.target_error, "tries": attempt + 1,
-                   "recoveries": run.recoveries, "events": run.events},
+                   "recoveries": run.recoveries, "events": run.events,
+                   "worker_settings": loopenv.summary(run.worker_settings)},
                   run.snapshots, records, final, end.outcome)
