@@ -111,8 +111,9 @@ def race(args, folder: Path, env: dict, address: str) -> list[dict]:
     rows = []
     for run in args.runs:
         local, plain = (statistics.median(times[run, w]) for w in ("local", "plain"))
-        rows.append({"run": " ".join(("ppt-dask train mnist --workers 2", *FLAGS[run])), "rounds": summaries[run, "plain"]["rounds"],
-                     "LocalCluster s": local, "plain cluster s": plain, "plain / LocalCluster": plain / local,
+        rows.append({"run": " ".join(("ppt-dask train mnist --workers 2", *FLAGS[run])),
+                     "rounds": summaries[run, "plain"]["rounds"], "LocalCluster s": local, "plain cluster s": plain,
+                     "plain / LocalCluster": plain / local,
                      "repeats": args.repeats, "plain worker settings": summaries[run, "plain"].get("worker_settings")})
     return rows
 
@@ -159,6 +160,14 @@ def memory(args, address: str, scheduler_pid: int) -> list[dict]:
     return rows
 
 
+RACE_NOTES = [
+    "seconds: training (the command's wall time, start-up apart), median of the repeats, the runs in turn "
+    "within each repeat; to 97% test accuracy",
+    "plain cluster: `dask scheduler` + `dask worker ADDRESS --nworkers 2 --nthreads 1`, distributed's default "
+    "configuration (its nanny sets MALLOC_TRIM_THRESHOLD_=65536 and OMP_NUM_THREADS=1), nothing of ppt_dask's set; "
+    "'plain worker settings' is what the round loops set there for their duration (the run's own words)"]
+
+
 def main() -> None:
     args = common.arguments(__doc__, DEFAULTS, QUICK)
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,7 +175,7 @@ def main() -> None:
         env = plain_env(folder)
         address, procs = start_plain(folder, env)
         try:
-            rows = race(args, folder, env, address)
+            rows = race(args, folder, env, address) if args.runs else []
             kept = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(OURS)}  # this head: a user's shell
             try:
                 mem = memory(args, address, procs[0].pid)
@@ -174,18 +183,13 @@ def main() -> None:
                 os.environ.update(kept)
         finally:
             stop(procs)
-    common.write_table(args.out, "own_cluster", rows,
-                       title="ppt-dask train mnist on a plain `dask worker` cluster and on ppt_dask's LocalCluster",
-                       notes=["seconds: training (the command's wall time, start-up apart), median of the repeats, "
-                              "the runs in turn within each repeat; to 97% test accuracy",
-                              "plain cluster: `dask scheduler` + `dask worker ADDRESS --nworkers 2 --nthreads 1`, "
-                              "distributed's default configuration (its nanny sets MALLOC_TRIM_THRESHOLD_=65536 and "
-                              "OMP_NUM_THREADS=1), nothing of ppt_dask's set; 'plain worker settings' is what the round "
-                              "loops set there for their duration (the run's own words)"])
+    if rows:
+        common.write_table(args.out, "own_cluster", rows, notes=RACE_NOTES,
+                           title="ppt-dask train mnist on a plain `dask worker` cluster and on ppt_dask's LocalCluster")
     common.write_table(args.out, "own_cluster_memory", mem,
                        title=f"Resident memory over {args.memory_rounds} rounds of sync block 200 on the plain cluster",
-                       notes=[f"growth: least-squares slope of the RSS sampled every {args.sample_rounds} rounds, after "
-                              f"the first {args.settle_share:.0%} of the rounds (start-up)",
+                       notes=[f"growth: least-squares slope of the RSS sampled every {args.sample_rounds} rounds "
+                              f"after the first {args.settle_share:.0%} of the rounds (start-up)",
                               "the head is this script's process running ppt.train with its defaults (the command "
                               "line's engine and recorder), not the command line"])
 

@@ -7,6 +7,7 @@ import functools
 import html
 import uuid
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,11 +35,22 @@ class Outcome(enum.Enum):
 
 @dataclass
 class Result:
-    """A finished run: final weights, per-round history and totals."""
+    """A finished run: final weights, per-round history and totals.
+
+    ``history`` has a record per round, read as a list of dicts (``history[-1]["loss"]``):
+    ``try``, ``gen``, ``round``, ``epoch``, ``loss`` and ``error_rate`` (of the weights the
+    round started from, over the round's patterns), ``error_estimate`` (the stopping rule's
+    windowed estimate), ``patterns``, ``wall_seconds`` and ``head_seconds`` (the round's share
+    of the head's wall and submit time), ``elapsed_seconds`` (since the run began), and
+    ``verified_error_rate`` on the rounds whose state was checked against the target. It keeps
+    every round as numpy columns (:class:`ppt_dask.engine.history.History`, about 100 bytes a
+    round; ``history.column("loss")`` is one as an array). Where each round's time went is in
+    :meth:`breakdown`: the last rounds in full, the older ones in bins.
+    """
 
     net: Network
     params: np.ndarray
-    history: list[dict]
+    history: Sequence[dict]
     strategy: object
     learned: bool
     stopped_because: str

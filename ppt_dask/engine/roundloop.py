@@ -25,6 +25,7 @@ from ppt_dask.core import keys
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.engine import loopenv, waits
+from ppt_dask.engine.history import History
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
@@ -91,7 +92,7 @@ class Run:
     diag: object
     run_id: str
     t_start: float
-    history: list = field(default_factory=list)
+    history: History = field(default_factory=History)  # Result.history: a record a round, as columns
     snapshots: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
     head_seconds: float = 0.0
@@ -266,6 +267,7 @@ def _check(run: Run, attempt: int, engine, r: int, record: dict, estimate,
     if stop.target_error is not None and (screened or not stop.screen) and due:
         checks["next_check"] = record["epoch"] + stop.check_every  # verify every check_every epochs
         record["verified_error_rate"] = _verify(run, engine.state_before(r), record)
+        run.history[-1] = record  # the history keeps columns, not the dict: write the check in
         if record["verified_error_rate"] <= stop.target_error:
             return End(engine.state_before(r), r - 1, Outcome.TARGET_ERROR)
     if run.on_round is not None and run.on_round(record):

@@ -238,7 +238,7 @@ def _finish(run: Run, attempt: int, end: End) -> Result:
     records = run.diag.finish()
     train_stats = evaluate(net, shards, final.params, run.fan_in)
     test_accuracy = None if stop.test is None else 1.0 - test_error(net, final.params, stop.test)
-    epochs = sum(1 for r in run.history if r["try"] == attempt) / run.rounds_per_epoch
+    epochs = int((run.history.column("try") == attempt).sum()) / run.rounds_per_epoch
     return Result(net, final.params, run.history, run.strategy, end.learned, end.outcome.words(end.where),
                   epochs, wall, run.head_seconds, float(train_stats[0] / train_stats[2]),
                   float(train_stats[1] / train_stats[2]), test_accuracy,

@@ -96,12 +96,10 @@ def _torch_threads(net) -> int | None:
     at each pass); None for a network without torch."""
     if not hasattr(net, "module_of") or "torch" not in sys.modules:
         return None
-    import torch
-
     from ppt_dask.nets.copies import threads_of
 
-    threads = threads_of(net.threads)
-    return torch.get_num_threads() if threads is None else threads
+    threads = threads_of(net.threads)  # None: torch's own setting, left alone
+    return sys.modules["torch"].get_num_threads() if threads is None else threads
 
 
 def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
