@@ -44,7 +44,8 @@ class Result:
     of the head's wall and submit time), ``elapsed_seconds`` (since the run began), and
     ``verified_error_rate`` on the rounds whose state was checked against the target. It keeps
     every round as numpy columns (:class:`ppt_dask.engine.history.History`, about 100 bytes a
-    round; ``history.column("loss")`` is one as an array). Where each round's time went is in
+    round; ``history.column("loss")`` is one as an array, ``list(history)`` the plain list of
+    dicts, for ``json.dumps``, say). Where each round's time went is in
     :meth:`breakdown`: the last rounds in full, the older ones in bins.
     """
 
