@@ -76,6 +76,17 @@ def test_in_a_process_started_with_the_nannys_variable_the_loop_sets_and_puts_ba
     assert changed == {"trim_threshold": [64 * KIB, 1 << 30], "mmap_threshold": [128 * KIB, 1 << 25]}
 
 
+def test_a_loop_reads_its_workers_thread_count():
+    """``Worker.state.nthreads``, what the loops' threads default to where OMP_NUM_THREADS is unset."""
+    from distributed import Client, LocalCluster
+
+    from ppt_dask.engine.rounds.streamloops import worker_threads
+
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert client.submit(worker_threads).result(timeout=30) == 3
+
+
 # ---- a cluster started apart, as a user starts one ------------------------------------
 
 def _plain_env(tmp_path) -> dict:

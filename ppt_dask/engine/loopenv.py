@@ -214,9 +214,9 @@ class _Process:
             self.users += 1
             if self.users == 1:
                 self.malloc = self._set_malloc(malloc_changes(found), report)
-                self.blas = controller.select(user_api="blas").limit(limits=threads) if "blas" in changes else None
+                self.blas = _limit(controller, "blas", threads, changes, report)
             report["malloc"] = {"found": found, "set": dict(self.malloc), "probe_mmapped": probe_mmapped()}
-        omp = controller.select(user_api="openmp").limit(limits=threads) if "openmp" in changes else None
+        omp = _limit(controller, "openmp", threads, changes, report)
         report["threads"]["set"] = changes
         if torch_threads is not None:
             report["threads"]["torch"] = torch_threads
@@ -251,6 +251,18 @@ class _Process:
                     libc.mallopt(_MALLOPT[name], old)
                 libc.malloc_trim(0)  # what the loop's heap holds goes back, as the environment meant
                 self.malloc = {}
+
+
+def _limit(controller, api: str, threads: int, changes: dict, report: dict):
+    """threadpoolctl's limiter of ``api``'s pools at ``threads`` where ``changes`` has it (None
+    otherwise, or where it failed: said in the report, and taken out of ``changes``)."""
+    if api not in changes:
+        return None
+    try:
+        return controller.select(user_api=api).limit(limits=threads)
+    except Exception as exc:  # a pool threadpoolctl cannot set: the loop runs as found
+        report["failed"].append(f"{api} threads {changes.pop(api)[0]} not set to {threads} ({exc!r})")
+        return None
 
 
 PROCESS = _Process()

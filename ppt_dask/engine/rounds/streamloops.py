@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,7 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
     try:
         # the worker's malloc thresholds and BLAS/OpenMP threads as a loop needs them, however
         # the worker was started (ppt_dask.engine.loopenv); the head hears what was set
-        with loopenv.for_loop(get_worker().state.nthreads, _torch_threads(step.net)) as settings:
+        with loopenv.for_loop(worker_threads(), _torch_threads(step.net)) as settings:
             box.settings = settings
             links = _links(step, box, peers)
             loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
@@ -89,6 +90,17 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
             links.close(linger)
         taskmeta.record(seconds)
     return seconds
+
+
+def worker_threads() -> int:
+    """The threads of the worker this runs on: ``Worker.state.nthreads`` (distributed's
+    documented WorkerState); 1, with a warning, where a distributed to come has moved it."""
+    count = getattr(getattr(get_worker(), "state", None), "nthreads", None)
+    if isinstance(count, int) and count >= 1:
+        return count
+    warnings.warn("ppt_dask cannot read the worker's thread count (Worker.state.nthreads) with this version of "
+                  "distributed: its round loops take one thread", RuntimeWarning, stacklevel=2)
+    return 1
 
 
 def _torch_threads(net) -> int | None:
