@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import ppt_dask as ppt
@@ -187,3 +188,33 @@ def test_on_a_worker_without_a_nanny_the_loop_gives_blas_the_workers_thread(tmp_
         assert {api: tuple(v) for api, v in loop["threads"]["set"].items()} == {"blas": (max(cores), 1)}
         assert result.settings["worker_settings"] == f"on 1 worker: blas threads {max(cores)} -> 1"
         assert {pool["threads"] for s in after.values() for pool in s["blas"]} == cores
+
+
+def test_a_torchnets_loop_on_a_worker_without_a_nanny(tmp_path):
+    """``dask worker --no-nanny``: torch's OpenMP pool and OpenBLAS start with a thread per core;
+    the loop of a :class:`ppt_dask.TorchNet` runs with the worker's one thread in each, and the
+    network computes with the one thread its ``threads="auto"`` gives where OMP_NUM_THREADS is
+    unset (ppt_dask.nets.copies.threads_of)."""
+    torch = pytest.importorskip("torch")
+    address, procs = _start(tmp_path, "--no-nanny")
+    try:
+        client = ppt.connect(address)
+        try:
+            client.wait_for_workers(1, timeout=60)
+            rng = np.random.default_rng(0)
+            X = rng.standard_normal((200, 8)).astype("float32")
+            y = (X[:, 0] > 0).astype(np.int64)
+            shards = ppt.enter_data(client, X, y, n_shards=1, dtype="float32")
+            net = ppt.TorchNet(lambda: torch.nn.Sequential(torch.nn.Linear(8, 2)), loss="cross_entropy")
+            ppt.train(net, shards, ppt.Sync(lr=0.1, block=20), ppt.Stop(max_epochs=1))
+            ppt.exit_data(shards)
+            (settings,) = ppt.cluster.worker_report(client).values()
+        finally:
+            client.close()
+    finally:
+        _stop(procs)
+    loop = settings["last_loop"]
+    assert loop["threads"]["loop"] == 1 and loop["threads"]["torch"] == 1 and not loop["failed"]
+    assert all(new == 1 for _old, new in loop["threads"]["set"].values())
+    if os.cpu_count() > 1:  # a pool per core before: both set to one for the loop
+        assert set(loop["threads"]["set"]) == {"blas", "openmp"}

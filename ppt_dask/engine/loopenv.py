@@ -67,8 +67,12 @@ THREAD_APIS = ("blas", "openmp")  # NumPy's BLAS; OpenMP (PyTorch's CPU operator
 # ---- what the loop finds (pure) -------------------------------------------------------
 
 def _count(text) -> int | None:
+    """A count as glibc reads one (strtoul's base 0: decimal, ``0x`` hex, ``0`` octal); None
+    where it is not one."""
+    text = str(text).strip()
+    base = 16 if text[:2].lower() == "0x" else 8 if len(text) > 1 and text[0] == "0" else 10
     try:
-        value = int(str(text).strip(), 0)
+        value = int(text, base)
     except ValueError:
         return None
     return value if value >= 0 else None

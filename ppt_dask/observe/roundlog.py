@@ -30,7 +30,7 @@ import numpy as np
 from ppt_dask.observe.phases import _PRIORITY, PHASES
 
 NUMBERS = ("epoch", "loss", "error_rate", "error_estimate", "patterns", "wall_seconds", "head_seconds")
-WINDOW = 2000  # rounds kept in full (at least; up to twice as many before a fold)
+WINDOW = 1000  # rounds kept in full (at least; up to twice as many before a fold)
 MAX_BINS = 500  # bins the older rounds fold into
 MAX_PHASES = 8  # phases a loop times a round (six today: ppt_dask.engine.rounds.streamloops)
 LOOPS = "loops"
