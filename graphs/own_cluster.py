@@ -2,15 +2,16 @@
 
 Usage::
 
-    python graphs/own_cluster.py            # 3 repeats of each run, interleaved; 7500 rounds' memory
-    python graphs/own_cluster.py --quick    # block 1000 once on each cluster; 600 rounds' memory
+    python graphs/own_cluster.py                  # 3 repeats of each run at 2 workers, interleaved; 7500 rounds' memory
+    python graphs/own_cluster.py --workers 1,4,8  # the same at 1, 4 and 8 workers (4, 8 oversubscribe 2 cores)
+    python graphs/own_cluster.py --quick          # block 1000 once on each cluster; 600 rounds' memory
 
 The plain cluster is what a user starts with distributed's defaults and nothing else set (no
 ppt_dask variables, an empty dask configuration): ``dask scheduler`` and ``dask worker ADDRESS
 --nworkers 2 --nthreads 1``. Each run is the command line as a user types it, ``ppt-dask train
-mnist --workers 2 FLAGS`` on ppt_dask's LocalCluster (``ppt.connect()``) and with ``--scheduler
-ADDRESS`` on the plain one, in turn within each repeat; the table gives medians of the training
-time (start-up apart, the run's ``--json`` summary) and their ratio.
+mnist --workers P FLAGS`` on ppt_dask's LocalCluster (``ppt.connect()``) and with ``--scheduler
+ADDRESS`` on the plain one (``--nworkers P``), in turn within each repeat; the table gives medians
+of the training time (start-up apart, the run's ``--json`` summary) and their ratio.
 
 The memory run trains sync block 200 on the plain cluster for ``MEMORY_ROUNDS`` rounds through
 the public API with its defaults (``ppt.train``: the command line's engine and recorder, in this
@@ -35,15 +36,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 
-DEFAULTS = dict(REPEATS=3, RUNS=("block200", "block1000", "preset"), MEMORY_ROUNDS=7500, SAMPLE_ROUNDS=250,
-                SETTLE_SHARE=0.15)
+DEFAULTS = dict(REPEATS=3, RUNS=("block200", "block1000", "preset"), WORKERS=(2,), MEMORY_ROUNDS=7500,
+                SAMPLE_ROUNDS=250, SETTLE_SHARE=0.15)
 QUICK = dict(REPEATS=1, RUNS=("block1000",), MEMORY_ROUNDS=600, SAMPLE_ROUNDS=50)
 FLAGS = {  # what each run adds to `ppt-dask train mnist --workers 2`
     "block200": ("--strategy", "block", "--block", "200", "--lr", "0.1", "--momentum", "0.9", "--dtype", "float32"),
     "block1000": ("--strategy", "block", "--block", "1000", "--lr", "0.5", "--momentum", "0.9", "--dtype", "float32"),
     "preset": (),
 }
-WORKERS = 2
+MEMORY_WORKERS = 2
 OURS = ("OMP_", "MKL_", "OPENBLAS_", "MALLOC_", "GLIBC_TUNABLES", "DASK_")  # what a user's shell lacks
 
 
@@ -55,9 +56,10 @@ def plain_env(folder: Path) -> dict:
     return env
 
 
-def start_plain(folder: Path, env: dict) -> tuple[str, list]:
-    """``dask scheduler`` and ``dask worker ADDRESS --nworkers 2 --nthreads 1``: the address, the processes."""
+def start_plain(folder: Path, env: dict, workers: int) -> tuple[str, list]:
+    """``dask scheduler`` and ``dask worker ADDRESS --nworkers P --nthreads 1``: the address, the processes."""
     info = folder / "scheduler.json"
+    info.unlink(missing_ok=True)
     procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(info)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -69,7 +71,7 @@ def start_plain(folder: Path, env: dict) -> tuple[str, list]:
         time.sleep(0.2)
     address = json.loads(info.read_text())["address"]
     procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers",
-                                   str(WORKERS), "--nthreads", "1", "--host", "127.0.0.1"],
+                                   str(workers), "--nthreads", "1", "--host", "127.0.0.1"],
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return address, procs
 
@@ -85,11 +87,11 @@ def stop(procs: list) -> None:
             proc.wait(timeout=30)
 
 
-def train(folder: Path, env: dict, flags, address: str | None) -> dict:
-    """One ``ppt-dask train mnist --workers 2 FLAGS`` (on ``address``, else a LocalCluster); its summary."""
+def train(folder: Path, env: dict, flags, workers: int, address: str | None) -> dict:
+    """One ``ppt-dask train mnist --workers P FLAGS`` (on ``address``, else a LocalCluster); its summary."""
     out = folder / "summary.json"
     where = ("--scheduler", address) if address else ()
-    proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", str(WORKERS),
+    proc = subprocess.run([sys.executable, "-m", "ppt_dask.cli", "train", "mnist", "--workers", str(workers),
                            *where, *flags, "--quiet", "--json", str(out)],
                           env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
@@ -97,21 +99,26 @@ def train(folder: Path, env: dict, flags, address: str | None) -> dict:
     return json.loads(out.read_text())
 
 
-def race(args, folder: Path, env: dict, address: str) -> list[dict]:
+def race(args, folder: Path, env: dict, workers: int) -> list[dict]:
+    """Each run at ``workers`` on a plain cluster of as many workers and on a LocalCluster, in turn."""
+    address, procs = start_plain(folder, env, workers)
     times: dict = {(run, where): [] for run in args.runs for where in ("local", "plain")}
     summaries: dict = {}
-    for repeat in range(args.repeats):
-        for run in args.runs:
-            for where in ("local", "plain"):  # in turn, so that the machine's load falls on both
-                summary = train(folder, env, FLAGS[run], address if where == "plain" else None)
-                times[run, where].append(summary["wall_seconds"])
-                summaries[run, where] = summary
-                print(f"repeat {repeat} {run} {where}: {summary['wall_seconds']:.2f} s, {summary['rounds']} rounds, "
-                      f"test accuracy {summary['test_accuracy']:.4f}", file=sys.stderr)
+    try:
+        for repeat in range(args.repeats):
+            for run in args.runs:
+                for where in ("local", "plain"):  # in turn, so that the machine's load falls on both
+                    summary = train(folder, env, FLAGS[run], workers, address if where == "plain" else None)
+                    times[run, where].append(summary["wall_seconds"])
+                    summaries[run, where] = summary
+                    print(f"p={workers} repeat {repeat} {run} {where}: {summary['wall_seconds']:.2f} s, "
+                          f"{summary['rounds']} rounds, test accuracy {summary['test_accuracy']:.4f}", file=sys.stderr)
+    finally:
+        stop(procs)
     rows = []
     for run in args.runs:
         local, plain = (statistics.median(times[run, w]) for w in ("local", "plain"))
-        rows.append({"run": " ".join(("ppt-dask train mnist --workers 2", *FLAGS[run])),
+        rows.append({"run": " ".join((f"ppt-dask train mnist --workers {workers}", *FLAGS[run])),
                      "rounds": summaries[run, "plain"]["rounds"], "LocalCluster s": local, "plain cluster s": plain,
                      "plain / LocalCluster": plain / local,
                      "repeats": args.repeats, "plain worker settings": summaries[run, "plain"].get("worker_settings")})
@@ -141,7 +148,7 @@ def memory(args, address: str, scheduler_pid: int) -> list[dict]:
 
     client = ppt.connect(address)
     try:
-        client.wait_for_workers(WORKERS, timeout=120)
+        client.wait_for_workers(MEMORY_WORKERS, timeout=120)
         data = ppt.datasets.mnist(dtype="float32")
         shards = ppt.enter_data(client, data.X, data.y, n_shards=8, dtype="float32")
         net = ppt.MLP((784, 64, 64, 10), hidden="tanh", output="softmax", dtype="float32")
@@ -163,7 +170,7 @@ def memory(args, address: str, scheduler_pid: int) -> list[dict]:
 RACE_NOTES = [
     "seconds: training (the command's wall time, start-up apart), median of the repeats, the runs in turn "
     "within each repeat; to 97% test accuracy",
-    "plain cluster: `dask scheduler` + `dask worker ADDRESS --nworkers 2 --nthreads 1`, distributed's default "
+    "plain cluster: `dask scheduler` + `dask worker ADDRESS --nworkers P --nthreads 1`, distributed's default "
     "configuration (its nanny sets MALLOC_TRIM_THRESHOLD_=65536 and OMP_NUM_THREADS=1), nothing of ppt_dask's set; "
     "'plain worker settings' is what the round loops set there for their duration (the run's own words)"]
 
@@ -173,9 +180,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         env = plain_env(folder)
-        address, procs = start_plain(folder, env)
+        rows = [row for p in args.workers for row in race(args, folder, env, p)] if args.runs else []
+        address, procs = start_plain(folder, env, MEMORY_WORKERS)
         try:
-            rows = race(args, folder, env, address) if args.runs else []
             kept = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(OURS)}  # this head: a user's shell
             try:
                 mem = memory(args, address, procs[0].pid)
