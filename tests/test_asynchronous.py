@@ -222,4 +222,4 @@ def test_the_breakdown_has_a_row_per_round_and_no_loop_ever_waits_for_another(cl
     assert {e["args"]["round"] for e in spans if e["name"] == "gradient"} == set(range(result.rounds))
     result.report(tmp_path / "async.html")
     assert "ppt-curves" in (tmp_path / "async.html").read_text()
-    json.dumps(result.history)  # the records are plain data (they go into checkpoints)
+    json.dumps(list(result.history))  # the records are plain data (they go into checkpoints)

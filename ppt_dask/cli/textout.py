@@ -42,6 +42,8 @@ def result_lines(summary: dict) -> str:
                                      f"({sent / workers / summary['weights_bytes']:.2f}x the weights)"))
     if summary.get("percent_not_gradient") is not None:
         rows.append(("not gradient", f"{summary['percent_not_gradient']:.1f} % of the workers' time"))
+    if summary.get("worker_settings") not in (None, "as found"):  # what the loops set in the workers
+        rows.append(("worker settings", summary["worker_settings"]))
     head = (f"{summary['dataset']}: strategy {summary['strategy']}, {summary['workers']} "
             f"worker{'s' if summary['workers'] != 1 else ''}, network {_network(summary['network'])}")
     width = max(len(k) for k, _ in rows)

@@ -7,6 +7,7 @@ import functools
 import html
 import uuid
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,10 +45,16 @@ class Result:
         The network trained (an MLP, a TorchNet or a model of your own).
     params : ndarray, shape (net.n_params,)
         The trained weights (for local SGD with ``ema``, the running mean reported).
-    history : list of dict
-        One record per round: ``epoch``, ``loss``, ``error_rate``, ``patterns``,
-        ``wall_seconds``, ``head_seconds`` ... (a verified round also
-        ``verified_error_rate``).
+    history : History
+        One record per round, read as a list of dicts (``history[-1]["loss"]``): ``try``,
+        ``gen``, ``round``, ``epoch``, ``loss`` and ``error_rate`` (of the weights the round
+        started from, over the round's patterns), ``error_estimate`` (the stopping rule's
+        windowed estimate), ``patterns``, ``wall_seconds`` and ``head_seconds`` (the round's
+        share of the head's wall and submit time), ``elapsed_seconds`` (since the run began),
+        and ``verified_error_rate`` on the rounds whose state was checked against the target.
+        Kept as numpy columns (:class:`ppt_dask.engine.history.History`, about 100 bytes a
+        round): ``history.column("loss")`` is one as an array, ``list(history)`` the plain
+        list of dicts (for ``json.dumps``, say).
     strategy : Sync, PPT, Average, LocalSGD or Async
         The strategy, as it ran (with the shard sizes and the seed filled in).
     learned : bool
@@ -74,7 +81,8 @@ class Result:
         Epoch -> weights, for ``train(..., snapshot_epochs=...)``.
     diagnostics : RunRecords or None
         Where the time went, round by round (None with ``recorder=None``): the source of
-        :meth:`breakdown`, :meth:`report` and :meth:`trace`.
+        :meth:`breakdown`, :meth:`report` and :meth:`trace`; the last rounds in full, the
+        older ones in bins.
     state : ModelState
         Weights and optimizer state, to continue with ``train(..., initial_state=...)``.
 
@@ -100,7 +108,7 @@ class Result:
 
     net: Network
     params: np.ndarray
-    history: list[dict]
+    history: Sequence[dict]
     strategy: object
     learned: bool
     stopped_because: str

@@ -24,7 +24,8 @@ from ppt_dask.algorithms import strategies
 from ppt_dask.core import keys
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
-from ppt_dask.engine import waits
+from ppt_dask.engine import loopenv, waits
+from ppt_dask.engine.history import History
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
@@ -91,7 +92,7 @@ class Run:
     diag: object
     run_id: str
     t_start: float
-    history: list = field(default_factory=list)
+    history: History = field(default_factory=History)  # Result.history: a record a round, as columns
     snapshots: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
     head_seconds: float = 0.0
@@ -102,6 +103,8 @@ class Run:
     last_kept: Kept | None = None
     kept_at: float = 0.0  # when the head's last copy was made (or its generation began)
     keep_seconds: float = 0.0  # what that copy took the head
+    worker_settings: dict = field(default_factory=dict)  # per worker, its loop's report (loopenv)
+    said: set = field(default_factory=set)  # what the log said of them already
 
 
 
@@ -208,6 +211,10 @@ def _rounds(run: Run, attempt: int, engine, kept: Kept) -> End | Grow:
         first, last, seconds = batches.popleft()
         stats = engine.read_stats(first, last, wait)
         now = time.perf_counter()
+        if getattr(engine, "worker_settings", None):  # streamed loops: what they set in their workers
+            run.worker_settings.update(engine.worker_settings)
+            engine.worker_settings.clear()
+            loopenv.log_once(run.worker_settings, run.said)
         n = last - first + 1
         for i, r in enumerate(range(first, last + 1)):
             record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)
@@ -260,6 +267,7 @@ def _check(run: Run, attempt: int, engine, r: int, record: dict, estimate,
     if stop.target_error is not None and (screened or not stop.screen) and due:
         checks["next_check"] = record["epoch"] + stop.check_every  # verify every check_every epochs
         record["verified_error_rate"] = _verify(run, engine.state_before(r), record)
+        run.history[-1] = record  # the history keeps columns, not the dict: write the check in
         if record["verified_error_rate"] <= stop.target_error:
             return End(engine.state_before(r), r - 1, Outcome.TARGET_ERROR)
     if run.on_round is not None and run.on_round(record):

@@ -17,7 +17,7 @@ from ppt_dask.core import applicability, model, validation
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import Stop
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import headblas, interrupt, waits, watch
+from ppt_dask.engine import headblas, interrupt, loopenv, waits, watch
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, Result, evaluate, test_error
 from ppt_dask.engine.roundloop import End, Kept, Run, one_try
@@ -275,7 +275,7 @@ def _finish(run: Run, attempt: int, end: End) -> Result:
     records = run.diag.finish()
     train_stats = evaluate(net, shards, final.params, run.fan_in)
     test_accuracy = None if stop.test is None else 1.0 - test_error(net, final.params, stop.test)
-    epochs = sum(1 for r in run.history if r["try"] == attempt) / run.rounds_per_epoch
+    epochs = int((run.history.column("try") == attempt).sum()) / run.rounds_per_epoch
     return Result(net, final.params, run.history, run.strategy, end.learned, end.outcome.words(end.where),
                   epochs, wall, run.head_seconds, float(train_stats[0] / train_stats[2]),
                   float(train_stats[1] / train_stats[2]), test_accuracy,
@@ -283,5 +283,6 @@ def _finish(run: Run, attempt: int, end: End) -> Result:
                    "fan_in": run.fan_in, "pipeline": run.pipeline, "exchange": run.used_exchange,
                    "allreduce": run.used_allreduce,
                    "seed": run.meta["seed"], "target_error": stop.target_error, "tries": attempt + 1,
-                   "recoveries": run.recoveries, "events": run.events},
+                   "recoveries": run.recoveries, "events": run.events,
+                   "worker_settings": loopenv.summary(run.worker_settings)},
                   run.snapshots, records, final, end.outcome)

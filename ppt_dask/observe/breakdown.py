@@ -251,11 +251,32 @@ def is_streamed(rows: list[dict]) -> bool:
     return bool(rows) and all(r.get("streamed") for r in rows)
 
 
+def _weight(row: dict) -> int:
+    """The rounds a row stands for: a bin of older rounds (:mod:`ppt_dask.observe.roundlog`)
+    gives the mean round of ``rounds``; any other row is one round."""
+    return row.get("rounds", 1)
+
+
+def _weighted_median(pairs) -> float:
+    """The median of ``(value, weight)`` pairs: ``statistics.median`` where every weight is 1,
+    else the value at which the weights reach half the total."""
+    pairs = sorted(pairs)
+    if all(w == 1 for _, w in pairs):
+        return statistics.median(v for v, _ in pairs)
+    total = sum(w for _, w in pairs)
+    seen = 0
+    for value, weight in pairs:
+        seen += weight
+        if 2 * seen >= total:
+            return value
+    return math.nan
+
+
 def phase_table(rows: list[dict]) -> list[dict]:
     """A gprof-style flat profile of the rounds (002, Table 1): one entry per phase.
 
     Streamed rounds have no ``scheduler`` phase: it is left out, and the descriptions say
-    what each phase is inside a worker's loop.
+    what each phase is inside a worker's loop. A row of ``rounds`` binned rounds counts as many.
 
     Returns
     -------
@@ -264,12 +285,12 @@ def phase_table(rows: list[dict]) -> list[dict]:
         ``cumulative_seconds``, ``seconds`` (mean per worker, summed over the rounds),
         ``rounds``, ``ms_per_round`` and ``description``.
     """
-    wall = sum(r["wall"] for r in rows)
-    n = len(rows)
+    wall = sum(r["wall"] * _weight(r) for r in rows)
+    n = sum(_weight(r) for r in rows)
     streamed = is_streamed(rows)
     phases = [p for p in PHASES if not (streamed and p in NOT_STREAMED)]
     words = STREAM_DESCRIPTIONS if streamed else DESCRIPTIONS
-    totals = sorted(((sum(r[p] for r in rows), p) for p in phases), key=lambda x: -x[0])
+    totals = sorted(((sum(r[p] * _weight(r) for r in rows), p) for p in phases), key=lambda x: -x[0])
     out, cumulative = [], 0.0
     for seconds, phase in totals:
         cumulative += seconds
@@ -295,22 +316,23 @@ def summarize(rows: list[dict]) -> dict:
 
     ``percent_not_gradient`` is the share of the workers' time (summed over the rounds)
     spent on anything but gradient compute; ``median_head_submit_ms`` the head's median
-    time to build and submit one round.
+    time to build and submit one round. A row of ``rounds`` binned rounds counts as many
+    rounds of its means (the medians then take its mean round that many times).
     """
     if not rows:
         return {"rounds": 0}
-    wall = sum(r["wall"] for r in rows)
-    gradient = sum(r["gradient"] for r in rows)
-    submit = [r["head_submit_seconds"] for r in rows if r.get("head_submit_seconds") is not None]
-    n = len(rows)
+    wall = sum(r["wall"] * _weight(r) for r in rows)
+    gradient = sum(r["gradient"] * _weight(r) for r in rows)
+    submit = [(r["head_submit_seconds"], _weight(r)) for r in rows if r.get("head_submit_seconds") is not None]
+    n = sum(_weight(r) for r in rows)
     out = {"rounds": n, "workers": max(r["workers"] for r in rows), "wall_seconds": wall,
            "streamed": is_streamed(rows),
            "percent_not_gradient": 100.0 * (1.0 - gradient / wall) if wall else 0.0,
-           "median_round_ms": 1e3 * statistics.median(r["wall"] for r in rows),
-           "transfer_bytes_per_round": statistics.median(r["transfer_bytes"] for r in rows),
-           "median_head_submit_ms": 1e3 * statistics.median(submit) if submit else None}
-    head_wall = sum(r.get("head_wall_seconds") or 0.0 for r in rows)
-    patterns = sum(r.get("patterns") or 0 for r in rows)
+           "median_round_ms": 1e3 * _weighted_median((r["wall"], _weight(r)) for r in rows),
+           "transfer_bytes_per_round": _weighted_median((r["transfer_bytes"], _weight(r)) for r in rows),
+           "median_head_submit_ms": 1e3 * _weighted_median(submit) if submit else None}
+    head_wall = sum((r.get("head_wall_seconds") or 0.0) * _weight(r) for r in rows)
+    patterns = sum((r.get("patterns") or 0) * _weight(r) for r in rows)
     out["patterns_per_second"] = patterns / head_wall if head_wall and patterns else None
     return out
 

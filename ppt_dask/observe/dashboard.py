@@ -7,8 +7,10 @@ Importing this module adds the page to the scheduler's dashboard at ``/ppt`` (an
     dask scheduler --preload ppt_dask.observe.dashboard        # then open http://HOST:8787/ppt
 
 :func:`ppt_dask.connect` preloads it on the LocalCluster it starts. The page redraws once
-a second from the collector's records of the latest run (its last ``PAGE_ROUNDS``
-rounds); :func:`write_report` draws the same components once, from a finished run, into a
+a second from the collector's records of the latest run: bars and curves of its last
+``PAGE_ROUNDS`` rounds, the summary and the phase table of the whole run (the rounds the
+collector folded into bins, :mod:`ppt_dask.observe.roundlog`, and the last ones in full);
+:func:`write_report` draws the same components once, from a finished run, into a
 single HTML file with bokeh's JavaScript inline, so it opens without a server or network.
 
 Each component follows distributed's pattern: a ``source``, a ``root`` and ``update()``,
@@ -71,16 +73,22 @@ class View(NamedTuple):
 
 
 def make_view(run: str, tasks: list, heads: list, settings: dict | None = None,
-              last: int | None = None, partial: bool = False) -> View:
-    """Rows, table and totals of the records (the ``last`` rounds only, if given).
+              last: int | None = None, partial: bool = False, binned_rows: list = (),
+              binned_heads: list = ()) -> View:
+    """Rows, table and totals of the records; the rows and head records drawn are the
+    ``last`` ones only, if given (the table and totals are the whole run's).
 
-    ``partial`` says the oldest task records were left out: the first round may have lost
-    some of its tasks, so it is dropped.
+    ``binned_rows`` and ``binned_heads``: the older rounds, folded into bins
+    (:mod:`ppt_dask.observe.roundlog`), before ``tasks`` and ``heads``' rounds. ``partial``
+    says the oldest task records were left out: the first round may have lost some of its
+    tasks, so it is dropped.
     """
-    rows = bd.breakdown(tasks, heads)[1 if partial else 0:]
+    rows = [*binned_rows, *bd.breakdown(tasks, heads)[1 if partial else 0:]]
+    heads = [*binned_heads, *heads]
+    table, summary = bd.phase_table(rows), bd.summarize(rows)
     if last is not None:
         rows, heads = rows[-last:], heads[-last:]
-    return View(run, rows, heads, bd.phase_table(rows), bd.summarize(rows), settings or {})
+    return View(run, rows, heads, table, summary, settings or {})
 
 
 # ---- components ------------------------------------------------------------------------
@@ -269,11 +277,11 @@ class LiveFeed:
         if log is None:
             return None
         if (log.run, log.version) != self._key:
-            n, m = len(log.tasks), len(log.heads)
+            n = len(log.tasks)
             tasks = list(itertools.islice(log.tasks, max(0, n - PAGE_TASKS), n))
-            heads = list(itertools.islice(log.heads, max(0, m - 2 * PAGE_ROUNDS), m))
-            self._view = make_view(log.run, tasks, heads, log.settings, last=PAGE_ROUNDS,
-                                   partial=n > PAGE_TASKS or log.dropped > 0)
+            self._view = make_view(log.run, tasks, log.heads.records(), log.settings, last=PAGE_ROUNDS,
+                                   partial=n > PAGE_TASKS or log.dropped > 0,
+                                   binned_rows=log.heads.bin_rows(), binned_heads=log.heads.bin_heads())
             self._key = (log.run, log.version)
         return self._view
 
@@ -336,7 +344,8 @@ def report_html(result) -> str:
     """The standalone HTML report of a finished run (``Result`` or ``RunRecords``)."""
     records = records_of(result)
     view = make_view(records.run, records.tasks, records.heads, records.settings,
-                     partial=records.dropped > 0)
+                     partial=records.dropped > 0, binned_rows=getattr(records, "binned_rows", []),
+                     binned_heads=getattr(records, "binned_heads", []))
     parts = {cls: cls(lambda: view, sizing_mode="stretch_width") for cls in COMPONENTS}
     for part in parts.values():
         part.update()

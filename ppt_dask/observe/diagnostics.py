@@ -10,12 +10,17 @@ rows, a gprof-style phase table and a Chrome trace; :mod:`ppt_dask.observe.dashb
   when its result came back (``transition``, on the scheduler's clock), and the durations
   in the workers' own ``startstops`` (compute, transfer, deserialize, spill). Nothing is
   timed inside the tasks. Records are kept per run (the run id is in every key,
-  ``ppt-grad-<run>-g<gen>-r<round>``) in bounded deques.
-* :class:`Recorder` is the head's side: it announces a run, sends its per-round records
-  (loss, error, head seconds; on streamed rounds, each loop's own timing of the round, which
-  the scheduler cannot see) to the collector in batches every quarter of a second,
-  without waiting for a reply (``log_event`` through the client's event loop), and
-  fetches the records at the end. Its cost per round is measured (``head_cost_seconds``).
+  ``ppt-grad-<run>-g<gen>-r<round>``) in bounded deques; the head's per-round records in a
+  :class:`~ppt_dask.observe.roundlog.RoundLog` of the last ``SCHEDULER_WINDOW`` rounds (the
+  older ones folded into bins), what the ``/ppt`` page draws.
+* :class:`Recorder` is the head's side: it announces a run (``log_event``), keeps its per-round
+  records (loss, error, head seconds; on streamed rounds, each loop's own timing of the round,
+  which the scheduler cannot see) in a :class:`~ppt_dask.observe.roundlog.RoundLog` (the last
+  ``WINDOW`` rounds in full, the older ones in bins: memory bounded however long the run),
+  sends them to the collector in batches every quarter of a second through the collector's
+  own handler, without the head waiting for the reply (a ``log_event`` each would stay in the
+  scheduler's event log, up to 100,000 of them, and grew the scheduler with the rounds), and
+  fetches the task records at the end. Its cost per round is measured (``head_cost_seconds``).
 
 The test hook that makes gradient tasks take a known extra time is
 :func:`ppt_dask.testing.slow_gradients`.
@@ -36,11 +41,14 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from ppt_dask.core.keys import parse_key, phases_of
 from ppt_dask.observe.breakdown import TaskRecord, breakdown, phase_table, summarize
 from ppt_dask.observe.display import Curves, PhaseTable
+from ppt_dask.observe.roundlog import WINDOW, RoundLog
 from ppt_dask.observe.trace import trace_events
 
 TOPIC = "ppt-diagnostics"  # log_event topic of the head's messages
 NAME = "ppt-diagnostics"  # the plugin's name on the scheduler
 HANDLER = "ppt_diagnostics"  # its rpc handler on the scheduler (fetches a run's records)
+ROUNDS_HANDLER = "ppt_diagnostics_rounds"  # the handler that takes the head's batches of rounds
+SCHEDULER_WINDOW = 300  # rounds the collector keeps in full (the /ppt page draws 300: dashboard.PAGE_ROUNDS)
 HEAD_FIELDS = ("round", "epoch", "loss", "error_rate", "error_estimate", "patterns",
                "wall_seconds", "head_seconds")
 LOOPS = "loops"  # a streamed round's record: each worker loop's own timing of the round
@@ -56,7 +64,7 @@ class RunLog:
         self.run = run
         self.settings: dict = {}
         self.tasks: deque = deque(maxlen=max_tasks)
-        self.heads: deque = deque(maxlen=max_rounds)
+        self.heads = RoundLog(window=max_rounds, max_bins=max(2, max_rounds // 5))
         self.dropped = 0  # task records pushed out of the deque
         self.version = 0  # bumped on every change (the page redraws only then)
 
@@ -76,7 +84,7 @@ class Collector(SchedulerPlugin):
         Task records kept per run (the oldest go first): about 5 per worker per round,
         some 200 bytes each.
     max_rounds : int
-        Head records kept per run.
+        Head records kept in full per run (at least; older rounds fold into bins).
     max_runs : int
         Runs kept (the oldest go first).
     """
@@ -84,7 +92,7 @@ class Collector(SchedulerPlugin):
     name = NAME
     idempotent = True  # registering again (each run does) keeps the running one
 
-    def __init__(self, max_tasks: int = 40_000, max_rounds: int = 20_000, max_runs: int = 3):
+    def __init__(self, max_tasks: int = 40_000, max_rounds: int = SCHEDULER_WINDOW, max_runs: int = 3):
         self.max_tasks, self.max_rounds, self.max_runs = max_tasks, max_rounds, max_runs
         self.runs: OrderedDict[str, RunLog] = OrderedDict()
         self.scheduler = None
@@ -94,6 +102,7 @@ class Collector(SchedulerPlugin):
     def setup(self, scheduler) -> None:
         self.scheduler = scheduler
         scheduler.handlers[HANDLER] = self.query
+        scheduler.handlers[ROUNDS_HANDLER] = self.rounds
 
     async def start(self, scheduler) -> None:
         self.setup(scheduler)
@@ -165,8 +174,12 @@ class Collector(SchedulerPlugin):
             log.settings = dict(msg.get("settings") or {})
             if msg.get("client"):
                 self._client_run[msg["client"]] = msg["run"]
-        elif msg.get("op") == "rounds":
-            log.heads.extend(pickle.loads(msg["packed"]))  # the head's records (Recorder.flush)
+        log.version += 1
+
+    def rounds(self, run: str, packed: bytes) -> None:
+        """The handler of the head's batches of round records (:meth:`Recorder.flush`)."""
+        log = self.run_log(run)
+        log.heads.extend(pickle.loads(packed))
         log.version += 1
 
     def remove_client(self, scheduler, client) -> None:
@@ -181,7 +194,7 @@ class Collector(SchedulerPlugin):
             return {"run": run, "runs": list(self.runs), "settings": {}, "tasks": [], "heads": [],
                     "dropped": 0}
         return {"run": log.run, "runs": list(self.runs), "settings": log.settings,
-                "tasks": [list(t) for t in log.tasks], "heads": list(log.heads),
+                "tasks": [list(t) for t in log.tasks], "heads": log.heads.records(),
                 "dropped": log.dropped}
 
 
@@ -213,6 +226,13 @@ async def _log_event(client, msg) -> None:
         pass
 
 
+async def _call_collector(client, handler: str, kwargs: dict) -> None:
+    try:
+        await getattr(client.scheduler, handler)(**kwargs)
+    except Exception:  # diagnostics never break a run; the head keeps its own copy
+        pass
+
+
 def _plain(settings: dict | None) -> dict:
     out = {}
     for k, v in (settings or {}).items():
@@ -227,14 +247,23 @@ class RunRecords:
     run: str
     settings: dict
     tasks: list = field(repr=False)
-    heads: list = field(repr=False)
+    heads: list = field(repr=False)  # the head's records of the last rounds, in full (a RoundLog's window)
     dropped: int = 0  # task records the collector had to drop (bounded memory)
     head_cost_seconds: float = 0.0  # the recorder's own head time per round (mean)
     report_writer: Callable | None = field(default=None, repr=False, compare=False)
+    # the rounds before ``heads``, folded into bins (ppt_dask.observe.roundlog): as breakdown rows
+    # (streamed rounds) and as head records, each with the ``rounds`` it stands for
+    binned_rows: list = field(default_factory=list, repr=False)
+    binned_heads: list = field(default_factory=list, repr=False)
 
     def rows(self) -> list[dict]:
-        """Per-round breakdown; without the oldest round when records were dropped."""
-        return breakdown(self.tasks, self.heads)[1 if self.dropped else 0:]
+        """Per-round breakdown, after the binned rows of the older rounds (``rounds``: how many
+        each stands for); without the oldest round when task records were dropped."""
+        return self.binned_rows + breakdown(self.tasks, self.heads)[1 if self.dropped else 0:]
+
+    def all_heads(self) -> list[dict]:
+        """The head's records: a bin's means for the older rounds, then each recent round."""
+        return self.binned_heads + self.heads
 
     def summary(self) -> dict:
         return {**summarize(self.rows()), "head_cost_seconds": self.head_cost_seconds,
@@ -285,12 +314,12 @@ class Recorder:
     """
 
     def __init__(self, client, run: str, settings: dict | None = None, generation: int = 0,
-                 flush_seconds: float = 0.25, max_rounds: int = 20_000, report: Callable | None = None):
+                 flush_seconds: float = 0.25, max_rounds: int = WINDOW, report: Callable | None = None):
         self.client, self.run, self.generation = client, run, generation
         self.report = report
         self.settings = _plain(settings)
         self.flush_seconds = flush_seconds
-        self.heads: deque = deque(maxlen=max_rounds)
+        self.heads = RoundLog(window=max_rounds)
         self.seconds, self.rounds = 0.0, 0
         self._batch: list = []
         self._last = time.perf_counter()
@@ -304,6 +333,14 @@ class Recorder:
             except Exception:
                 self.enabled = False
 
+    def _call(self, handler: str, **kwargs) -> None:
+        """Call the collector's ``handler`` on the client's event loop; the head goes on."""
+        if self.enabled:
+            try:
+                self.client.loop.add_callback(_call_collector, self.client, handler, kwargs)
+            except Exception:
+                self.enabled = False
+
     def round_done(self, record: dict) -> None:
         """Called with each round's history record, as soon as the head has it."""
         t0 = time.perf_counter()
@@ -311,7 +348,7 @@ class Recorder:
         h["gen"] = record.get("gen", self.generation + int(record.get("try", 0)))
         if record.get(LOOPS) is not None:  # streamed rounds: the loops timed them
             h[LOOPS] = record[LOOPS]
-        self.heads.append(h)
+        self.heads.add(h)
         self._batch.append(h)
         if t0 - self._last >= self.flush_seconds:
             self.flush()
@@ -322,7 +359,7 @@ class Recorder:
         if self._batch:
             # one opaque frame: sent as a list of dicts, the comm walked every value twice on the
             # head's event loop (its size, then msgpack): about 0.15 ms a round at p = 8 here
-            self._send({"op": "rounds", "run": self.run, "packed": pickle.dumps(self._batch, protocol=5)})
+            self._call(ROUNDS_HANDLER, run=self.run, packed=pickle.dumps(self._batch, protocol=5))
             self._batch = []
         self._last = time.perf_counter()
 
@@ -338,8 +375,9 @@ class Recorder:
                 warnings.warn(f"could not fetch the run's task records ({type(exc).__name__}: {exc})",
                               RuntimeWarning, stacklevel=2)
         return RunRecords(self.run, self.settings, [TaskRecord.from_list(t) for t in reply["tasks"]],
-                          list(self.heads), reply["dropped"],
-                          self.seconds / self.rounds if self.rounds else 0.0, self.report)
+                          self.heads.records(), reply["dropped"],
+                          self.seconds / self.rounds if self.rounds else 0.0, self.report,
+                          self.heads.bin_rows(), self.heads.bin_heads())
 
 
 def records_of(obj) -> RunRecords:

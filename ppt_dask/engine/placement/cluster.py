@@ -4,8 +4,9 @@ The layout: one single-threaded worker process per core, BLAS limited
 to that thread, so workers do not fight over cores. Workers that ppt_dask starts also get
 glibc malloc settings that keep the hot loop from returning memory to the system after
 every mini-batch (the nanny's default ``MALLOC_TRIM_THRESHOLD_=65536`` made mini-batch
-numpy training about 2.5x slower when measured). Clusters that ppt_dask does not start
-keep their own settings; :func:`worker_report` shows them.
+numpy training about 2.5x slower when measured). On clusters that ppt_dask does not start
+the round loops set what they need themselves, for their duration
+(:mod:`ppt_dask.engine.loopenv`); :func:`worker_report` shows each worker's settings.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import dask
 from distributed import Client, LocalCluster, Security, WorkerPlugin
 
 from ppt_dask.core.validation import check_int_at_least
-from ppt_dask.engine import interrupt
+from ppt_dask.engine import interrupt, loopenv
 from ppt_dask.engine.placement import messages, probe
 
 logger = logging.getLogger(__name__)
@@ -52,8 +53,8 @@ WORKER_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     # A large trim threshold and a fixed mmap threshold (the largest glibc accepts) keep
     # freed mini-batch buffers in the heap for reuse instead of unmapping them each time.
-    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-    "MALLOC_MMAP_THRESHOLD_": str(1 << 25),
+    "MALLOC_TRIM_THRESHOLD_": str(loopenv.LOOP_MALLOC["trim_threshold"]),
+    "MALLOC_MMAP_THRESHOLD_": str(loopenv.LOOP_MALLOC["mmap_threshold"]),
 }
 
 # The variables that set a worker's BLAS and OpenMP (PyTorch's) threads: threads_per_worker.
@@ -338,13 +339,21 @@ def _worker_settings() -> dict:
         for p in threadpool_info()
         if p.get("user_api") == "blas"
     ]
+    found = loopenv.malloc_found(os.environ)
     return {
         "blas": blas,
         "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "malloc": found,  # every variable that fixes glibc's thresholds, as found
+        "loop_malloc": {name: new for name, (_old, new) in loopenv.malloc_changes(found).items()},
+        "probe_mmapped": loopenv.probe_mmapped(),  # a step's array mmapped (and unmapped) now?
+        "last_loop": loopenv.last_report(),
     }
 
 
 def worker_report(client: Client) -> dict:
-    """Per worker: BLAS thread pools (threadpoolctl) and the malloc and OMP settings."""
+    """Per worker: BLAS thread pools (threadpoolctl), the malloc and OMP settings of its
+    environment, the malloc thresholds a round loop raises there for its duration
+    (``loop_malloc``, :mod:`ppt_dask.engine.loopenv`; empty where nothing needs it), and what
+    the last loop that ran there found and set (``last_loop``; None before any)."""
     return client.run(_worker_settings)

@@ -49,6 +49,9 @@ class Mailbox:
         self._event = asyncio.Event()  # wakes the head's waits on the worker's event loop
         self._loop = None
         self._untils: list = []  # per head's wait, the round it needs before it can answer
+        # what the loop found and set in its process (ppt_dask.engine.loopenv), given to the head once
+        self.settings: dict | None = None
+        self._settings_given = False
         with BOXES_LOCK:
             BOXES[name] = self
 
@@ -125,9 +128,17 @@ class Mailbox:
 
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
-                return {"worker": self.worker,
+                return {"worker": self.worker, **self.settings_once(),
                         "rounds": [(self._kept[r][0], self._kept[r][2]) for r in range(first, last + 1)]}
         return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}", until=last)
+
+    def settings_once(self) -> dict:
+        """``{"settings": report}`` the first time the loop's report is there, else {} (a reply
+        carries it once; called with the lock held)."""
+        if self.settings is None or self._settings_given:
+            return {}
+        self._settings_given = True
+        return {"settings": self.settings}
 
     async def kept(self, r: int, timeout: float = WAIT_SECONDS) -> tuple:
         """What the loop left after round ``r`` and after round ``r - 1`` (None where it did

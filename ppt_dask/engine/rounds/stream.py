@@ -102,6 +102,13 @@ class LoopsHead:
     loops: list
     start_state: Any
     states: dict
+    # per worker, what its loop found and set in its process (ppt_dask.engine.loopenv), as heard
+    worker_settings: dict
+
+    def note_settings(self, reply: dict) -> None:
+        """Keep the loop's report of its process's settings, which a mailbox's reply carries once."""
+        if "settings" in reply:
+            self.worker_settings[reply["worker"]] = reply["settings"]
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -152,6 +159,7 @@ class StreamRounds(LoopsHead):
         self.submitted = first - 1
         self.pending_release: int | None = None  # sent to the mailboxes with the next read
         self.timings: dict = {}  # round -> every loop's timing of it, until the trainer takes it
+        self.worker_settings: dict = {}
         self.ahead = rounds_ahead(start_value, kind, max(b - a for _label, a, b, _nodes in plan.blocks))
         self.max_batch = self.ahead // 2  # a batch the head waits for fits in what a loop may keep
 
@@ -170,6 +178,8 @@ class StreamRounds(LoopsHead):
         # the release the head asked for since its last read rides on this call
         release, self.pending_release = self.pending_release, None
         replies = self._ask("stats", first, last, release, wait=wait)
+        for reply in replies:
+            self.note_settings(reply)
         for i, r in enumerate(range(first, last + 1)):
             self.timings[r] = [loop_timing(reply["worker"], *reply["rounds"][i][1]) for reply in replies]
         if self.kind == "sync":  # every loop holds the same total: slot 0's

@@ -80,7 +80,8 @@ class AsyncBox(Mailbox):
         def ready():
             steps = sorted(t for t in self._kept if t >= first)
             if steps:
-                return {"worker": self.worker, "steps": [(t, self._kept[t][0], self._kept[t][2]) for t in steps]}
+                return {"worker": self.worker, **self.settings_once(),
+                        "steps": [(t, self._kept[t][0], self._kept[t][2]) for t in steps]}
         return await self._wait(ready, timeout, f"{self.name}'s steps from {first}")
 
     async def state(self, t: int, timeout: float = WAIT_SECONDS):
@@ -219,6 +220,7 @@ class AsyncRounds(LoopsHead):
         self.fields: dict = {}
         self.timings: dict = {}
         self.states: dict = {}
+        self.worker_settings: dict = {}
         self.submitted = first - 1
 
     def _start(self) -> None:
@@ -249,6 +251,7 @@ class AsyncRounds(LoopsHead):
         for slot in [s for s, ask in self.asks.items() if ask.done()]:
             reply = self._answer(self.asks.pop(slot))
             self.waiters.pop(slot, None)
+            self.note_settings(reply)
             new += [(log[2], slot, t, log, timing, reply["worker"]) for t, log, timing in reply["steps"]]
             self.next_step[slot] = reply["steps"][-1][0] + 1
         self.buffer.extend(item[1:] for item in sorted(new, key=lambda item: item[:3]))  # the loops' clocks

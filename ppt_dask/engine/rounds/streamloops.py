@@ -9,13 +9,16 @@ loop's own timing of it. The head's side is :mod:`ppt_dask.engine.rounds.stream`
 
 from __future__ import annotations
 
+import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from distributed import get_worker, secede
 
 from ppt_dask.core import keys
+from ppt_dask.engine import loopenv
 from ppt_dask.engine.placement.links import LinkLost, Links
 from ppt_dask.engine.placement.mailbox import BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
 from ppt_dask.engine.rounds import taskmeta
@@ -66,9 +69,13 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
     # over the shards, say) run beside it instead of waiting for the loop to end.
     secede()
     try:
-        links = _links(step, box, peers)
-        loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
-        loop(step, first, last, start, shards, links, box, seconds)
+        # the worker's malloc thresholds and BLAS/OpenMP threads as a loop needs them, however
+        # the worker was started (ppt_dask.engine.loopenv); the head hears what was set
+        with loopenv.for_loop(worker_threads(), _torch_threads(step.net)) as settings:
+            box.settings = settings
+            links = _links(step, box, peers)
+            loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
+            loop(step, first, last, start, shards, links, box, seconds)
         linger = step.wait  # the last round ran: the others read what this loop sent, then close
     except Stopped:
         linger = STOPPED_LINGER
@@ -83,6 +90,28 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
             links.close(linger)
         taskmeta.record(seconds)
     return seconds
+
+
+def worker_threads() -> int:
+    """The threads of the worker this runs on: ``Worker.state.nthreads`` (distributed's
+    documented WorkerState); 1, with a warning, where a distributed to come has moved it."""
+    count = getattr(getattr(get_worker(), "state", None), "nthreads", None)
+    if isinstance(count, int) and count >= 1:
+        return count
+    warnings.warn("ppt_dask cannot read the worker's thread count (Worker.state.nthreads) with this version of "
+                  "distributed: its round loops take one thread", RuntimeWarning, stacklevel=2)
+    return 1
+
+
+def _torch_threads(net) -> int | None:
+    """The torch threads a :class:`ppt_dask.TorchNet` computes with here (it sets them itself
+    at each pass); None for a network without torch."""
+    if not hasattr(net, "module_of") or "torch" not in sys.modules:
+        return None
+    from ppt_dask.nets.copies import threads_of
+
+    threads = threads_of(net.threads)  # None: torch's own setting, left alone
+    return sys.modules["torch"].get_num_threads() if threads is None else threads
 
 
 def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:

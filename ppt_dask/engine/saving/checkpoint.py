@@ -96,7 +96,7 @@ def save(directory, state: ModelState, *, round_index: int, attempt: int, histor
     directory.mkdir(parents=True, exist_ok=True)
     opt_arrays, opt_description = _flatten_state(state.opt_state)
     header = {"format": FORMAT, "meta": meta, "round": int(round_index), "try": int(attempt),
-              "opt_state": opt_description, "history": history}
+              "opt_state": opt_description, "history": list(history)}
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
