@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ppt_dask.core import allreduce, tree
 from ppt_dask.engine.placement import sharedmem
+from ppt_dask.engine.placement.handshake import new_secret
 from ppt_dask.engine.placement.links import Links
 from ppt_dask.engine.rounds.allreduce import Allreduce
 
@@ -59,8 +60,10 @@ def test_the_choice_and_the_bound_on_what_a_loop_sends():
     assert allreduce.choose("scatter", 8, 220_200, shared=True) == "scatter"  # asked for: taken
     with pytest.raises(ValueError, match="allreduce 'shared' needs every worker holding shards on one host"):
         allreduce.choose("shared", 4, 8)
-    assert [allreduce.messages("shared", p) for p in (2, 8, 16)] == [1, 7, 15]  # loop 0's tokens
-    assert [allreduce.sent_values("shared", p, 1000) for p in (2, 8, 64)] == [1000.0] * 3
+    # a token to every other loop twice a round; its sums and its 1/p of the total written
+    assert [allreduce.messages("shared", p) for p in (2, 8, 16)] == [2, 14, 30]
+    assert [allreduce.sent_values("shared", p, 1000) for p in (2, 8, 64)] == [1500.0, 1125.0, 1015.625]
+    assert allreduce.partners("halving", 8, 5) == [1, 4, 7] and allreduce.partners("shared", 3, 1) == [0, 2]
     with pytest.raises(ValueError, match="allreduce algorithm must be one of .* got 'ring'"):
         allreduce.choose("ring", 4, 8)
     with pytest.raises(ValueError, match="'halving' needs a power-of-two number of workers"):
@@ -81,7 +84,8 @@ def test_the_choice_and_the_bound_on_what_a_loop_sends():
 
 
 def _linked(p: int) -> list:
-    links = [Links(i, "tcp://127.0.0.1:1") for i in range(p)]
+    secret = new_secret()
+    links = [Links(i, "tcp://127.0.0.1:1", secret=secret) for i in range(p)]
     failed: list = []
 
     def connect(i):
@@ -106,7 +110,8 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
     """p loops (threads) allreduce three rounds each, two rounds in flight as local SGD has
     them: every loop's total is bitwise the serial tree's; by reduce-scatter each loop sends
     at most 2 (p - 1) / p of the partial sums' bytes and its messages' framing; through
-    shared memory it writes its sums once (loop 0: the total) and leaves no segment behind."""
+    shared memory it writes its sums and its 1 / p of the total once, and leaves no segment
+    behind."""
     n_shards, size, rounds = 16, 5000, 3
     segments = set(Path(sharedmem.SHM_DIR).glob("ppt_dask-*"))
     links = _linked(p)
@@ -147,5 +152,7 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
             framing = 512 * allreduce.messages(algorithm, p)
             subtrees = len(_partials(n_shards, p, 2, 1, 0)[1][i])  # unaligned blocks (p = 3) hold several
             assert sent <= allreduce.sent_values(algorithm, p, payload, subtrees) + subtrees * framing
-            if algorithm != "direct" and subtrees == 1:
+            if algorithm in ("scatter", "halving") and subtrees == 1:
                 assert sent <= 2 * (p - 1) / p * payload + framing < 2.2 * payload
+            if algorithm == "shared" and subtrees == 1:  # its sums and its part of the total, written once
+                assert sent <= (1 + 1 / p) * payload + framing < 2 * payload

@@ -18,9 +18,10 @@ IJHPCA 19(1), 2005, section 4.4; Patarasuk and Yuan, JPDC 69(2), 2009, for the b
   shard tree does only where that tree's top is the perfect binary tree over the loops:
   ``p`` a power of two, fan-in 2, and loop ``s`` holding the one subtree ``(level, s)``
   (:func:`can_halve`: ``n_shards = p 2^level`` shards in equal blocks).
-* ``"shared"``: loops of one host write their subtree values into shared memory, loop 0
-  adds every loop's along the tree and writes the total back
-  (:mod:`ppt_dask.engine.rounds.sharedreduce`); a token a loop a round over the links.
+* ``"shared"``: loops of one host write their subtree values into shared memory and
+  reduce-scatter there: loop ``j`` adds part ``j`` of every loop's values along the tree and
+  writes it beside its own, and every loop copies the ``p`` parts out
+  (:mod:`ppt_dask.engine.rounds.sharedreduce`); tokens only over the links.
 * ``"scatter"``: a reduce-scatter, then an all-gather. The vector is cut into ``p`` parts
   (:func:`bounds`); loop ``j`` owns part ``j``. Each loop sends part ``j`` of its subtree
   values to loop ``j`` (:func:`scatter_parts`), each owner adds the ``p`` loops' parts of
@@ -111,6 +112,14 @@ def halving_steps(p: int, slot: int) -> list[tuple[int, bool]]:
     return steps
 
 
+def partners(algorithm: str, p: int, slot: int) -> list[int]:
+    """The loops ``slot`` exchanges with: its ``log2 p`` partners for "halving"
+    (:func:`halving_steps`), every other loop else (the links a loop opens)."""
+    if algorithm == "halving":
+        return sorted(partner for partner, _lower in halving_steps(p, slot))
+    return [j for j in range(p) if j != slot]
+
+
 def halve(ranges: list[tuple[int, int]], lower: bool) -> tuple[list, list]:
     """Each array's range ``[lo, hi)`` cut in two: (the half kept, the half sent)."""
     keep, send = [], []
@@ -123,12 +132,10 @@ def halve(ranges: list[tuple[int, int]], lower: bool) -> tuple[list, list]:
 
 def messages(algorithm: str, p: int) -> int:
     """Messages one loop sends a round: ``p - 1`` direct, ``2 (p - 1)`` by reduce-scatter and
-    all-gather, ``2 log2 p`` by recursive halving and doubling; "shared": one token, loop 0
-    ``p - 1`` (the most a loop sends)."""
+    all-gather, ``2 log2 p`` by recursive halving and doubling; "shared": ``2 (p - 1)`` tokens
+    (its sums in place, its part of the total in place)."""
     if p <= 1:
         return 0
-    if algorithm == "shared":
-        return p - 1
     if algorithm == "halving":
         return 2 * (p - 1).bit_length()
     return (p - 1) * (1 if algorithm == "direct" else 2)
@@ -137,11 +144,11 @@ def messages(algorithm: str, p: int) -> int:
 def sent_values(algorithm: str, p: int, n_values: int, subtrees: int = 1) -> float:
     """Values one loop sends a round: ``(p - 1) w`` direct, ``2 (p - 1) / p · w`` per subtree
     it holds by reduce-scatter and all-gather (``w = n_values``); "shared": what it writes into
-    shared memory, its sums (loop 0: the total), ``w`` per subtree."""
+    shared memory, its sums (``w`` per subtree) and its part of the total (``w / p``)."""
     if p <= 1:
         return 0.0
     if algorithm == "shared":
-        return float(n_values * subtrees)
+        return float(n_values * subtrees + n_values / p)
     if algorithm == "direct":
         return float((p - 1) * n_values * subtrees)
     return (p - 1) / p * n_values * (subtrees + 1)

@@ -49,6 +49,7 @@ class Mailbox:
         self._event = asyncio.Event()  # wakes the head's waits on the worker's event loop
         self._loop = None
         self._untils: list = []  # per head's wait, the round it needs before it can answer
+        self._notes: list = []  # what the loop noted for the run's log (refused connections), not yet read
         with BOXES_LOCK:
             BOXES[name] = self
 
@@ -125,7 +126,7 @@ class Mailbox:
 
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
-                return {"worker": self.worker,
+                return {"worker": self.worker, "notes": self.take_notes(),
                         "rounds": [(self._kept[r][0], self._kept[r][2]) for r in range(first, last + 1)]}
         return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}", until=last)
 
@@ -168,6 +169,16 @@ class Mailbox:
                 raise Stopped(self.name)
             self._kept[r] = (log, value, timing)
             self._changed(r)
+
+    def note(self, event: dict) -> None:
+        """Leave ``event`` for the run's log (read with the next stats)."""
+        with self._lock:
+            self._notes.append(event)
+
+    def take_notes(self) -> list:
+        """The events noted since the last take (called with the lock held, or alone)."""
+        notes, self._notes = self._notes, []
+        return notes
 
     def is_stopped(self) -> bool:
         return self._stopped
