@@ -192,3 +192,36 @@ def test_the_handshakes_proof_binds_the_secret_the_slots_and_the_direction():
     assert proof != handshake._proof(secret, b"accept", b"n" * 32, 1, 0)  # the other direction
     assert proof != handshake._proof(secret, b"open", b"m" * 32, 1, 0)  # another challenge
     assert len(proof) == handshake.DIGEST
+
+
+def test_a_second_connection_for_a_slot_already_linked_is_refused():
+    """Even one that proves the secret (a loop's own connection opened twice): refused as a
+    duplicate, and the first link stays the link."""
+    import time
+
+    secret = new_secret()
+    listener = socket.create_server(("127.0.0.1", 0))
+    gate = handshake.Gate(listener, secret, 0, {1, 2}, time.monotonic() + 20)
+    linker = threading.Thread(target=gate.run)
+    linker.start()
+    opened = []
+    try:
+        for _ in range(2):  # slot 1 twice
+            sock = socket.create_connection(listener.getsockname(), timeout=10)
+            opened.append(sock)
+            try:
+                handshake.answer(sock, secret, 1, 0)
+            except (OSError, EOFError):
+                pass
+        sock = socket.create_connection(listener.getsockname(), timeout=10)
+        opened.append(sock)
+        handshake.answer(sock, secret, 2, 0)
+        linker.join(20)
+        assert not linker.is_alive() and set(gate.linked) == {1, 2}
+        assert [why for _peer, why in gate.refused] == ["named slot 1, already linked"]
+        first = f"{opened[0].getsockname()[0]}:{opened[0].getsockname()[1]}"
+        assert gate.linked[1].getpeername()[1] == opened[0].getsockname()[1], first
+    finally:
+        for sock in opened + list(gate.linked.values()):
+            sock.close()
+        listener.close()

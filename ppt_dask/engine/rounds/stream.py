@@ -259,20 +259,22 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
 
 
 def stop_loops(boxes: list, loops: list) -> None:
-    """Stop every loop through its mailbox (``boxes``: (actor future, actor) per slot), let them
-    end when every mailbox answered (so the breakdown has their last rounds), and release
-    the loops' futures; a mailbox whose worker is gone is passed over."""
-    stopped = 0
-    for f, actor in boxes:
+    """Stop every loop through its mailbox (``boxes``: (actor future, actor) per slot), let the
+    loops whose mailbox answered end (so the breakdown has their last rounds, and no loop still
+    runs when the start state it reads is released: the worker then failed with "Cannot remove
+    replica ... in state 'long-running'" and left the cluster for two minutes), and release the
+    loops' futures; a mailbox whose worker is gone is passed over."""
+    ending = []
+    for slot, (f, actor) in enumerate(boxes):
         if f.status == "finished":
             try:
                 actor.stop(separate_thread=False).result(timeout=STOP_SECONDS)
-                stopped += 1
+                ending += loops[slot:slot + 1]
             except Exception:  # its worker is gone: nothing to stop there
                 pass
-    if loops and stopped == len(boxes):
+    if ending:
         try:
-            wait(loops, timeout=STOP_SECONDS)
+            wait(ending, timeout=STOP_SECONDS)
         except TimeoutError:
             pass
     for f in loops:
