@@ -157,7 +157,7 @@ def _made(kind: str, slot: int, security, secret: bytes):
         return Links(slot, "tls://127.0.0.1:1" if "tls" in kind else "tcp://127.0.0.1:1", security, secret=secret)
     from ppt_dask.engine.placement.commlinks import CommLinks
     scheme = {"ucx": "ucxx"}.get(kind.split()[1], kind.split()[1])
-    return CommLinks(slot, f"{scheme}://127.0.0.1:1", security)
+    return CommLinks(slot, f"{scheme}://127.0.0.1:1", security, secret=secret)
 
 
 def in_processes(kind: str, p: int, plan: dict, security=None) -> dict:
@@ -278,7 +278,7 @@ def _task(kind: str, slot: int, p: int, plan: dict, tag: str) -> dict:
     if kind.startswith("links"):
         links = Links(slot, worker.address, worker.security, secret=plan["secret"])
     else:
-        links = CommLinks(slot, worker.address, worker.security)
+        links = CommLinks(slot, worker.address, worker.security, secret=plan["secret"])
     Variable(f"{tag}-{slot}").set(links.address)
     links.connect({j: Variable(f"{tag}-{j}").get(timeout=120) for j in range(p) if j != slot})
     try:

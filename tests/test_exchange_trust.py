@@ -153,10 +153,12 @@ def test_a_stranger_knocking_on_every_loop_of_a_four_worker_run_changes_nothing(
 
 
 @pytest.mark.timeout(300)
-def test_a_stranger_with_or_without_the_clusters_certificate_on_a_tls_cluster(tmp_path):
-    """A TLS cluster (worker threads of this process): the stranger knocks without TLS (the TLS
-    handshake fails) and with the cluster's own certificate, as any of its clients holds (TLS
-    passes, the generation's secret does not)."""
+@pytest.mark.parametrize("protocol", ["tls://", "wss://"])
+def test_a_stranger_with_or_without_the_clusters_certificate_on_a_tls_cluster(tmp_path, protocol):
+    """A TLS cluster (worker threads of this process), and one over secure websockets, whose
+    loops' links are TLS too (they once were plaintext for wss://): the stranger knocks without
+    TLS (the TLS handshake fails) and with the cluster's own certificate, as any of its clients
+    holds (TLS passes, the generation's secret does not)."""
     pytest.importorskip("cryptography")
     from distributed import Client, LocalCluster
     from distributed.security import Security
@@ -168,11 +170,14 @@ def test_a_stranger_with_or_without_the_clusters_certificate_on_a_tls_cluster(tm
         files[name] = str(tmp_path / f"{name}.pem")
         with open(files[name], "w") as f:
             f.write(pem)
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, protocol="tls://", security=security,
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, protocol=protocol, security=security,
                       dashboard_address=None) as cluster, Client(cluster, security=security, timeout=60) as client:
-        assert cluster.scheduler_address.startswith("tls://")
+        assert cluster.scheduler_address.startswith(protocol)
         result, hits, created = _knocked_run(client, tmp_path, 4, [os.getpid()], tls=files)
     _check(result, hits, created, 4, kinds=12)
+    plain = {h["from"] for h in hits if h["how"] == "plain"}
+    refused = [e["why"] for e in result.settings["events"] if e["event"] == "refused" and e["from"] in plain]
+    assert len(refused) == len(plain) and all("TLS" in why or "closed" in why for why in refused), refused
 
 
 # ---- kills: nothing of a run left in /dev/shm -------------------------------------------

@@ -186,11 +186,11 @@ def test_every_scheme_carried_or_refused_with_the_way_out():
 
 def test_the_handshakes_proof_binds_the_secret_the_slots_and_the_direction():
     secret = new_secret()
-    proof = handshake._proof(secret, b"open", b"n" * 32, 1, 0)
-    assert proof != handshake._proof(new_secret(), b"open", b"n" * 32, 1, 0)
-    assert proof != handshake._proof(secret, b"open", b"n" * 32, 2, 0)  # another slot
-    assert proof != handshake._proof(secret, b"accept", b"n" * 32, 1, 0)  # the other direction
-    assert proof != handshake._proof(secret, b"open", b"m" * 32, 1, 0)  # another challenge
+    proof = handshake.proof(secret, b"open", b"n" * 32, 1, 0)
+    assert proof != handshake.proof(new_secret(), b"open", b"n" * 32, 1, 0)
+    assert proof != handshake.proof(secret, b"open", b"n" * 32, 2, 0)  # another slot
+    assert proof != handshake.proof(secret, b"accept", b"n" * 32, 1, 0)  # the other direction
+    assert proof != handshake.proof(secret, b"open", b"m" * 32, 1, 0)  # another challenge
     assert len(proof) == handshake.DIGEST
 
 

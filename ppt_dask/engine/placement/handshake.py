@@ -58,7 +58,9 @@ def new_secret() -> bytes:
     return secrets.token_bytes(KEY_BYTES)
 
 
-def _proof(secret: bytes, role: bytes, nonce: bytes, speaker: int, listener: int) -> bytes:
+def proof(secret: bytes, role: bytes, nonce: bytes, speaker: int, listener: int) -> bytes:
+    """HMAC-SHA256 over the role (``b"open"`` or ``b"accept"``), the other side's challenge
+    and both slots, keyed by the generation's secret."""
     return hmac.new(secret, role + nonce + struct.pack("!qq", speaker, listener), hashlib.sha256).digest()
 
 
@@ -78,12 +80,13 @@ def answer(sock, secret: bytes, slot: int, peer: int) -> None:
     check its proof; :class:`Refused` if the peer cannot prove the secret."""
     challenge = read_exactly(sock, NONCE)
     mine = os.urandom(NONCE)
-    sock.sendall(HELLO.pack(slot, mine, _proof(secret, b"open", challenge, slot, peer)))
-    if not hmac.compare_digest(read_exactly(sock, DIGEST), _proof(secret, b"accept", mine, peer, slot)):
+    sock.sendall(HELLO.pack(slot, mine, proof(secret, b"open", challenge, slot, peer)))
+    if not hmac.compare_digest(read_exactly(sock, DIGEST), proof(secret, b"accept", mine, peer, slot)):
         raise Refused(f"worker slot {slot}: the loop at slot {peer}'s address did not prove the generation's secret")
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """Why a connection was refused, in a few words for the run's log."""
     if isinstance(exc, Refused):
         return str(exc)
     if isinstance(exc, socket.timeout):
@@ -179,7 +182,7 @@ class Gate:
             _close(sock)
             with self._lock:
                 self._pending.pop(me, None)
-            self._refuse(peer, _describe(exc))
+            self._refuse(peer, describe(exc))
             return
         try:
             self._wake_w.send(b"!")
@@ -190,12 +193,12 @@ class Gate:
         """Steps 1-3 of the module's handshake; the slot admitted (registered in ``linked``)."""
         challenge = os.urandom(NONCE)
         sock.sendall(challenge)
-        slot, theirs, proof = HELLO.unpack(read_exactly(sock, HELLO.size))
+        slot, theirs, claimed = HELLO.unpack(read_exactly(sock, HELLO.size))
         with self._lock:
             why = self._unwanted(slot)
         if why:
             raise Refused(why)
-        if not hmac.compare_digest(proof, _proof(self.secret, b"open", challenge, slot, self.slot)):
+        if not hmac.compare_digest(claimed, proof(self.secret, b"open", challenge, slot, self.slot)):
             raise Refused(f"named slot {slot} without the generation's secret")
         with self._lock:  # checked again: two connections may have named the slot at once
             why = self._unwanted(slot)
@@ -204,7 +207,7 @@ class Gate:
         if why:
             raise Refused(why)
         try:
-            sock.sendall(_proof(self.secret, b"accept", theirs, self.slot, slot))
+            sock.sendall(proof(self.secret, b"accept", theirs, self.slot, slot))
         except BaseException:
             with self._lock:
                 self._claimed.discard(slot)

@@ -292,7 +292,8 @@ class Links(Inboxes):
         if opener.is_alive() or failed or missing:
             why = repr(failed[0]) if failed else f"slots {missing or sorted(set(peers) - set(self.outgoing))} " \
                                                  f"did not link within {timeout} s"
-            raise LinkLost(f"worker slot {self.slot} could not link to the others: {why}")
+            refused = f"; refused {self.refused[-3:]}" if self.refused else ""
+            raise LinkLost(f"worker slot {self.slot} could not link to the others: {why}{refused}")
         for slot, sock in self.incoming.items():
             sock.setblocking(False)
             self._in[slot], self._inbox[slot] = bytearray(), deque()
@@ -303,14 +304,15 @@ class Links(Inboxes):
 
     def _open(self, slot: int, address: str, deadline: float):
         """A socket to ``slot``'s loop, admitted there: tried again while the listener turns it
-        away (it may be busy with strays' handshakes) until ``deadline``."""
+        away (it may be busy with strays' handshakes) until ``deadline``. The peer's loop may
+        reach its accepts late (a busy worker): the whole deadline is this side's to wait."""
         host, port = _split(address)
         while True:
             sock = None
             try:
                 sock = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.settimeout(max(min(handshake.HANDSHAKE_SECONDS, deadline - time.monotonic()), 0.001))
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 if self._client_tls is not None:
                     sock = self._client_tls.wrap_socket(sock, server_side=False)
                 handshake.answer(sock, self.secret, self.slot, slot)
