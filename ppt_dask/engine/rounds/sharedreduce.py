@@ -52,13 +52,15 @@ RING = 2  # rounds a segment holds (see above)
 
 def segment_bytes(p: int, nbytes: int, subtrees: int = 1) -> int:
     """What the segments of ``p`` loops take in ``/dev/shm``: ``RING`` rounds of each loop's sums
-    (``nbytes`` a subtree, at most ``subtrees`` a loop) and of its part of the totals, each run
-    of arrays on whole cache lines (a few runs: a network's floats and its float64 statistics).
+    (``nbytes`` a subtree, at most ``subtrees`` a loop) and of the adders' parts of the totals,
+    each run of arrays on whole cache lines (a few runs: a network's floats and its float64
+    statistics).
 
     >>> segment_bytes(8, 220_212) // 2**20  # MNIST's 784-64-64-10 in float32, 8 loops: 3 MiB
     3
     """
-    return RING * p * (subtrees * (int(nbytes) + 4 * ALIGN) + int(nbytes) // p + 4 * ALIGN)
+    k = allreduce.adders(p, nbytes)
+    return RING * (p * subtrees * (int(nbytes) + 4 * ALIGN) + int(nbytes) + k * 4 * ALIGN)
 
 
 class SharedLost(LinkLost):
@@ -94,14 +96,16 @@ class SharedReduce:
             self._runs.append((at, n, dtype))
             at += aligned(n * dtype.itemsize)
         self.node_bytes = at
-        self.cuts = [allreduce.bounds(n, n_loops) for _off, n, _dtype in self._runs]  # per run: p parts
+        self.k = allreduce.adders(n_loops, at)  # loops 0 .. k - 1 add a part each
+        self.cuts = [allreduce.bounds(n, self.k) for _off, n, _dtype in self._runs]  # per run: k parts
         self._part_at: list = []  # per slot: (offset of each run's part in its totals, the totals' bytes)
         for j in range(n_loops):
             offsets, at = [], 0
             for (_off, _n, dtype), cut in zip(self._runs, self.cuts):
                 offsets.append(at)
-                at += aligned((cut[j][1] - cut[j][0]) * dtype.itemsize)
+                at += aligned((cut[j][1] - cut[j][0]) * dtype.itemsize) if j < self.k else 0
             self._part_at.append((offsets, at))
+        self._adders = [j for j in range(self.k) if j != slot]  # the other loops that add
         self._mine: Segment | None = None
         self._segments: dict = {}  # slot -> (its segment, its nodes): every loop's, this one's too
         self._cache: dict = {}  # (slot, ring place, what) -> views
@@ -168,29 +172,31 @@ class SharedReduce:
                     a = np.asarray(value[i]).reshape(-1)
                     flat[at:at + a.size] = a
                     at += a.size
-        sent = self.links.send((("shm", r), None))
+        sent = self.links.send((("shm", r), None), self._adders) if self._adders else 0
         return sent + len(partial) * self.node_bytes
 
     def finish(self, r: int, phases: dict) -> tuple[tuple, int]:
         """Round ``r``'s total and the bytes this loop wrote and sent meanwhile; the seconds
         it waited (``idle``) and added and copied (``reduce``) go into ``phases``."""
-        self._take(("shm", r), phases)
-        if not self._unlinked:  # every loop mapped it before it sent its first token
+        me, sent, added = self.slot, 0, 0.0
+        if me < self.k:  # an adder: its part of every loop's sums, along the tree
+            self._take(("shm", r), phases)
+            t0 = time.perf_counter()
+            parts = [{node: tuple(v[c[me][0]:c[me][1]] for v, c in zip(self._sums(j, r, index), self.cuts))
+                      for index, node in enumerate(nodes)} for j, (_segment, nodes) in sorted(self._segments.items())]
+            for view, a in zip(self._part(me, r), allreduce.tree_sum(parts, self.fan_in, self.n_shards)):
+                view[:] = a
+            added = time.perf_counter() - t0
+            sent = self.links.send((("part", r), None)) + self._part_at[me][1]
+        if self._adders:
+            self._take(("part", r), phases, self._adders)
+        if not self._unlinked:  # every loop mapped it: each had sent its first token before
             self._mine.unlink()
             self._unlinked = True
-        t0 = time.perf_counter()
-        me = self.slot
-        parts = [{node: tuple(v[c[me][0]:c[me][1]] for v, c in zip(self._sums(j, r, index), self.cuts))
-                  for index, node in enumerate(nodes)} for j, (_segment, nodes) in sorted(self._segments.items())]
-        for view, a in zip(self._part(me, r), allreduce.tree_sum(parts, self.fan_in, self.n_shards)):
-            view[:] = a
         t1 = time.perf_counter()
-        sent = self.links.send((("part", r), None))
-        self._take(("part", r), phases)
-        t2 = time.perf_counter()
-        flats = [np.concatenate(run_parts) for run_parts in zip(*(self._part(j, r) for j in range(self.p)))]
-        _add(phases, "reduce", (t1 - t0) + (time.perf_counter() - t2))
-        return allreduce.split(flats, self.layout), sent + self._part_at[me][1]
+        flats = [np.concatenate(run_parts) for run_parts in zip(*(self._part(j, r) for j in range(self.k)))]
+        _add(phases, "reduce", added + time.perf_counter() - t1)
+        return allreduce.split(flats, self.layout), sent
 
     def close(self) -> None:
         """Unlink this loop's segment (if not yet) and unmap every segment."""
