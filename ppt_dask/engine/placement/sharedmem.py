@@ -203,8 +203,9 @@ def _take_pages(fd: int, nbytes: int) -> None:
     try:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise SharedMemoryFull(exc.errno, f"{SHM_DIR} has no room for a segment of {nbytes} bytes") from exc
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # EFBIG: past the process's RLIMIT_FSIZE
+            raise SharedMemoryFull(exc.errno, f"{SHM_DIR} has no room for a segment of {nbytes} bytes "
+                                              f"({errno.errorcode[exc.errno]})") from exc
         raise
 
 

@@ -6,33 +6,39 @@ and all-gather took 14 messages a loop a round, and waiting for them was most of
 round of MNIST block 1000. Here (as MPICH's shared-memory channel between ranks of a node) each
 loop writes its round's partial sums into a segment of its own
 (:class:`ppt_dask.engine.placement.sharedmem.Segment`) and the adds are a reduce-scatter
-inside shared memory: the vector of each run of arrays is cut into ``p`` parts
-(:func:`ppt_dask.core.allreduce.bounds`), loop ``j`` adds part ``j`` of every loop's sums
-along the fixed shard tree (:func:`ppt_dask.core.allreduce.tree_sum`: elementwise, so
-bitwise the serial tree's whoever adds which part) and writes its part of the total into its
-own segment, and each loop copies the ``p`` parts of the total out. No loop maps, reads or
-adds more than about twice the weights beyond its own sums, whatever ``p`` (a leader that adds
-every loop's sums grows with ``p``: 4.8 GB at 8 loops of a 50M-parameter float32 network),
-and the adds take ``1 / p`` of the time on each loop. The links carry tokens only: a loop's
-sums are in place (``("shm", r)``), its part of the total is (``("part", r)``), ``p - 1`` of
-each a loop a round, whatever the size of the network.
+inside shared memory: the vector of each run of arrays is cut into ``k`` parts
+(:func:`ppt_dask.core.allreduce.bounds`), loop ``j < k`` adds part ``j`` of every loop's sums
+along the fixed shard tree (:func:`ppt_dask.core.allreduce.tree_sum`: elementwise, so bitwise
+the serial tree's whoever adds which part) and writes its part of the total into its own
+segment, and each loop copies the ``k`` parts of the total out. ``k``
+(:func:`ppt_dask.core.allreduce.adders`) keeps what an adder maps and adds of the others' sums
+under about :data:`ppt_dask.core.allreduce.SPREAD_BYTES`: one adder for a small network (the
+fewest tokens: loop 0 adds, as MPICH's shared-memory reduce does), every loop for a large one,
+so that no loop maps or adds more than about twice the weights (or ``SPREAD_BYTES``, whichever
+is more) beyond its own, whatever ``p``
+(a single adder's worker grows with ``p``: 4.8 GB at 8 loops of a 50M-parameter float32
+network), and the adds take ``1 / p`` of the time on each loop. The links carry tokens only: a
+loop's sums are in place (``("shm", r)``, to each adder), an adder's part of the total is
+(``("part", r)``, to each loop), whatever the size of the network.
 
 A generation's first round opens the segments: each loop sweeps the stale segments of dead
 processes (:func:`ppt_dask.engine.placement.sharedmem.sweep`), makes its own, sends its name
 and its tree nodes to every other loop, and maps theirs (validated; one that cannot be mapped
 or is short is a lost link, :class:`LinkLost`: the head rolls the run back as for a lost
-worker; a full ``/dev/shm``, :class:`SharedMemoryFull`, is one too, and the head goes on with
-the socket algorithms). A loop sends its first ``("shm", r)`` token only once it has mapped
-every segment, so a loop unlinks its own as soon as it has every other loop's first token:
-from then on nothing of the generation is left in ``/dev/shm`` whatever is killed.
+worker; a ``/dev/shm`` with no room, :class:`SharedFull`, told to every loop, is one too, and
+the head goes on with the socket algorithms). A loop sends its first ``("shm", r)`` token only
+once it has mapped every segment, and an adder sends its first ``("part", r)`` token only once
+it has every loop's, so a loop unlinks its own segment as soon as it has its first round's
+tokens: from then on nothing of the generation is left in ``/dev/shm`` whatever is killed, and
+what a kill leaves before that :func:`ppt_dask.engine.placement.sharedmem.sweep` removes.
 
 A segment holds ``RING`` rounds one after the other, so a local-SGD loop, which takes a
 round's total two rounds after it sent its sums, never overwrites what another loop has not
 read. A loop writes round ``r``'s sums (place ``r % RING``) in ``start(r)``, after its
-``finish(r - 2)``, which returned only once every loop had sent its ``("part", r - 2)`` token,
-sent once that loop had read round ``r - 2``'s sums. A loop writes its part of round ``r``'s
-total in ``finish(r)`` once every loop sent its ``("shm", r)`` token, which each sends in
-``start(r)``, after its ``finish(r - 2)`` had copied round ``r - 2``'s total out. Two places
+``finish(r - 2)``, which returned only once every adder had sent its ``("part", r - 2)``
+token, sent once that adder had read round ``r - 2``'s sums. An adder writes its part of round
+``r``'s total in ``finish(r)`` once every loop sent its ``("shm", r)`` token, which each sends
+in ``start(r)``, after its ``finish(r - 2)`` had copied round ``r - 2``'s total out. Two places
 are enough (synchronous rounds, one round in flight, need one).
 """
 
@@ -45,7 +51,7 @@ import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.engine.placement.inboxes import LinkLost
-from ppt_dask.engine.placement.sharedmem import ALIGN, Segment, SharedMemoryFull, aligned, sweep
+from ppt_dask.engine.placement.sharedmem import ALIGN, SHM_DIR, Segment, SharedMemoryFull, aligned, sweep
 
 RING = 2  # rounds a segment holds (see above)
 
@@ -120,7 +126,8 @@ class SharedReduce:
         sweep()  # the stale segments of processes that died (a loop killed in a generation's first round)
         try:
             self._mine = Segment(nbytes=RING * self._place_bytes(self.slot, len(nodes)))
-        except SharedMemoryFull as exc:
+        except SharedMemoryFull as exc:  # the others hear it (no name): every loop's error says so
+            self.links.send((("segment", 0), (None, nodes)))
             raise SharedFull(f"worker slot {self.slot}: {exc.strerror}") from exc
         except OSError as exc:
             raise SharedLost(f"worker slot {self.slot} could not make its shared memory: {exc!r}") from exc
@@ -128,6 +135,8 @@ class SharedReduce:
         self.links.send((("segment", 0), (self._mine.name, nodes)))
         others = sorted(self.links.incoming)
         for j, (name, their_nodes) in zip(others, self._take(("segment", 0), phases, others)):
+            if name is None:
+                raise SharedFull(f"worker slot {j}: {SHM_DIR} had no room for its segment")
             their_nodes = tuple(tuple(int(x) for x in node) for node in their_nodes)
             try:
                 segment = Segment(str(name), nbytes=RING * self._place_bytes(j, len(their_nodes)))
