@@ -16,14 +16,8 @@ import pytest
 
 from ppt_dask.engine.placement import handshake
 from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import (
-    LinkLost,
-    Links,
-    check_scheme,
-    frames_of,
-    listen_host,
-    tls_contexts,
-)
+from ppt_dask.engine.placement.links import LinkLost, Links, frames_of
+from ppt_dask.engine.placement.schemes import check_scheme, listen_host, tls_contexts
 
 
 class _Creates:

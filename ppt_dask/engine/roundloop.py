@@ -26,7 +26,7 @@ from ppt_dask.core import keys
 from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.engine import waits
-from ppt_dask.engine.placement.links import check_scheme
+from ppt_dask.engine.placement.schemes import check_scheme
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
