@@ -86,6 +86,12 @@ def trial(args) -> dict:
             "params": int(net.n_params)}
 
 
+def _head(tree: str) -> str:
+    """The commit a tree was taken from (its git HEAD, or its own folder's name)."""
+    out = subprocess.run(["git", "-C", tree, "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+    return out.stdout.strip()[:72] if out.returncode == 0 else "(not a git tree)"
+
+
 def main():
     args = common.arguments(__doc__, DEFAULTS, QUICK)
     if os.environ.get("PPT_SPREAD_TRIAL"):
@@ -114,8 +120,9 @@ def main():
                      "reduce max/min": statistics.median(t["reduce_max_ms"] / max(t["reduce_min_ms"], 1e-9)
                                                          for t in trials),
                      "round ms": med["round_ms"], "bitwise serial": all(t["bitwise"] for t in trials)})
+    notes = [f"{tree}: git {_head(tree)}" for tree in trees]
     path = common.write_table(args.out, "shared_spread", rows, title="The shared exchange's memory and adds per worker",
-                              notes=[common.command(), common.machine()])
+                              notes=notes)
     print(common.markdown(rows))
     print(f"wrote {path}")
 
