@@ -57,6 +57,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ppt_dask.engine.placement.handshake import new_secret
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from carriers import GlooLinks, MpiLinks  # noqa: E402
 
@@ -135,7 +137,7 @@ def _process(kind: str, slot: int, p: int, plan: dict, up, down, security) -> No
             results.update(bench_native(all_reduce, slot, plan))
             dist.destroy_process_group()
         else:
-            links = _made(kind, slot, security)
+            links = _made(kind, slot, security, plan["secret"])
             up.put(("address", slot, links.address))
             links.connect(down.get(timeout=LAUNCH_SECONDS))
             try:
@@ -147,14 +149,15 @@ def _process(kind: str, slot: int, p: int, plan: dict, up, down, security) -> No
         up.put(("failed", slot, traceback.format_exc()))
 
 
-def _made(kind: str, slot: int, security):
-    """A transport of ``kind`` for a loop in a process on this host, not yet linked."""
+def _made(kind: str, slot: int, security, secret: bytes):
+    """A transport of ``kind`` for a loop in a process on this host, not yet linked (``secret``:
+    what every connection to it proves, the same for every loop of a run)."""
     if kind.startswith("links"):
         from ppt_dask.engine.placement.links import Links
-        return Links(slot, "tls://127.0.0.1:1" if "tls" in kind else "tcp://127.0.0.1:1", security)
+        return Links(slot, "tls://127.0.0.1:1" if "tls" in kind else "tcp://127.0.0.1:1", security, secret=secret)
     from ppt_dask.engine.placement.commlinks import CommLinks
     scheme = {"ucx": "ucxx"}.get(kind.split()[1], kind.split()[1])
-    return CommLinks(slot, f"{scheme}://127.0.0.1:1", security)
+    return CommLinks(slot, f"{scheme}://127.0.0.1:1", security, secret=secret)
 
 
 def in_processes(kind: str, p: int, plan: dict, security=None) -> dict:
@@ -162,7 +165,7 @@ def in_processes(kind: str, p: int, plan: dict, security=None) -> dict:
     context = multiprocessing.get_context("spawn")
     up = context.Queue()
     downs = [context.Queue() for _ in range(p)]
-    plan = {**plan, "port": _free_port()}
+    plan = {**plan, "port": _free_port(), "secret": new_secret()}
     procs = [context.Process(target=_process, args=(kind, s, p, plan, up, downs[s], security), daemon=True)
              for s in range(p)]
     for proc in procs:
@@ -272,7 +275,10 @@ def _task(kind: str, slot: int, p: int, plan: dict, tag: str) -> dict:
     worker = get_worker()
     from ppt_dask.engine.placement.commlinks import CommLinks
     from ppt_dask.engine.placement.links import Links
-    links = (Links if kind.startswith("links") else CommLinks)(slot, worker.address, worker.security)
+    if kind.startswith("links"):
+        links = Links(slot, worker.address, worker.security, secret=plan["secret"])
+    else:
+        links = CommLinks(slot, worker.address, worker.security, secret=plan["secret"])
     Variable(f"{tag}-{slot}").set(links.address)
     links.connect({j: Variable(f"{tag}-{j}").get(timeout=120) for j in range(p) if j != slot})
     try:
@@ -283,6 +289,7 @@ def _task(kind: str, slot: int, p: int, plan: dict, tag: str) -> dict:
 
 def in_tasks(client, addresses, kind: str, p: int, plan: dict) -> dict:
     tag = f"ppt-transports-{time.perf_counter_ns()}"
+    plan = {**plan, "secret": new_secret()}  # in the tasks' arguments, as the engine's loops have it
     futures = [client.submit(_task, kind, s, p, plan, tag, workers=[addresses[s]], pure=False,
                              key=f"ppt-transport-{tag}-{s}") for s in range(p)]
     return dict(enumerate(client.gather(futures)))

@@ -1,15 +1,19 @@
-"""Test doubles: strategies made slow on purpose.
+"""Test doubles: strategies made slow on purpose, a worker that starts its loop late.
 
 A slowed strategy proves that a slow worker does not stall the asynchronous strategy, that
 the time breakdown puts an artificial cost under compute, and that a run survives a worker
-lost in the middle of a round. Nothing in a real run uses them.
+lost in the middle of a round. A late loop (:class:`LateLoop`) holds the other loops' links
+open for as long as a test needs to knock on them. Nothing in a real run uses them.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,27 @@ def slow_gradients(strategy, shards, seconds: float, slots=None):
     first = tuple(a for slot, (_label, a, _b) in enumerate(shards.worker_blocks())
                   if slots is None or slot in slots)
     return Slowed(strategy, float(seconds), first)
+
+
+class LateLoop(WorkerPlugin):
+    """A test hook (a worker plugin): the worker of ``slot`` holds its event loop still when
+    that slot's loop of the streamed rounds is about to run, until the file ``until`` exists
+    (at most ``seconds``), once. Meanwhile the other slots' loops wait for it with their links'
+    listeners open, as they would for a worker slow to start: the window a test opens on
+    purpose to knock on them."""
+
+    name = "ppt-late-loop"
+
+    def __init__(self, slot: int, until: str, seconds: float = 60.0):
+        self.slot, self.until, self.seconds = slot, until, seconds
+        self.held = False
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if self.held or finish != "executing" or not isinstance(key, tuple) or len(key) != 2:
+            return
+        if key[1] != self.slot or not str(key[0]).startswith("ppt-loop-"):
+            return
+        self.held = True
+        deadline = time.monotonic() + self.seconds
+        while not os.path.exists(self.until) and time.monotonic() < deadline:
+            time.sleep(0.02)

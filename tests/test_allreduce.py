@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core import allreduce, tree
+from ppt_dask.engine.placement.handshake import new_secret
 from ppt_dask.engine.placement.links import Links
 from ppt_dask.engine.rounds import sharedreduce
 from ppt_dask.engine.rounds.allreduce import Allreduce
@@ -60,8 +61,15 @@ def test_the_choice_and_the_bound_on_what_a_loop_sends():
     assert allreduce.choose("scatter", 8, 220_200, shared=True) == "scatter"  # asked for: taken
     with pytest.raises(ValueError, match="allreduce 'shared' needs every worker holding shards on one host"):
         allreduce.choose("shared", 4, 8)
-    assert [allreduce.messages("shared", p) for p in (2, 8, 16)] == [1, 7, 15]  # loop 0's tokens
-    assert [allreduce.sent_values("shared", p, 1000) for p in (2, 8, 64)] == [1000.0] * 3
+    # shared memory: a small network's sums one loop adds (its tokens: one to each other loop),
+    # a large one's every loop adds a part of (a token to each other adder and each other loop)
+    assert [allreduce.adders(p, 8000) for p in (2, 8, 16)] == [1, 1, 1]
+    assert [allreduce.messages("shared", p, 8000) for p in (2, 8, 16)] == [1, 7, 15]
+    assert [allreduce.sent_values("shared", p, 1000) for p in (2, 8, 64)] == [2000.0] * 3  # its sums, the total
+    assert [allreduce.adders(p, 50 * 2**20) for p in (2, 8, 16)] == [2, 8, 16]
+    assert allreduce.messages("shared", 8, 50 * 2**20) == 14
+    assert allreduce.sent_values("shared", 8, 10**7, itemsize=4) == 10**7 * (1 + 1 / 8)
+    assert allreduce.partners("halving", 8, 5) == [1, 4, 7] and allreduce.partners("shared", 3, 1) == [0, 2]
     with pytest.raises(ValueError, match="allreduce algorithm must be one of .* got 'ring'"):
         allreduce.choose("ring", 4, 8)
     with pytest.raises(ValueError, match="'halving' needs a power-of-two number of workers"):
@@ -95,7 +103,8 @@ def test_the_choice_and_the_bound_on_what_a_loop_sends():
 
 
 def _linked(p: int) -> list:
-    links = [Links(i, "tcp://127.0.0.1:1") for i in range(p)]
+    secret = new_secret()
+    links = [Links(i, "tcp://127.0.0.1:1", secret=secret) for i in range(p)]
     failed: list = []
 
     def connect(i):
@@ -120,8 +129,8 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
     """p loops (threads) allreduce three rounds each, two rounds in flight as local SGD has
     them: every loop's total is bitwise the serial tree's; by reduce-scatter each loop sends
     at most 2 (p - 1) / p of the partial sums' bytes and its messages' framing; through
-    shared memory it writes its sums once (loop 0: the total) and leaves no segment behind.
-    More rounds than a segment holds (``sharedreduce.RING``): its places are used again."""
+    shared memory it writes its sums and its 1 / p of the total once, and leaves no segment
+    behind. More rounds than a segment holds (``sharedreduce.RING``): its places are used again."""
     n_shards, size, rounds = 16, 5000, 2 * sharedreduce.RING + 1
     links = _linked(p)
     results: dict = {}
@@ -160,8 +169,10 @@ def test_loops_on_real_links_get_the_serial_total_and_send_within_the_bound(p, a
             total, sent, phases = results[i, r]
             assert all(t.tobytes() == e.tobytes() for t, e in zip(total, expected)), (i, r)
             assert set(phases) <= {"idle", "reduce", "transfer"}
-            framing = 512 * allreduce.messages(algorithm, p)
+            framing = 512 * allreduce.messages(algorithm, p, payload)
             subtrees = len(_partials(n_shards, p, 2, 1, 0)[1][i])  # unaligned blocks (p = 3) hold several
             assert sent <= allreduce.sent_values(algorithm, p, payload, subtrees) + subtrees * framing
-            if algorithm != "direct" and subtrees == 1:
+            if algorithm in ("scatter", "halving") and subtrees == 1:
                 assert sent <= 2 * (p - 1) / p * payload + framing < 2.2 * payload
+            if algorithm == "shared" and subtrees == 1:  # its sums and at most the total, written once
+                assert sent <= 2 * payload + framing

@@ -4,6 +4,7 @@ over them between threads gives bitwise the serial tree's total, as over our own
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -11,12 +12,14 @@ import pytest
 
 from ppt_dask.core import tree
 from ppt_dask.engine.placement.commlinks import CommLinks, listen_address, payload_bytes
+from ppt_dask.engine.placement.handshake import new_secret
 from ppt_dask.engine.placement.links import LinkLost
 from ppt_dask.engine.rounds.allreduce import Allreduce
 
 
 def _linked(p: int, address: str = "tcp://127.0.0.1:1", security=None) -> list:
-    links = [CommLinks(i, address, security) for i in range(p)]
+    secret = new_secret()
+    links = [CommLinks(i, address, security, secret=secret) for i in range(p)]
     failed: list = []
 
     def connect(i):
@@ -96,7 +99,7 @@ def test_over_tls_with_the_clusters_certificates():
     expected = tree.reduce_serial(_leaves(4, 100, 1), 2)
     assert all(t.tobytes() == e.tobytes() for t, e in zip(results[1, 1], expected))
     with pytest.raises(ValueError, match="tls:// worker .* without its security settings"):
-        CommLinks(0, "tls://127.0.0.1:1")
+        CommLinks(0, "tls://127.0.0.1:1", secret=new_secret())
 
 
 def test_a_peer_that_closes_is_a_lost_link_not_a_hang():
@@ -116,3 +119,66 @@ def test_addresses_and_reported_bytes():
     assert listen_address("inproc://10.0.0.5/123/1") == "tcp://127.0.0.1:0"  # a threads cluster
     message = (("scatter", 3), {(0, 1): (np.zeros(10, np.float32), np.zeros(3))})
     assert payload_bytes(message) == 40 + 24
+
+
+class _Creates:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_stranger_comm_is_refused_before_anything_of_it_is_deserialized(tmp_path):
+    """A comm of distributed's own protocol that sends a pickle (the old first message was
+    the slot, read deserialized): refused and named, the pickle never loaded, the loops link."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.protocol import to_serialize
+
+    path = str(tmp_path / "created")
+    secret = new_secret()
+    links = [CommLinks(i, "tcp://127.0.0.1:1", secret=secret) for i in range(2)]
+
+    knocked, done = threading.Event(), threading.Event()
+
+    async def knock():  # distributed's own handshake runs when the listener's loop does
+        comm = await connect(links[0].address, deserialize=False, timeout=20)
+        await comm.write(to_serialize(_Creates(path)))
+        knocked.set()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+        comm.abort()
+
+    stranger = threading.Thread(target=lambda: asyncio.run(knock()), daemon=True)
+    stranger.start()
+    try:
+        failed: list = []
+
+        def connect_one(i):
+            try:
+                links[i].connect({1 - i: links[1 - i].address}, timeout=20)
+            except BaseException as exc:
+                failed.append(exc)
+
+        threads = [threading.Thread(target=connect_one, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not failed, failed
+        for _ in range(400):  # the listener's loop runs on: the stranger's handshake ends (a pickle, no hello)
+            if links[0].refused:
+                break
+            links[0]._run(asyncio.sleep(0.05))
+        assert knocked.is_set() and [why for _peer, why in links[0].refused] == ["sent no hello"]
+        assert not os.path.exists(path)
+        links[1].send((("x", 0), np.arange(3.0)))
+        (got,) = links[0].receive(20, tag=("x", 0))
+        assert got.tolist() == [0.0, 1.0, 2.0]
+    finally:
+        done.set()
+        stranger.join(10)
+        for link in links:
+            link.close()

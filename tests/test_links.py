@@ -8,11 +8,13 @@ import threading
 
 import numpy as np
 
+from ppt_dask.engine.placement.handshake import new_secret
 from ppt_dask.engine.placement.links import CHUNK, JOIN_BYTES, Links
 
 
 def _pair():
-    a, b = Links(0, "tcp://127.0.0.1:1"), Links(1, "tcp://127.0.0.1:1")
+    secret = new_secret()
+    a, b = Links(0, "tcp://127.0.0.1:1", secret=secret), Links(1, "tcp://127.0.0.1:1", secret=secret)
     failed: list = []
 
     def connect(links, peers):

@@ -547,10 +547,13 @@ def test_hand_computed_streamed_round_beside_the_graph_and_oversubscribed():
     graph = 4 * 200 * 2e-5 + 0.1e-3 + (1e-8 * 1000 + 1e-4) + (2e-3 + 2 * 1e-4)
     assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, exchange="all") == pytest.approx(graph)
     # "auto" streams at every p, 8 and 12 workers too; on one host (the calibration's) through
-    # shared memory at any size: two hops a round whatever p, and loop 0 adds p w values
+    # shared memory at any size: for a small network two hops a round whatever p, and loop 0
+    # adds p w values; for a large one k adders, each with k - 1 + p - 1 tokens and p w / k values
     for p in (8, 12, 16):
         assert pm.round_parts(p, 1600, 1000, c, n_shards=16)["streamed"]
-        assert pm.links_seconds(p, 10**5, c) == pytest.approx(0.05e-3 + 2 * 1e-3 + p * 10**5 * 1e-8)
+        assert pm.links_seconds(p, 10**4, c) == pytest.approx(0.05e-3 + 2 * 1e-3 + p * 10**4 * 1e-8)
+        k = -(-(p - 1) * 8 * 10**5 // (4 * 2**20))  # 0.8 MB of sums a loop: the others' cut in 4 MiB parts
+        assert 1 < k <= p and pm.allreduce_terms(p, 10**5) == (k - 1 + p - 1, pytest.approx(p * 10**5 / k))
     # across hosts: from 3 loops on, 8-byte sums of 1000 values over 256 KiB a loop go by a
     # pairwise reduce-scatter and all-gather: 2 (p - 1) messages of 2 (p - 1) / p w values in
     # all (whole sums to every other loop would be (p - 1) w)

@@ -18,9 +18,11 @@ IJHPCA 19(1), 2005, section 4.4; Patarasuk and Yuan, JPDC 69(2), 2009, for the b
   shard tree does only where that tree's top is the perfect binary tree over the loops:
   ``p`` a power of two, fan-in 2, and loop ``s`` holding the one subtree ``(level, s)``
   (:func:`can_halve`: ``n_shards = p 2^level`` shards in equal blocks).
-* ``"shared"``: loops of one host write their subtree values into shared memory, loop 0
-  adds every loop's along the tree and writes the total back
-  (:mod:`ppt_dask.engine.rounds.sharedreduce`); a token a loop a round over the links.
+* ``"shared"``: loops of one host write their subtree values into shared memory and
+  reduce-scatter there: loop ``j < k`` adds part ``j`` of every loop's values along the tree
+  and writes it beside its own, and every loop copies the ``k`` parts out (:func:`adders`:
+  one adder for a small network, every loop for a large one;
+  :mod:`ppt_dask.engine.rounds.sharedreduce`); tokens only over the links.
 * ``"scatter"``: a reduce-scatter, then an all-gather. The vector is cut into ``p`` parts
   (:func:`bounds`); loop ``j`` owns part ``j``. Each loop sends part ``j`` of its subtree
   values to loop ``j`` (:func:`scatter_parts`), each owner adds the ``p`` loops' parts of
@@ -56,6 +58,25 @@ ALGORITHMS = ("auto", "direct", "halving", "scatter", "shared")
 # this many bytes: there the further message latencies of the others cost more than the bytes
 # they save (graphs/allreduce_floor.py).
 DIRECT_BYTES = 256 * 2**10
+# "shared": an adding loop maps and adds at most about this many bytes of the others' sums a
+# round; the adders are as many as that takes (1 for a small network, every loop for a large
+# one). More adders cost tokens: each loop tells every adder its sums are in place, each adder
+# tells every loop its part is. MNIST's 784-64-64-10 in float32 at 8 loops (1.5 MB of the
+# others' sums: one adder) took 9.2 ms a round with one adder, 10.6 ms with eight (medians of 3,
+# 2 cores, 2026-11-29); 784-2048-2048-10 (163 MB: eight adders) 263 ms either way, where one
+# adder's worker peaked at 0.9 GB beside the others' 0.48 (graphs/shared_spread.py).
+SPREAD_BYTES = 4 * 2**20
+
+
+def adders(p: int, nbytes: int) -> int:
+    """How many loops add in the "shared" algorithm (loops ``0 .. k - 1``, a ``1 / k`` part of
+    the vector each) for ``p`` loops whose sums take ``nbytes`` a subtree: enough that each
+    adds at most about :data:`SPREAD_BYTES` of the others' sums, at most ``p``.
+
+    >>> adders(8, 220_212), adders(8, 23_298_088), adders(4, 3 * 2**20)
+    (1, 8, 3)
+    """
+    return max(1, min(p, -(-(p - 1) * int(nbytes) // SPREAD_BYTES)))
 
 
 def choose(algorithm: str, p: int, nbytes: int, halves: bool = True, shared: bool = False) -> str:
@@ -111,6 +132,14 @@ def halving_steps(p: int, slot: int) -> list[tuple[int, bool]]:
     return steps
 
 
+def partners(algorithm: str, p: int, slot: int) -> list[int]:
+    """The loops ``slot`` exchanges with: its ``log2 p`` partners for "halving"
+    (:func:`halving_steps`), every other loop else (the links a loop opens)."""
+    if algorithm == "halving":
+        return sorted(partner for partner, _lower in halving_steps(p, slot))
+    return [j for j in range(p) if j != slot]
+
+
 def halve(ranges: list[tuple[int, int]], lower: bool) -> tuple[list, list]:
     """Each array's range ``[lo, hi)`` cut in two: (the half kept, the half sent)."""
     keep, send = [], []
@@ -121,27 +150,29 @@ def halve(ranges: list[tuple[int, int]], lower: bool) -> tuple[list, list]:
     return keep, send
 
 
-def messages(algorithm: str, p: int) -> int:
+def messages(algorithm: str, p: int, nbytes: int = 0) -> int:
     """Messages one loop sends a round: ``p - 1`` direct, ``2 (p - 1)`` by reduce-scatter and
-    all-gather, ``2 log2 p`` by recursive halving and doubling; "shared": one token, loop 0
-    ``p - 1`` (the most a loop sends)."""
+    all-gather, ``2 log2 p`` by recursive halving and doubling; "shared" (sums of ``nbytes`` a
+    subtree, :func:`adders` ``k``), what an adding loop sends, tokens: its sums in place to the
+    ``k - 1`` other adders, its part of the total in place to the ``p - 1`` other loops."""
     if p <= 1:
         return 0
     if algorithm == "shared":
-        return p - 1
+        return adders(p, nbytes) - 1 + p - 1
     if algorithm == "halving":
         return 2 * (p - 1).bit_length()
     return (p - 1) * (1 if algorithm == "direct" else 2)
 
 
-def sent_values(algorithm: str, p: int, n_values: int, subtrees: int = 1) -> float:
+def sent_values(algorithm: str, p: int, n_values: int, subtrees: int = 1, itemsize: int = 8) -> float:
     """Values one loop sends a round: ``(p - 1) w`` direct, ``2 (p - 1) / p · w`` per subtree
-    it holds by reduce-scatter and all-gather (``w = n_values``); "shared": what it writes into
-    shared memory, its sums (loop 0: the total), ``w`` per subtree."""
+    it holds by reduce-scatter and all-gather (``w = n_values``); "shared": what an adding loop
+    writes into shared memory, its sums (``w`` per subtree) and its part of the total (``w / k``,
+    :func:`adders` of ``w`` values of ``itemsize`` bytes)."""
     if p <= 1:
         return 0.0
     if algorithm == "shared":
-        return float(n_values * subtrees)
+        return float(n_values * subtrees + n_values / adders(p, n_values * itemsize))
     if algorithm == "direct":
         return float((p - 1) * n_values * subtrees)
     return (p - 1) / p * n_values * (subtrees + 1)

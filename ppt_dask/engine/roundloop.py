@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError
@@ -26,9 +27,11 @@ from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.engine import loopenv, waits
 from ppt_dask.engine.history import History
+from ppt_dask.engine.placement.schemes import check_scheme
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
+from ppt_dask.engine.rounds.sharedreduce import SharedFull
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
 # The head's copies of the state with checkpoint_every=None: after at least KEEP_ROUNDS rounds,
@@ -100,6 +103,7 @@ class Run:
     gen: int = 0
     used_exchange: str = ""
     used_allreduce: str | None = None  # the streamed exchange's algorithm (None: not streamed, or async)
+    shared_off: bool = False  # shared memory no longer possible (/dev/shm filled): the socket algorithms from then on
     last_kept: Kept | None = None
     kept_at: float = 0.0  # when the head's last copy was made (or its generation began)
     keep_seconds: float = 0.0  # what that copy took the head
@@ -130,6 +134,7 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             run.recoveries += 1
             if run.recoveries > MAX_RECOVERIES:
                 raise
+            run.shared_off = run.shared_off or isinstance(exc.__cause__, SharedFull)
             kept = _salvage(run, attempt, engine) or run.last_kept
             engine.cancel()
             moved = run.shards.repair()
@@ -162,13 +167,36 @@ def _engine(run: Run, kept: Kept):
     """The round graph of a new generation, starting from the kept state."""
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
     run.used_exchange = choose.choose_exchange(run.exchange, plan, run.strategy)
-    run.used_allreduce = choose.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net,
-                                                 run.shards.colocated)
+    if run.used_exchange == "stream":  # a scheme the loops' links cannot carry: refused before any round
+        for address in dict.fromkeys(run.shards.workers):
+            check_scheme(address)
+    run.used_allreduce = _allreduce(run, plan)
     run.last_kept, run.kept_at = kept, time.perf_counter()
     del run.history[kept.n_history:]
     return choose.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,
                         keys.generation(run.run_id, run.gen), kept.state, kept.round + 1, run.max_rounds - 1,
                         run.used_allreduce)
+
+
+def _allreduce(run: Run, plan) -> str | None:
+    """The streamed exchange's algorithm for a new generation. A run that used shared memory
+    and can no more (``/dev/shm`` filled: a loop's segment found no room, or too little is free
+    now; the workers no longer on one host) goes on with the socket algorithms for the rest of
+    the run, with one warning."""
+    before = run.used_allreduce
+    colocated = (lambda need: False) if run.shared_off else run.shards.colocated  # noqa: E731
+    try:
+        used = choose.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net, colocated)
+    except ValueError:  # "shared" asked for, no longer possible
+        if before != "shared":
+            raise
+        used = choose.choose_allreduce(run.used_exchange, "auto", plan, run.strategy, run.net, lambda need: False)
+    if before == "shared" and used not in ("shared", None) and len(plan.blocks) > 1:
+        run.shared_off = True
+        warnings.warn(f"the shared-memory exchange is no longer possible (/dev/shm has no room, or the workers no "
+                      f"longer share one host): the streamed rounds go on with {used!r} over the links",
+                      RuntimeWarning, stacklevel=2)
+    return used
 
 
 # The head reads rounds in batches of about this long. Each batch costs a graph, a stats pick
@@ -215,6 +243,8 @@ def _rounds(run: Run, attempt: int, engine, kept: Kept) -> End | Grow:
             run.worker_settings.update(engine.worker_settings)
             engine.worker_settings.clear()
             loopenv.log_once(run.worker_settings, run.said)
+        for event in engine.take_events() if hasattr(engine, "take_events") else ():  # refused connections
+            run.events.append({**event, "round": first, "elapsed_seconds": now - run.t_start})
         n = last - first + 1
         for i, r in enumerate(range(first, last + 1)):
             record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)

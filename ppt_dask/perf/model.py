@@ -213,8 +213,8 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
     (:func:`ppt_dask.perf.loops.measure_links`). Broadcasts ``p`` against ``n_weights``.
 
     >>> c = Constants(0, 0, 0, 0, 0, 0, tl1_seconds=1e-4, tlw_seconds_per_weight=1e-9)
-    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**5, c), 6)  # one host: shared memory
-    (0.0004, 0.001)
+    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**4, c), 6)  # one host: shared memory
+    (0.0004, 0.00028)
     """
     c = _constants(c)
     p = check_int_array_at_least("p", p, 1)
@@ -232,13 +232,16 @@ def allreduce_terms(p: int, n_weights: int, itemsize: int = 8, algorithm: str = 
     :func:`links_seconds` (a power-of-two p is taken to hold equal aligned blocks, as
     ``ppt-dask train``'s shards do, where ``algorithm`` asks for "halving"). ``shared``: the
     loops are on one host, as on the cluster the model was calibrated on (a LocalCluster), so
-    "auto" takes the shared-memory exchange: two hops a round whatever p (the last loop's token
-    to loop 0, loop 0's back; the other tokens arrive while loop 0 waits for the last), and the
-    ``p`` loops' sums loop 0 adds, ``m = 2``, ``v = p w``; else what each loop sends by the
-    socket algorithms."""
+    "auto" takes the shared-memory exchange, a reduce-scatter inside shared memory over ``k``
+    adding loops (:func:`ppt_dask.core.allreduce.adders`): with one, two hops a round whatever p
+    (the last loop's token to loop 0, loop 0's back; the other tokens arrive while loop 0 waits
+    for the last), and the ``p`` loops' sums loop 0 adds, ``m = 2``, ``v = p w``; with more, an
+    adder's tokens (``m = k - 1 + p - 1``) and its ``1 / k`` of the ``p`` loops' sums,
+    ``v = p w / k``; else what each loop sends by the socket algorithms."""
     used = allreduce.choose(algorithm, p, n_weights * itemsize, halves=p & (p - 1) == 0, shared=shared)
     if used == "shared":
-        return 2, float(p * n_weights)
+        k = allreduce.adders(p, n_weights * itemsize)
+        return (2 if k == 1 else allreduce.messages(used, p, n_weights * itemsize)), float(p * n_weights / k)
     return allreduce.messages(used, p), allreduce.sent_values(used, p, n_weights)
 
 

@@ -18,6 +18,11 @@ Each pair of loops has one comm per direction (the one a loop opened is written,
 accepted is read), so messages from a slot arrive in order. A message goes as
 ``distributed.protocol.to_serialize(message)``: pickled, its arrays as out-of-band frames.
 
+Every comm a loop accepts is admitted by the generation's secret before anything of it is
+deserialized (:mod:`ppt_dask.engine.placement.handshake`'s challenge-response, in plain
+msgpack messages: the listener reads with ``deserialize=False``, so a stranger's pickle is
+never loaded); a stray comm is closed and named in :attr:`CommLinks.refused`.
+
 Carries the synchronous rounds' interface (``connect``, ``send``, ``send_each``,
 ``receive``, ``close``); the asynchronous loops' ``poll`` and ``backlog`` are not here.
 """
@@ -26,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hmac
+import os
 import time
 from collections import deque
 
@@ -34,7 +41,10 @@ from distributed.comm import get_address_host
 from distributed.comm import listen as comm_listen
 from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
+from distributed.protocol.serialize import Serialized, deserialize
 
+from ppt_dask.engine.placement import handshake
+from ppt_dask.engine.placement.handshake import HANDSHAKE_SECONDS, NONCE, Refused, proof
 from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost
 from ppt_dask.engine.placement.links import CONNECT_SECONDS
 
@@ -75,10 +85,15 @@ class CommLinks(Inboxes):
     security : distributed.security.Security, optional
         The worker's security settings (required for ``tls://``): the comms' TLS contexts are
         the worker's own, as :class:`ppt_dask.engine.placement.links.Links` takes them.
+    secret : bytes
+        The generation's secret, what every comm proves before it is read.
     """
 
-    def __init__(self, slot: int, address: str, security=None):
-        self.slot = slot
+    def __init__(self, slot: int, address: str, security=None, *, secret: bytes):
+        if len(secret) < handshake.KEY_BYTES:
+            raise ValueError(f"worker slot {slot}: a links secret of {len(secret)} bytes "
+                             f"(at least {handshake.KEY_BYTES})")
+        self.slot, self.secret = slot, secret
         where = listen_address(address)
         if where.startswith("tls://") and security is None:
             raise ValueError(f"worker slot {slot}: a tls:// worker ({address}) without its security settings")
@@ -88,6 +103,9 @@ class CommLinks(Inboxes):
         self.outgoing: dict = {}  # slot -> the comm we write to that slot on
         self.lost: set = set()  # slots whose link broke
         self.ended: set = set()  # slots that closed their side
+        self.refused: list = []  # (peer address, why) of each comm refused
+        self._peers: set = set()  # the slots whose comms it admits (connect's)
+        self._claimed: set = set()  # slots admitted, or being admitted
         self._inbox: dict = {}  # slot -> whole messages read, not yet taken
         self._stash: dict = {}  # (slot, tag) -> a tagged message's payload read, not yet taken
         self._writes: set = set()  # write tasks not yet done
@@ -95,7 +113,7 @@ class CommLinks(Inboxes):
         self._waiter: asyncio.Future | None = None  # woken by an arrival or a finished write
         self._readers: list = []
         self._loop = asyncio.new_event_loop()
-        self.listener = self._run(comm_listen(where, self._accept, deserialize=True, **self._listen_args))
+        self.listener = self._run(comm_listen(where, self._accept, deserialize=False, **self._listen_args))
         self._run(self.listener.start())
         self.address = self.listener.contact_address
 
@@ -104,10 +122,14 @@ class CommLinks(Inboxes):
 
     # -- connecting -------------------------------------------------------------------------
     async def _accept(self, comm) -> None:
-        """A comm another loop opened: its first message is its slot, then its messages."""
+        """A comm another loop opened: admitted by the secret, then its messages."""
         try:
-            slot = await comm.read()
-        except (CommClosedError, OSError):
+            slot = await asyncio.wait_for(self._admit(comm), HANDSHAKE_SECONDS)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001  # whatever it was, this comm is refused
+            self.refused.append((comm.peer_address, handshake.describe(exc)))
+            comm.abort()
             return
         self.incoming[slot] = comm
         self._inbox.setdefault(slot, deque())
@@ -115,7 +137,10 @@ class CommLinks(Inboxes):
         self._wake()
         try:
             while True:
-                self._inbox[slot].append(await comm.read())
+                message = await comm.read()
+                if not isinstance(message, Serialized):
+                    raise ValueError(f"a message that is not one of the loops' ({type(message).__name__})")
+                self._inbox[slot].append(deserialize(message.header, message.frames))
                 self._wake()
         except (CommClosedError, OSError):
             self.ended.add(slot)
@@ -124,14 +149,44 @@ class CommLinks(Inboxes):
             self._failed.append((slot, exc))
             self._wake()
 
+    async def _admit(self, comm) -> int:
+        """The listening side of the handshake, in plain msgpack messages: the slot admitted."""
+        challenge = os.urandom(NONCE)
+        await comm.write({"challenge": challenge})
+        hello = await comm.read()
+        if not (isinstance(hello, dict) and type(hello.get("slot")) is int
+                and isinstance(hello.get("nonce"), bytes) and isinstance(hello.get("proof"), bytes)):
+            raise Refused("sent no hello")
+        slot = hello["slot"]
+        if slot not in self._peers:
+            raise Refused(f"named slot {slot}, not a peer of slot {self.slot}")
+        if slot in self._claimed:
+            raise Refused(f"named slot {slot}, already linked")
+        if not hmac.compare_digest(hello["proof"], proof(self.secret, b"open", challenge, slot, self.slot)):
+            raise Refused(f"named slot {slot} without the generation's secret")
+        self._claimed.add(slot)  # one event loop: no other admission ran since the check
+        await comm.write({"proof": proof(self.secret, b"accept", hello["nonce"], self.slot, slot)})
+        return slot
+
     def connect(self, peers: dict, timeout: float = CONNECT_SECONDS) -> None:
         """Open a comm to every other loop (``peers``: slot -> its links' address) and wait
         until every other loop has opened one to this one."""
         deadline = time.monotonic() + timeout
+        self._peers = set(peers)
 
         async def link(slot, address):
-            comm = await comm_connect(address, timeout=max(deadline - time.monotonic(), 0.001), **self._connect_args)
-            await comm.write(self.slot)
+            comm = await comm_connect(address, timeout=max(deadline - time.monotonic(), 0.001), deserialize=False,
+                                      **self._connect_args)
+            challenge = await comm.read()
+            if not isinstance(challenge, dict) or not isinstance(challenge.get("challenge"), bytes):
+                raise Refused(f"worker slot {self.slot}: slot {slot}'s address sent no challenge")
+            mine = os.urandom(NONCE)
+            await comm.write({"slot": self.slot, "nonce": mine,
+                              "proof": proof(self.secret, b"open", challenge["challenge"], self.slot, slot)})
+            answer = await comm.read()
+            if not (isinstance(answer, dict) and isinstance(answer.get("proof"), bytes) and hmac.compare_digest(
+                    answer["proof"], proof(self.secret, b"accept", mine, slot, self.slot))):
+                raise Refused(f"worker slot {self.slot}: the loop at slot {slot}'s address did not prove the secret")
             self.outgoing[slot] = comm
 
         async def everything():

@@ -22,6 +22,17 @@ wait; :meth:`Links.receive` (synchronous rounds) waits for the next message of e
 loop and for its own writes to end, reading and writing as the sockets allow, so two loops
 that send each other large messages at once never wait on each other; :meth:`Links.poll`
 (asynchronous loops) takes what has arrived without waiting.
+
+Nothing is read from a connection as a message before it proved, by a challenge-response over
+the generation's secret, that it is one of the generation's loops
+(:mod:`ppt_dask.engine.placement.handshake`); a stray connection is refused and named in
+:attr:`Links.refused`, and the loop goes on linking. A message's header is checked against the
+most a peer may send (:meth:`Links.expect`): a larger one is a lost link at once, not a wait
+for bytes that never come. The links carry the worker's own scheme: TLS for ``tls://`` and
+``wss://`` workers (a TLS context that cannot be made is an error, never plaintext), the
+worker's host for ``tcp://`` and ``ws://``, the loopback for a threads cluster
+(``inproc://``); a scheme they cannot carry (``ucx://``) is refused by the head before any
+round (:func:`ppt_dask.engine.placement.schemes.check_scheme`).
 """
 
 from __future__ import annotations
@@ -36,9 +47,9 @@ import threading
 import time
 from collections import deque
 
-from distributed.comm import get_address_host
-
+from ppt_dask.engine.placement import handshake
 from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost  # noqa: F401  (links.LinkLost)
+from ppt_dask.engine.placement.schemes import listen_host, tls_contexts
 
 CONNECT_SECONDS = 30.0  # the longest a loop waits for the others to connect
 CHUNK = 1 << 20  # bytes read from a socket at a time
@@ -48,16 +59,9 @@ CHUNK = 1 << 20  # bytes read from a socket at a time
 JOIN_BYTES = 64 * 2**10
 GATHER = 64
 _COUNT = struct.Struct("!Q")
-_SLOT = struct.Struct("!q")
-
-
-def listen_host(worker_address: str) -> tuple[str, str]:
-    """The scheme and host a loop's links listen on: the worker's (TLS stays TLS); tcp on the
-    loopback for a worker of a threads cluster (``inproc://``: one process)."""
-    scheme = worker_address.partition("://")[0]
-    if scheme not in ("tcp", "tls"):
-        return "tcp", "127.0.0.1"
-    return scheme, get_address_host(worker_address)
+MAX_FRAMES = 1 << 16  # frames a message may have (a pickle and an array's buffer each)
+class Garbled(ConnectionError):
+    """A message header past what a peer may send: the link is lost, not waited on."""
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -91,17 +95,23 @@ def _joined(frames: list) -> memoryview:
     return frames[0] if len(frames) == 1 else memoryview(b"".join(frames))
 
 
-def message_of(buffer: bytearray):
+def message_of(buffer: bytearray, limit: int | None = None):
     """The first whole message at the start of ``buffer`` and its length in bytes, or
-    ``(None, 0)`` while its bytes have not all arrived. Arrays come back writable."""
+    ``(None, 0)`` while its bytes have not all arrived. Arrays come back writable. A header
+    of more than :data:`MAX_FRAMES` frames or more than ``limit`` bytes raises
+    :class:`Garbled` as soon as it is read."""
     if len(buffer) < _COUNT.size:
         return None, 0
     (n,) = _COUNT.unpack_from(buffer)
     start = _COUNT.size * (n + 1)
+    if n > MAX_FRAMES or (limit is not None and start > limit):
+        raise Garbled(f"a message header of {n} frames")
     if len(buffer) < start:
         return None, 0
     lengths = struct.unpack_from(f"!{n}Q", buffer, _COUNT.size)
     end = start + sum(lengths)
+    if limit is not None and end > limit:
+        raise Garbled(f"a message of {end} bytes, past the {limit} a peer sends at most")
     if len(buffer) < end:
         return None, 0
     frames, at = [], start
@@ -164,27 +174,32 @@ class Links(Inboxes):
     slot : int
         This loop's worker slot.
     address : str
-        The address of the worker it runs on (``tcp://host:port`` or ``tls://...``): the links
-        listen on the same host with the same protocol.
+        The address of the worker it runs on (``tcp://host:port``, ``tls://...``, ...): the
+        links listen on the same host, with TLS where the worker has it (:func:`listen_host`).
     security : distributed.security.Security, optional
         The worker's security settings: with TLS, its server-side context for the sockets the
         others open to this loop and its client-side one for those it opens (both verify the
         cluster's certificates, as the worker's own comms do).
+    secret : bytes
+        The generation's secret (:func:`ppt_dask.engine.placement.handshake.new_secret`), the
+        same for every loop of the generation: what a connection proves before it is read.
     """
 
-    def __init__(self, slot: int, address: str, security=None):
-        self.slot = slot
+    def __init__(self, slot: int, address: str, security=None, *, secret: bytes):
+        if len(secret) < handshake.KEY_BYTES:
+            raise ValueError(f"worker slot {slot}: a links secret of {len(secret)} bytes "
+                             f"(at least {handshake.KEY_BYTES})")
+        self.slot, self.secret = slot, secret
         scheme, host = listen_host(address)
         self._server_tls = self._client_tls = None
         if scheme == "tls":
-            if security is None:
-                raise ValueError(f"worker slot {slot}: a tls:// worker ({address}) without its security settings")
-            self._server_tls = security.get_listen_args("worker").get("ssl_context")
-            self._client_tls = security.get_connection_args("worker").get("ssl_context")
+            self._server_tls, self._client_tls = tls_contexts(slot, address, security)
         self.incoming: dict = {}  # slot -> the socket that slot writes to us on
         self.outgoing: dict = {}  # slot -> the socket we write to that slot on
         self.lost: set = set()  # slots whose link broke (the asynchronous loops go on without them)
         self.ended: set = set()  # slots that closed their side: what they sent is all read
+        self.refused: list = []  # (peer address, why) of each connection refused while linking
+        self.limit: int | None = None  # the most bytes a peer's message may take (expect)
         self._out: dict = {}  # slot -> _Out
         self._in: dict = {}  # slot -> bytes read and not yet a whole message
         self._inbox: dict = {}  # slot -> whole messages read, not yet taken
@@ -193,40 +208,46 @@ class Links(Inboxes):
         self._draining = False  # closing: what still arrives is read and dropped, never parsed
         self._selector = selectors.DefaultSelector()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.listener = socket.create_server((host, 0), family=family)
+        self.listener = socket.create_server((host, 0), family=family, backlog=128)
         port = self.listener.getsockname()[1]
         self.address = f"{scheme}://{f'[{host}]' if family == socket.AF_INET6 else host}:{port}"
+
+    def expect(self, nbytes: int) -> None:
+        """A peer's message takes at most ``nbytes`` (header and pickle included): a header
+        that says more is a lost link as soon as it is read (:class:`Garbled`)."""
+        self.limit = int(nbytes)
 
     # -- connecting -------------------------------------------------------------------------
     def connect(self, peers: dict, timeout: float = CONNECT_SECONDS) -> None:
         """Open a socket to every other loop (``peers``: slot -> its links' address) and wait
-        until every other loop has opened one to this one."""
+        until every other loop has opened one to this one, each connection admitted by the
+        generation's secret (:mod:`ppt_dask.engine.placement.handshake`): a stray one is
+        closed and named in :attr:`refused`, and the accepts go on until ``timeout``."""
         deadline = time.monotonic() + timeout
         failed: list = []
 
         def out():  # beside the accepts: a TLS handshake needs the other side's accept
             try:
                 for slot, address in peers.items():
-                    self.outgoing[slot] = self._open(address, deadline)
+                    self.outgoing[slot] = self._open(slot, address, deadline)
             except BaseException as exc:  # handed to the loop's thread below
                 failed.append(exc)
 
         opener = threading.Thread(target=out, name=f"ppt-links-{self.slot}", daemon=True)
         opener.start()
+        gate = handshake.Gate(self.listener, self.secret, self.slot, peers, deadline, self._server_tls)
         try:
-            while set(self.incoming) != set(peers):
-                self.listener.settimeout(max(deadline - time.monotonic(), 0.001))
-                sock, _ = self.listener.accept()
-                sock = self._secure(sock, deadline, server=True)
-                self.incoming[_SLOT.unpack(_read_exactly(sock, _SLOT.size))[0]] = sock
-        except OSError as exc:
-            raise LinkLost(f"worker slot {self.slot} could not link to the others: {exc!r}") from exc
+            self.incoming = gate.run()
         finally:
+            self.refused.extend(gate.refused)
             opener.join(max(deadline - time.monotonic(), 0.001))
             self.listener.close()
-        if opener.is_alive() or failed:
-            why = repr(failed[0]) if failed else f"no link within {timeout} s"
-            raise LinkLost(f"worker slot {self.slot} could not link to the others: {why}")
+        missing = sorted(set(peers) - set(self.incoming))
+        if opener.is_alive() or failed or missing:
+            why = repr(failed[0]) if failed else f"slots {missing or sorted(set(peers) - set(self.outgoing))} " \
+                                                 f"did not link within {timeout} s"
+            refused = f"; refused {self.refused[-3:]}" if self.refused else ""
+            raise LinkLost(f"worker slot {self.slot} could not link to the others: {why}{refused}")
         for slot, sock in self.incoming.items():
             sock.setblocking(False)
             self._in[slot], self._inbox[slot] = bytearray(), deque()
@@ -235,18 +256,27 @@ class Links(Inboxes):
             sock.setblocking(False)
             self._out[slot] = _Out()
 
-    def _open(self, address: str, deadline: float):
+    def _open(self, slot: int, address: str, deadline: float):
+        """A socket to ``slot``'s loop, admitted there: tried again while the listener turns it
+        away (it may be busy with strays' handshakes) until ``deadline``. The peer's loop may
+        reach its accepts late (a busy worker): the whole deadline is this side's to wait."""
         host, port = _split(address)
-        sock = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
-        sock = self._secure(sock, deadline, server=False)
-        sock.sendall(_SLOT.pack(self.slot))
-        return sock
-
-    def _secure(self, sock, deadline: float, *, server: bool):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        context = self._server_tls if server else self._client_tls
-        return sock if context is None else context.wrap_socket(sock, server_side=server)
+        while True:
+            sock = None
+            try:
+                sock = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                if self._client_tls is not None:
+                    sock = self._client_tls.wrap_socket(sock, server_side=False)
+                handshake.answer(sock, self.secret, self.slot, slot)
+                return sock
+            except (OSError, EOFError):
+                if sock is not None:
+                    _close(sock, None)
+                if time.monotonic() + handshake.RETRY_SECONDS >= deadline:
+                    raise
+                time.sleep(handshake.RETRY_SECONDS)
 
     # -- sending and receiving --------------------------------------------------------------
     def send(self, message, slots=None, *, lose: bool = False) -> int:
@@ -369,7 +399,7 @@ class Links(Inboxes):
             buffer.clear()
             return
         while True:
-            message, used = message_of(buffer)
+            message, used = message_of(buffer, self.limit)
             if message is None:
                 return
             del buffer[:used]
@@ -417,16 +447,6 @@ class Links(Inboxes):
             self._wait(min(POLL_SECONDS, deadline - time.monotonic()))
 
 
-def _read_exactly(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        more = sock.recv(n - len(data))
-        if not more:
-            raise EOFError("the link closed while it was being made")
-        data += more
-    return data
-
-
 def _unregister(sock, selector) -> None:
     try:
         selector.unregister(sock)
@@ -435,7 +455,8 @@ def _unregister(sock, selector) -> None:
 
 
 def _close(sock, selector) -> None:
-    _unregister(sock, selector)
+    if selector is not None:
+        _unregister(sock, selector)
     try:
         sock.close()
     except OSError:

@@ -52,6 +52,7 @@ class Mailbox:
         # what the loop found and set in its process (ppt_dask.engine.loopenv), given to the head once
         self.settings: dict | None = None
         self._settings_given = False
+        self._notes: list = []  # what the loop noted for the run's log (refused connections), not yet read
         with BOXES_LOCK:
             BOXES[name] = self
 
@@ -128,7 +129,7 @@ class Mailbox:
 
         def ready():
             if all(r in self._kept for r in range(first, last + 1)):
-                return {"worker": self.worker, **self.settings_once(),
+                return {"worker": self.worker, **self.settings_once(), "notes": self.take_notes(),
                         "rounds": [(self._kept[r][0], self._kept[r][2]) for r in range(first, last + 1)]}
         return await self._wait(ready, timeout, f"{self.name}'s rounds {first}..{last}", until=last)
 
@@ -179,6 +180,16 @@ class Mailbox:
                 raise Stopped(self.name)
             self._kept[r] = (log, value, timing)
             self._changed(r)
+
+    def note(self, event: dict) -> None:
+        """Leave ``event`` for the run's log (read with the next stats)."""
+        with self._lock:
+            self._notes.append(event)
+
+    def take_notes(self) -> list:
+        """The events noted since the last take (called with the lock held, or alone)."""
+        notes, self._notes = self._notes, []
+        return notes
 
     def is_stopped(self) -> bool:
         return self._stopped

@@ -1,31 +1,99 @@
 """Memory the loops of one host share: a file in ``/dev/shm`` that each loop maps.
 
 Loops on the same host need not push their partial sums through sockets: a loop writes its
-sums into a segment of its own, and the loop that adds them reads them there, as MPICH's
+sums into a segment of its own, and the loops that add them read them there, as MPICH's
 shared-memory channel does for ranks of one node (its ``nemesis`` queues). Only a few bytes a
 round go over the links (:mod:`ppt_dask.engine.placement.links`), to say that a round's sums
 are in place, so a loop still waits in one place, with its timeout, and a lost peer still
 shows as a broken link.
 
 A segment is a plain file in ``/dev/shm`` (a tmpfs), created by its one writer with
-``O_EXCL`` and mode 0600 and mapped with :mod:`mmap`; readers map it by name. It is unlinked
-as soon as every reader holds its mapping (the mapping outlives the name), so a process that
-is killed after its first rounds leaves nothing behind. :func:`identity` tells whether two
-processes map the same ``/dev/shm``: the same boot, the same tmpfs (two containers of one
-machine have a ``/dev/shm`` each) and the same user.
+``O_EXCL``, ``O_NOFOLLOW`` and mode 0600, its pages taken at once (``posix_fallocate``: a full
+``/dev/shm`` says so then, as :class:`SharedMemoryFull`, not with a SIGBUS at a later write),
+and mapped with :mod:`mmap`. Its name (:func:`new_name`) carries the project's prefix, the
+user, the creator's pid namespace and pid: a segment whose creator died before it was
+unlinked (a SIGKILL, an OOM kill) is known as stale, and :func:`sweep` removes those at the
+next generation. A name from another loop is validated before it is opened (the pattern, no
+symbolic link, a regular file of this user, mode 0600, at least the size expected: a
+:class:`BadSegment` otherwise). Readers unlink nothing: the writer unlinks its segment as soon
+as every reader holds its mapping (the mapping outlives the name).
+:func:`identity` tells whether two processes map the same ``/dev/shm``: the same boot, the
+same tmpfs (two containers of one machine have a ``/dev/shm`` each) and the same user.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
-import uuid
+import re
+import secrets
+import stat
 
 import numpy as np
 from distributed.comm import get_address_host
 
 SHM_DIR = "/dev/shm"
 ALIGN = 64  # bytes: each array of a segment starts on a cache line
+PREFIX = "ppt_dask"
+# the user, the creator's pid namespace (its inode) and pid, 16 random hex digits
+NAME = re.compile(rf"^{PREFIX}-(\d+)-(\d+)-(\d+)-[0-9a-f]{{16}}$")
+
+
+class BadSegment(OSError):
+    """A segment named by another loop that is not one of this user's, whole: not mapped."""
+
+
+class SharedMemoryFull(OSError):
+    """``/dev/shm`` has no room for a new segment."""
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def new_name() -> str:
+    """A new segment's name: ``ppt_dask-<uid>-<pid namespace>-<pid>-<random>``."""
+    return f"{PREFIX}-{os.getuid()}-{_pid_namespace()}-{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def creator(name: str) -> tuple[int, int, int] | None:
+    """The user, pid namespace and pid a segment's name carries (None: not one of ours)."""
+    match = NAME.match(name)
+    return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep() -> list[str]:
+    """Unlink this user's segments (of this pid namespace) whose creator has died; their names.
+    A live creator's are left alone (a loop of another run may be using it)."""
+    me, namespace, removed = os.getuid(), _pid_namespace(), []
+    try:
+        entries = os.listdir(SHM_DIR)
+    except OSError:
+        return removed
+    for name in entries:
+        who = creator(name)
+        if who is None or who[:2] != (me, namespace) or _alive(who[2]):
+            continue
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+            removed.append(name)
+        except OSError:  # gone meanwhile, or not ours to remove
+            pass
+    return removed
 
 
 def identity() -> tuple | None:
@@ -78,20 +146,26 @@ def colocated(client, addresses: list, need: int = 0) -> bool:
 
 class Segment:
     """A mapped file of ``/dev/shm``: ``Segment(nbytes=n)`` creates one (a new name),
-    ``Segment(name)`` maps another process's. ``array(offset, shape, dtype)`` is a view of it."""
+    ``Segment(name, nbytes=n)`` maps another process's, validated and of at least ``n``
+    bytes (:class:`BadSegment` otherwise). ``array(offset, shape, dtype)`` is a view of it."""
 
     def __init__(self, name: str | None = None, nbytes: int | None = None):
         create = name is None
-        self.name = f"ppt_dask-{uuid.uuid4().hex}" if create else name
+        self.name = new_name() if create else name
+        if not create and creator(self.name) is None:
+            raise BadSegment(f"{name!r} is not the name of a ppt_dask segment")
         self.path = os.path.join(SHM_DIR, self.name)
         self.owner = create
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
         if create:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         else:
-            fd = os.open(self.path, os.O_RDWR)
+            fd = os.open(self.path, flags)
         try:
-            if create:  # the pages taken now: a full /dev/shm says so here, not with a SIGBUS at a write
-                os.posix_fallocate(fd, 0, max(int(nbytes), 1))
+            if create:
+                _take_pages(fd, max(int(nbytes or 0), 1))
+            else:
+                _check(fd, self.name, int(nbytes or 0))
             self._map = mmap.mmap(fd, 0)
         except BaseException:
             os.close(fd)
@@ -123,6 +197,27 @@ class Segment:
             self._map.close()
         except BufferError:  # a view is still held: the mapping ends with it
             pass
+
+
+def _take_pages(fd: int, nbytes: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # EFBIG: past the process's RLIMIT_FSIZE
+            raise SharedMemoryFull(exc.errno, f"{SHM_DIR} has no room for a segment of {nbytes} bytes "
+                                              f"({errno.errorcode[exc.errno]})") from exc
+        raise
+
+
+def _check(fd: int, name: str, nbytes: int) -> None:
+    """A peer's segment, opened: a regular file of this user only, at least ``nbytes`` long."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise BadSegment(f"{name} is not a regular file")
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise BadSegment(f"{name} is not this user's alone (uid {st.st_uid}, mode {oct(st.st_mode & 0o777)})")
+    if st.st_size < nbytes:
+        raise BadSegment(f"{name} has {st.st_size} bytes, short of the {nbytes} expected")
 
 
 def aligned(n: int) -> int:

@@ -18,12 +18,16 @@ round ``r - 1``'s, and a loop that runs ahead never mixes rounds up.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.engine.rounds.sharedreduce import SharedReduce
+
+# A message's header and pickle around its arrays: at most this, and this much an array
+SLACK_BYTES, ARRAY_SLACK = 64 * 2**10, 512
 
 
 class Allreduce:
@@ -45,12 +49,16 @@ class Allreduce:
         The longest it waits for the other loops' messages of one phase, in seconds.
     stopped : callable
         Raises when the head stopped the run (looked at while waiting).
+    subtrees : int, optional
+        The most subtrees a loop holds (a peer's largest message: that many partial sums);
+        ``n_shards`` when not given.
     """
 
     def __init__(self, links, slot: int, n_loops: int, fan_in: int, n_shards: int, algorithm: str = "auto",
-                 wait: float = 600.0, stopped=lambda: None):
+                 wait: float = 600.0, stopped=lambda: None, subtrees: int | None = None):
         self.links, self.slot, self.p = links, slot, n_loops
         self.fan_in, self.n_shards = fan_in, n_shards
+        self.subtrees = n_shards if subtrees is None else subtrees
         self.requested, self.algorithm = algorithm, None
         self.wait, self.stopped = wait, stopped
         self._own: dict = {}  # round -> this loop's partial sums (direct) or its own part (scatter)
@@ -65,8 +73,12 @@ class Allreduce:
             nbytes = sum(int(getattr(a, "nbytes", 8)) for value in partial.values() for a in value)
             self.algorithm = allreduce.choose(self.requested, self.p, nbytes, shared=self.requested == "shared")
             self._layout = allreduce.layout_of(partial)
+            if hasattr(self.links, "expect"):  # a header past a peer's largest message: a lost link at once
+                node = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in self._layout)
+                self.links.expect(self.subtrees * (node + ARRAY_SLACK * len(self._layout)) + SLACK_BYTES)
             if self.algorithm == "shared" and self.links is not None:
-                self._shared = SharedReduce(self.links, self.slot, self.fan_in, self.n_shards, self._layout, self._take)
+                self._shared = SharedReduce(self.links, self.slot, self.p, self.fan_in, self.n_shards, self._layout,
+                                            self._take)
         if self._shared is not None:
             return self._shared.start(r, partial)
         if self.links is None:

@@ -5,63 +5,94 @@ through the kernel and wake each loop once a message: at 8 loops on 2 cores the 
 and all-gather took 14 messages a loop a round, and waiting for them was most of an 11 ms
 round of MNIST block 1000. Here (as MPICH's shared-memory channel between ranks of a node) each
 loop writes its round's partial sums into a segment of its own
-(:class:`ppt_dask.engine.placement.sharedmem.Segment`) and sends loop 0 a token, the segment's
-name and the tree nodes it wrote; loop 0 adds its own and the others' sums along the fixed
-shard tree (:func:`ppt_dask.core.allreduce.tree_sum`: bitwise the serial tree's), writes the
-total into its segment and sends each loop a token back; each loop copies the total out. Two
-small messages a loop a round, ``2 (p - 1)`` at loop 0, whatever the size of the network.
+(:class:`ppt_dask.engine.placement.sharedmem.Segment`) and the adds are a reduce-scatter
+inside shared memory: the vector of each run of arrays is cut into ``k`` parts
+(:func:`ppt_dask.core.allreduce.bounds`), loop ``j < k`` adds part ``j`` of every loop's sums
+along the fixed shard tree (:func:`ppt_dask.core.allreduce.tree_sum`: elementwise, so bitwise
+the serial tree's whoever adds which part) and writes its part of the total into its own
+segment, and each loop copies the ``k`` parts of the total out. ``k``
+(:func:`ppt_dask.core.allreduce.adders`) keeps what an adder maps and adds of the others' sums
+under about :data:`ppt_dask.core.allreduce.SPREAD_BYTES`: one adder for a small network (the
+fewest tokens: loop 0 adds, as MPICH's shared-memory reduce does), every loop for a large one,
+so that no loop maps or adds more than about twice the weights (or ``SPREAD_BYTES``, whichever
+is more) beyond its own, whatever ``p``
+(a single adder's worker grows with ``p``: 4.8 GB at 8 loops of a 50M-parameter float32
+network), and the adds take ``1 / p`` of the time on each loop. The links carry tokens only: a
+loop's sums are in place (``("shm", r)``, to each adder), an adder's part of the total is
+(``("part", r)``, to each loop), whatever the size of the network.
 
-Loop 0 makes its segment of totals first and sends its name to every loop; each maps it before
-it sends its first token, so loop 0 unlinks it once it has every loop's first token, and each
-loop unlinks its own once it has its first total (loop 0 mapped it before it sent that). A
-segment a loop cannot map (its maker is gone) is a lost link (:class:`LinkLost`): the head
-rolls the run back as for a lost worker.
+A generation's first round opens the segments: each loop sweeps the stale segments of dead
+processes (:func:`ppt_dask.engine.placement.sharedmem.sweep`), makes its own, sends its name
+and its tree nodes to every other loop, and maps theirs (validated; one that cannot be mapped
+or is short is a lost link, :class:`LinkLost`: the head rolls the run back as for a lost
+worker; a ``/dev/shm`` with no room, :class:`SharedFull`, told to every loop, is one too, and
+the head goes on with the socket algorithms). A loop sends its first ``("shm", r)`` token only
+once it has mapped every segment, and an adder sends its first ``("part", r)`` token only once
+it has every loop's, so a loop unlinks its own segment as soon as it has its first round's
+tokens: from then on nothing of the generation is left in ``/dev/shm`` whatever is killed, and
+what a kill leaves before that :func:`ppt_dask.engine.placement.sharedmem.sweep` removes.
 
-A segment holds ``RING`` rounds one after the other, so a loop may write round ``r + 1``'s sums
-while loop 0 still reads round ``r``'s, and a local-SGD loop, which takes a round's total two
-rounds after it sent its sums, never overwrites what another loop has not read: a loop writes
-round ``r``'s sums only after it took round ``r - 2``'s total, which loop 0 sends after it read
-every loop's sums of that round, and loop 0 writes round ``r``'s total only after every loop
-sent its round ``r`` token, which each sends after it took its total of round ``r - 2``.
+A segment holds ``RING`` rounds one after the other, so a local-SGD loop, which takes a
+round's total two rounds after it sent its sums, never overwrites what another loop has not
+read. A loop writes round ``r``'s sums (place ``r % RING``) in ``start(r)``, after its
+``finish(r - 2)``, which returned only once every adder had sent its ``("part", r - 2)``
+token, sent once that adder had read round ``r - 2``'s sums. An adder writes its part of round
+``r``'s total in ``finish(r)`` once every loop sent its ``("shm", r)`` token, which each sends
+in ``start(r)``, after its ``finish(r - 2)`` had copied round ``r - 2``'s total out. Two places
+are enough (synchronous rounds, one round in flight, need one).
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.engine.placement.inboxes import LinkLost
-from ppt_dask.engine.placement.sharedmem import ALIGN, Segment, aligned
+from ppt_dask.engine.placement.sharedmem import ALIGN, SHM_DIR, Segment, SharedMemoryFull, aligned, sweep
 
-RING = 3  # rounds a segment holds (two would do: see above)
-LEADER = 0  # the slot that adds
+RING = 2  # rounds a segment holds (see above)
 
 
 def segment_bytes(p: int, nbytes: int, subtrees: int = 1) -> int:
     """What the segments of ``p`` loops take in ``/dev/shm``: ``RING`` rounds of each loop's sums
-    (``nbytes`` a subtree, at most ``subtrees`` a loop) and of loop 0's totals, each run of
-    arrays on whole cache lines (a few runs: a network's floats and its float64 statistics).
+    (``nbytes`` a subtree, at most ``subtrees`` a loop) and of the adders' parts of the totals,
+    each run of arrays on whole cache lines (a few runs: a network's floats and its float64
+    statistics).
 
-    >>> segment_bytes(8, 220_212) // 2**20  # MNIST's 784-64-64-10 in float32, 8 loops: 5 MiB
-    5
+    >>> segment_bytes(8, 220_212) // 2**20  # MNIST's 784-64-64-10 in float32, 8 loops: 3 MiB
+    3
     """
-    return RING * ((p - 1) * subtrees + 1) * (int(nbytes) + 4 * ALIGN)
+    k = allreduce.adders(p, nbytes)
+    return RING * (p * subtrees * (int(nbytes) + 4 * ALIGN) + int(nbytes) + k * 4 * ALIGN)
+
+
+class SharedLost(LinkLost):
+    """Shared memory failed (a segment that cannot be made or mapped): a lost link, the head
+    rolls back."""
+
+
+class SharedFull(SharedLost):
+    """``/dev/shm`` had no room for a segment: the head rolls back and goes on with the socket
+    algorithms."""
 
 
 class SharedReduce:
     """One loop's side of the shared-memory allreduce (``links``: its links to the other loops,
-    all on its host; ``layout``: :func:`ppt_dask.core.allreduce.layout_of` the partial sums).
+    all on its host; ``layout``: :func:`ppt_dask.core.allreduce.layout_of` the partial sums;
+    ``take(tag, phases, slots)``: the other loops' payloads tagged ``tag``, the wait timed).
 
     A node's sums lie in a segment as one flat vector per run of arrays of one dtype
-    (:func:`ppt_dask.core.allreduce.runs_of`), so loop 0 adds a vector a run, not an array at a
-    time (elementwise: the same bits)."""
+    (:func:`ppt_dask.core.allreduce.runs_of`), so a loop adds a vector a run, not an array at
+    a time (elementwise: the same bits). A segment's place of a round holds the loop's nodes,
+    then its part of the total (each run's part on whole cache lines)."""
 
-    def __init__(self, links, slot: int, fan_in: int, n_shards: int, layout: list, take):
-        self.links, self.slot, self.fan_in, self.n_shards = links, slot, fan_in, n_shards
-        self.layout = layout
-        self._take = take  # (tag, phases, slots) -> the payloads, the wait timed as idle
+    def __init__(self, links, slot: int, n_loops: int, fan_in: int, n_shards: int, layout: list, take):
+        self.links, self.slot, self.p = links, slot, n_loops
+        self.fan_in, self.n_shards, self.layout = fan_in, n_shards, layout
+        self._take = take
         self.runs = allreduce.runs_of(layout)
         self._runs: list = []  # per run: (offset in a node's place, values, dtype)
         at = 0
@@ -71,100 +102,118 @@ class SharedReduce:
             self._runs.append((at, n, dtype))
             at += aligned(n * dtype.itemsize)
         self.node_bytes = at
-        self._mine: Segment | None = None  # this loop's sums (loop 0: the totals)
-        self._theirs: dict = {}  # name -> another loop's segment, mapped
-        self._totals: Segment | None = None  # loop 0's segment of totals, mapped (the other loops)
-        self._own: dict = {}  # round -> loop 0's own partial sums, joined by run
-        self._rounds = 0  # rounds finished (segments are unlinked once every reader mapped them)
-        self._cache: dict = {}  # (segment name, ring place, node index, nodes) -> views
-        self._opened = False  # loop 0's segment of totals made (loop 0) or mapped (the others)
+        self.k = allreduce.adders(n_loops, at)  # loops 0 .. k - 1 add a part each
+        self.cuts = [allreduce.bounds(n, self.k) for _off, n, _dtype in self._runs]  # per run: k parts
+        self._part_at: list = []  # per slot: (offset of each run's part in its totals, the totals' bytes)
+        for j in range(n_loops):
+            offsets, at = [], 0
+            for (_off, _n, dtype), cut in zip(self._runs, self.cuts):
+                offsets.append(at)
+                at += aligned((cut[j][1] - cut[j][0]) * dtype.itemsize) if j < self.k else 0
+            self._part_at.append((offsets, at))
+        self._adders = [j for j in range(self.k) if j != slot]  # the other loops that add
+        self._mine: Segment | None = None
+        self._segments: dict = {}  # slot -> (its segment, its nodes): every loop's, this one's too
+        self._cache: dict = {}  # (slot, ring place, what) -> views
+        self._unlinked = False
 
-    def _open(self, wait: dict) -> None:
-        """Loop 0: make the segment of totals and send its name to every loop; the others: map
-        it (the wait for the name counts in ``wait``)."""
-        self._opened = True
-        if self.slot == LEADER:
-            self._mine = Segment(nbytes=RING * self.node_bytes)
-            self.links.send((("totals", 0), self._mine.name))
-        else:
-            (name,) = self._take(("totals", 0), wait, [LEADER])
-            self._totals = self._map(name)
+    # -- the segments --
+    def _place_bytes(self, slot: int, n_nodes: int) -> int:
+        return n_nodes * self.node_bytes + self._part_at[slot][1]
 
-    def _views(self, segment: Segment, r: int, index: int, n_nodes: int) -> tuple:
-        """The flat vectors (a run each) of node ``index`` (of ``n_nodes``) of round ``r``'s
-        place in ``segment`` (made once: a segment's places are the same every ``RING`` rounds)."""
-        key = (segment.name, r % RING, index, n_nodes)
+    def _open(self, nodes: tuple, phases: dict) -> None:
+        """Make this loop's segment, send its name and nodes to every other loop, map theirs."""
+        sweep()  # the stale segments of processes that died (a loop killed in a generation's first round)
+        try:
+            self._mine = Segment(nbytes=RING * self._place_bytes(self.slot, len(nodes)))
+        except SharedMemoryFull as exc:  # the others hear it (no name): every loop's error says so
+            self.links.send((("segment", 0), (None, nodes)))
+            raise SharedFull(f"worker slot {self.slot}: {exc.strerror}") from exc
+        except OSError as exc:
+            raise SharedLost(f"worker slot {self.slot} could not make its shared memory: {exc!r}") from exc
+        self._segments[self.slot] = (self._mine, nodes)
+        self.links.send((("segment", 0), (self._mine.name, nodes)))
+        others = sorted(self.links.incoming)
+        for j, (name, their_nodes) in zip(others, self._take(("segment", 0), phases, others)):
+            if name is None:
+                raise SharedFull(f"worker slot {j}: {SHM_DIR} had no room for its segment")
+            their_nodes = tuple(tuple(int(x) for x in node) for node in their_nodes)
+            try:
+                segment = Segment(str(name), nbytes=RING * self._place_bytes(j, len(their_nodes)))
+            except (OSError, ValueError) as exc:  # BadSegment among them
+                raise SharedLost(f"worker slot {self.slot} could not map slot {j}'s shared memory {name!r}: "
+                                 f"{exc!r} (its loop ended or was lost)") from exc
+            self._segments[j] = (segment, their_nodes)
+
+    def _sums(self, j: int, r: int, index: int) -> tuple:
+        """The run vectors of node ``index`` of slot ``j``'s sums of round ``r``."""
+        key = (j, r % RING, index)
         views = self._cache.get(key)
         if views is None:
-            base = ((r % RING) * n_nodes + index) * self.node_bytes
+            segment, nodes = self._segments[j]
+            base = (r % RING) * self._place_bytes(j, len(nodes)) + index * self.node_bytes
             views = self._cache[key] = tuple(segment.array(base + off, (n,), dtype) for off, n, dtype in self._runs)
         return views
 
-    def _segment(self, n_nodes: int) -> Segment:
-        if self._mine is None:
-            self._mine = Segment(nbytes=RING * n_nodes * self.node_bytes)
-        return self._mine
+    def _part(self, j: int, r: int) -> tuple:
+        """Slot ``j``'s part of round ``r``'s total: a vector a run."""
+        key = (j, r % RING, "part")
+        views = self._cache.get(key)
+        if views is None:
+            segment, nodes = self._segments[j]
+            base = (r % RING) * self._place_bytes(j, len(nodes)) + len(nodes) * self.node_bytes
+            offsets = self._part_at[j][0]
+            views = self._cache[key] = tuple(
+                segment.array(base + at, (cut[j][1] - cut[j][0],), dtype)
+                for at, (_off, _n, dtype), cut in zip(offsets, self._runs, self.cuts))
+        return views
 
-    def _map(self, name: str) -> Segment:
-        segment = self._theirs.get(name)
-        if segment is None:
-            try:
-                segment = self._theirs[name] = Segment(name)
-            except FileNotFoundError:
-                raise LinkLost(f"worker slot {self.slot}: another loop's shared memory {name} is gone "
-                               "(its loop ended or was lost)") from None
-        return segment
-
-    def _write(self, views: tuple, value: tuple) -> None:
-        """A node's arrays (``value``, in layout order) into its run vectors."""
-        for flat, run in zip(views, self.runs):
-            at = 0
-            for i in run:
-                a = np.asarray(value[i]).reshape(-1)
-                flat[at:at + a.size] = a
-                at += a.size
-
+    # -- a round --
     def start(self, r: int, partial: dict) -> int:
-        """Put round ``r``'s partial sums in place (loop 0 keeps its own, joined by run); the
-        bytes written and sent (loop 0: the round's total, which it writes once it has them all)."""
-        if not self._opened:
-            self._open({})
-        if self.slot == LEADER:
-            self._own[r] = {node: tuple(allreduce.joined(value, self.runs)) for node, value in partial.items()}
-            return self.node_bytes
-        segment = self._segment(len(partial))
+        """Put round ``r``'s partial sums in place and tell every other loop; the bytes
+        written and sent."""
+        if self._mine is None:
+            self._open(tuple(partial), {})
         for index, value in enumerate(partial.values()):
-            self._write(self._views(segment, r, index, len(partial)), value)
-        sent = self.links.send_each({LEADER: (segment.name, tuple(partial))}, ("shm", r))
+            for flat, run in zip(self._sums(self.slot, r, index), self.runs):
+                at = 0
+                for i in run:
+                    a = np.asarray(value[i]).reshape(-1)
+                    flat[at:at + a.size] = a
+                    at += a.size
+        sent = self.links.send((("shm", r), None), self._adders) if self._adders else 0
         return sent + len(partial) * self.node_bytes
 
     def finish(self, r: int, phases: dict) -> tuple[tuple, int]:
-        """Round ``r``'s total and the bytes this loop sent meanwhile (loop 0: its tokens); the
-        seconds it waited (``idle``) go into ``phases``."""
-        self._rounds += 1
-        if self.slot != LEADER:
-            self._take(("total", r), phases, [LEADER])
-            total = allreduce.split([v.copy() for v in self._views(self._totals, r, 0, 1)], self.layout)
-            if self._rounds == 1 and self._mine is not None:
-                self._mine.unlink()  # loop 0 mapped it before it sent this total
-            return total, 0
-        tokens = self._take(("shm", r), phases)
-        parts = [self._own.pop(r)]
-        for name, nodes in tokens:
-            segment = self._map(name)
-            parts.append({node: self._views(segment, r, i, len(nodes)) for i, node in enumerate(nodes)})
-        flat = allreduce.tree_sum(parts, self.fan_in, self.n_shards)
-        for view, a in zip(self._views(self._mine, r, 0, 1), flat):
-            view[:] = a
-        sent = self.links.send((("total", r), None))
-        if self._rounds == 1:
-            self._mine.unlink()  # every loop mapped it before it sent its first token
-        return allreduce.split(flat, self.layout), sent  # the adds' own arrays: no copy
+        """Round ``r``'s total and the bytes this loop wrote and sent meanwhile; the seconds
+        it waited (``idle``) and added and copied (``reduce``) go into ``phases``."""
+        me, sent, added = self.slot, 0, 0.0
+        if me < self.k:  # an adder: its part of every loop's sums, along the tree
+            self._take(("shm", r), phases)
+            t0 = time.perf_counter()
+            parts = [{node: tuple(v[c[me][0]:c[me][1]] for v, c in zip(self._sums(j, r, index), self.cuts))
+                      for index, node in enumerate(nodes)} for j, (_segment, nodes) in sorted(self._segments.items())]
+            for view, a in zip(self._part(me, r), allreduce.tree_sum(parts, self.fan_in, self.n_shards)):
+                view[:] = a
+            added = time.perf_counter() - t0
+            sent = self.links.send((("part", r), None)) + self._part_at[me][1]
+        if self._adders:
+            self._take(("part", r), phases, self._adders)
+        if not self._unlinked:  # every loop mapped it: each had sent its first token before
+            self._mine.unlink()
+            self._unlinked = True
+        t1 = time.perf_counter()
+        flats = [np.concatenate(run_parts) for run_parts in zip(*(self._part(j, r) for j in range(self.k)))]
+        _add(phases, "reduce", added + time.perf_counter() - t1)
+        return allreduce.split(flats, self.layout), sent
 
     def close(self) -> None:
         """Unlink this loop's segment (if not yet) and unmap every segment."""
         self._cache.clear()  # the views go before the mappings
-        for segment in [self._mine, *self._theirs.values()]:
-            if segment is not None:
-                segment.close()
-        self._mine, self._theirs, self._totals = None, {}, None
+        for segment, _nodes in self._segments.values():  # this loop's own among them: unlinked
+            segment.close()
+        self._mine, self._segments = None, {}
+
+
+def _add(phases: dict, name: str, seconds: float) -> None:
+    phases[name] = phases.get(name, 0.0) + seconds

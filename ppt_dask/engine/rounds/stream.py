@@ -52,6 +52,7 @@ from distributed import wait
 
 from ppt_dask.algorithms.localsgd import round_stats
 from ppt_dask.core import keys
+from ppt_dask.engine.placement.handshake import new_secret
 from ppt_dask.engine.placement.links import LinkLost
 from ppt_dask.engine.placement.mailbox import AHEAD, WAIT_SECONDS, Mailbox, Stopped
 from ppt_dask.engine.rounds.steps import local_state
@@ -109,6 +110,7 @@ class LoopsHead:
         """Keep the loop's report of its process's settings, which a mailbox's reply carries once."""
         if "settings" in reply:
             self.worker_settings[reply["worker"]] = reply["settings"]
+    events: list
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -136,6 +138,12 @@ class LoopsHead:
     def state_before(self, r: int):
         return self.state_after(r - 1)
 
+    def take_events(self) -> list:
+        """What the loops noted for the run's log since the last take (connections their
+        links refused)."""
+        events, self.events = self.events, []
+        return events
+
 
 class StreamRounds(LoopsHead):
     """The head's side of the streamed rounds for one generation of a run.
@@ -160,6 +168,7 @@ class StreamRounds(LoopsHead):
         self.pending_release: int | None = None  # sent to the mailboxes with the next read
         self.timings: dict = {}  # round -> every loop's timing of it, until the trainer takes it
         self.worker_settings: dict = {}
+        self.events: list = []  # what the loops noted for the run's log, until the trainer takes it
         self.ahead = rounds_ahead(start_value, kind, max(b - a for _label, a, b, _nodes in plan.blocks))
         self.max_batch = self.ahead // 2  # a batch the head waits for fits in what a loop may keep
 
@@ -180,6 +189,7 @@ class StreamRounds(LoopsHead):
         replies = self._ask("stats", first, last, release, wait=wait)
         for reply in replies:
             self.note_settings(reply)
+            self.events += reply.get("notes", [])
         for i, r in enumerate(range(first, last + 1)):
             self.timings[r] = [loop_timing(reply["worker"], *reply["rounds"][i][1]) for reply in replies]
         if self.kind == "sync":  # every loop holds the same total: slot 0's
@@ -241,10 +251,15 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
                for slot, label in enumerate(labels)]
     boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
     loops = []
+    # the generation's secret: in the loops' arguments, over the cluster's own comms (TLS where
+    # it is TLS), never on the links; a loop of another generation cannot join this one's
+    secret = new_secret()
+    subtrees = max(len(nodes) for *_, nodes in rounds.plan.blocks)
     for slot, (label, a, b, nodes) in enumerate(rounds.plan.blocks):
         step = StreamStep(rounds.strategy, rounds.net, tuple(range(a, b)), tuple(nodes), rounds.plan.fan_in,
                           rounds.plan.n_shards, kind=kind, slot=slot, box=f"{rounds.tag}-s{slot}",
-                          n_loops=len(labels), allreduce=getattr(rounds, "allreduce", "auto"), loop=loop)
+                          n_loops=len(labels), allreduce=getattr(rounds, "allreduce", None) or "auto",
+                          subtrees=subtrees, secret=secret, loop=loop)
         peers = {other: actor for other, (_f, actor) in enumerate(boxes) if other != slot}
         loops.append(rounds.client.submit(
             stream_task, step, rounds.first, rounds.last_round, rounds.start_state, rounds.shard_futures[a:b], peers,
@@ -253,20 +268,22 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
 
 
 def stop_loops(boxes: list, loops: list) -> None:
-    """Stop every loop through its mailbox (``boxes``: (actor future, actor) per slot), let them
-    end when every mailbox answered (so the breakdown has their last rounds), and release
-    the loops' futures; a mailbox whose worker is gone is passed over."""
-    stopped = 0
-    for f, actor in boxes:
+    """Stop every loop through its mailbox (``boxes``: (actor future, actor) per slot), let the
+    loops whose mailbox answered end (so the breakdown has their last rounds, and no loop still
+    runs when the start state it reads is released: the worker then failed with "Cannot remove
+    replica ... in state 'long-running'" and left the cluster for two minutes), and release the
+    loops' futures; a mailbox whose worker is gone is passed over."""
+    ending = []
+    for slot, (f, actor) in enumerate(boxes):
         if f.status == "finished":
             try:
                 actor.stop(separate_thread=False).result(timeout=STOP_SECONDS)
-                stopped += 1
+                ending += loops[slot:slot + 1]
             except Exception:  # its worker is gone: nothing to stop there
                 pass
-    if loops and stopped == len(boxes):
+    if ending:
         try:
-            wait(loops, timeout=STOP_SECONDS)
+            wait(ending, timeout=STOP_SECONDS)
         except TimeoutError:
             pass
     for f in loops:

@@ -54,6 +54,7 @@ from ppt_dask.engine.rounds.streamloops import StreamStep
 # MNIST (784-64-64-10, float32: 0.44 MB a state) 72 steps.
 STATE_BYTES = 32 * 2**20
 MIN_AHEAD, MAX_AHEAD = 8, 256
+SLACK_BYTES = 64 * 2**10  # a message's header and pickle around its arrays, at most
 QUEUED = 32  # writes pending to one peer: a gradient more is not sent (the peer reads too slowly)
 
 
@@ -80,7 +81,7 @@ class AsyncBox(Mailbox):
         def ready():
             steps = sorted(t for t in self._kept if t >= first)
             if steps:
-                return {"worker": self.worker, **self.settings_once(),
+                return {"worker": self.worker, **self.settings_once(), "notes": self.take_notes(),
                         "steps": [(t, self._kept[t][0], self._kept[t][2]) for t in steps]}
         return await self._wait(ready, timeout, f"{self.name}'s steps from {first}")
 
@@ -148,6 +149,8 @@ def async_loop(step: StreamStep, first: int, last: int, start, shards: list, lin
     q = strategy.updates_per_round()
     t_first = (first * q) // n_slots  # about this loop's steps so far (exactly, on one worker)
     replica = Replica(strategy, net, start, step.slot)
+    if links is not None:  # a peer's message: a gradient (float64 at most) and a clock of n_slots entries
+        links.expect(8 * np.asarray(start.params).size + SLACK_BYTES + 64 * n_slots)
     exchange = Exchange(links)
     began = t0 = time.perf_counter()
     try:
@@ -221,6 +224,7 @@ class AsyncRounds(LoopsHead):
         self.timings: dict = {}
         self.states: dict = {}
         self.worker_settings: dict = {}
+        self.events: list = []  # what the loops noted for the run's log, until the trainer takes it
         self.submitted = first - 1
 
     def _start(self) -> None:
@@ -250,6 +254,7 @@ class AsyncRounds(LoopsHead):
         new = []
         for slot in [s for s, ask in self.asks.items() if ask.done()]:
             reply = self._answer(self.asks.pop(slot))
+            self.events += reply.get("notes", [])
             self.waiters.pop(slot, None)
             self.note_settings(reply)
             new += [(log[2], slot, t, log, timing, reply["worker"]) for t, log, timing in reply["steps"]]

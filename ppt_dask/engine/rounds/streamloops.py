@@ -1,6 +1,8 @@
 """The streamed rounds' loops, worker side: one long task per worker slot for a generation.
 
-A loop (:func:`stream_task`) links to the other slots' loops (:mod:`ppt_dask.engine.placement.links`),
+A loop (:func:`stream_task`) links to the other slots' loops that its allreduce talks to
+(:mod:`ppt_dask.engine.placement.links`; every connection proves the generation's secret,
+which the head puts in the loop's arguments: :mod:`ppt_dask.engine.placement.handshake`),
 then runs its rounds: the round kind's step (:mod:`ppt_dask.engine.rounds.steps`) with the
 partial sums exchanged by the allreduce (:mod:`ppt_dask.engine.rounds.allreduce`), each round
 left in the slot's mailbox for the head (:mod:`ppt_dask.engine.placement.mailbox`) with the
@@ -12,12 +14,12 @@ from __future__ import annotations
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from distributed import get_worker, secede
 
-from ppt_dask.core import keys
+from ppt_dask.core import allreduce, keys
 from ppt_dask.engine import loopenv
 from ppt_dask.engine.placement.links import LinkLost, Links
 from ppt_dask.engine.placement.mailbox import BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
@@ -48,6 +50,8 @@ class StreamStep(SlotStep):
     n_loops: int = 1  # the generation's loops (worker slots holding shards)
     allreduce: str = "auto"  # the exchange's algorithm (ppt_dask.core.allreduce.choose)
     wait: float = WAIT_SECONDS
+    subtrees: int = 1  # the most subtrees a slot of the generation holds (what a peer's message may take)
+    secret: bytes = field(default=b"", repr=False)  # the generation's, for its links' handshakes
     # the loop of a kind defined elsewhere (ppt_dask.engine.rounds.streamasync), called as the two
     # here are: loop(step, first, last, start, shards, links, box, seconds)
     loop: Any = None
@@ -79,9 +83,9 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
         linger = step.wait  # the last round ran: the others read what this loop sent, then close
     except Stopped:
         linger = STOPPED_LINGER
-    except LinkLost as exc:  # the head rolls the run back (a worker left, say)
+    except LinkLost as exc:  # the head rolls the run back (a worker left, say; a full /dev/shm)
         if not box.is_stopped():  # else the head ended the generation: a peer that closed first is no loss
-            box.fail(str(exc), LinkLost)
+            box.fail(str(exc), type(exc))
     except BaseException as exc:
         box.fail(f"the loop of worker slot {step.slot} failed: {exc!r}")
         raise
@@ -115,27 +119,31 @@ def _torch_threads(net) -> int | None:
 
 
 def _links(step: StreamStep, box: Mailbox, peers: dict) -> Links | None:
-    """Links to every other slot's loop (None alone): addresses swapped through the mailboxes."""
-    if not peers:
+    """Links to the other slots' loops the exchange talks to (None alone; recursive halving
+    talks to ``log2 p`` partners only): addresses swapped through the mailboxes. The
+    connections refused meanwhile are left in the mailbox for the run's log."""
+    others = sorted(set(peers) & set(allreduce.partners(step.allreduce, step.n_loops, step.slot)))
+    if not others:
         return None
     worker = get_worker()
-    security = getattr(worker, "security", None)
-    links = Links(step.slot, worker.address, security)
+    links = Links(step.slot, worker.address, getattr(worker, "security", None), secret=step.secret)
     try:
-        for mailbox in peers.values():
-            mailbox.put(ADDRESSES, step.slot, links.address, separate_thread=False)
-        others = sorted(peers)
+        for slot in others:
+            peers[slot].put(ADDRESSES, step.slot, links.address, separate_thread=False)
         links.connect(dict(zip(others, box.take(ADDRESSES, others, step.wait))))
     except BaseException:
         links.close()
         raise
+    finally:
+        for peer, why in links.refused:
+            box.note({"event": "refused", "slot": step.slot, "from": peer, "why": why})
     return links
 
 
 def _exchange(step: StreamStep, links: Links | None, box: Mailbox) -> Allreduce:
     """The loop's allreduce over its links (:mod:`ppt_dask.engine.rounds.allreduce`)."""
     return Allreduce(links, step.slot, step.n_loops, step.fan_in, step.n_shards, step.allreduce, step.wait,
-                     box.stopped)
+                     box.stopped, step.subtrees)
 
 
 def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, links, box: Mailbox,
