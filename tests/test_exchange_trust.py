@@ -19,7 +19,7 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
-from ppt_dask.testing import LateLoop
+from ppt_dask.testing import LateLoop, Slowed
 
 NET = ppt.MLP((12, 32, 3), hidden="tanh", output="softmax")
 SYNC = ppt.Sync(lr=0.2, momentum=0.9, block=32)
@@ -189,6 +189,7 @@ import sys
 import numpy as np
 import ppt_dask as ppt
 from distributed import Client
+from ppt_dask.testing import Slowed
 
 if __name__ == "__main__":
     client = Client(sys.argv[1], timeout=60)
@@ -198,7 +199,7 @@ if __name__ == "__main__":
     shards = ppt.enter_data(client, X, y, n_shards=6)
     net = ppt.MLP((12, 32, 2), hidden="tanh", output="softmax")
     print("training", flush=True)
-    ppt.train(net, shards, ppt.Slowed(ppt.Sync(lr=0.2, block=32), seconds=2.0, shards=(5,)), ppt.Stop(max_epochs=2))
+    ppt.train(net, shards, Slowed(ppt.Sync(lr=0.2, block=32), seconds=2.0, shards=(5,)), ppt.Stop(max_epochs=2))
 """
 SLOW = 1.5  # seconds the last slot's loop takes a round: the others' segments wait, named, that long
 
@@ -251,7 +252,7 @@ def _kill_at_first_segment(makers: set, victim: int, timeout: float = 120.0):
 def _slow_run(client, progress=None, rounds: int = 4):
     X, y = _data()
     shards = ppt.enter_data(client, X, y, n_shards=6)
-    strategy = ppt.Slowed(SYNC, seconds=SLOW, shards=(5,))  # the last slot's round 0 comes late
+    strategy = Slowed(SYNC, seconds=SLOW, shards=(5,))  # the last slot's round 0 comes late
     try:
         return ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))), seed=6,
                          checkpoint_every=1, progress=progress)
