@@ -91,6 +91,7 @@ class Run:
     diag: object
     run_id: str
     t_start: float
+    reproducible: str | None = None  # "any-p", "same-p" (a pass a worker slot), None (asynchronous)
     history: list = field(default_factory=list)
     snapshots: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
@@ -157,7 +158,8 @@ def _salvage(run: Run, attempt: int, engine) -> Kept | None:
 
 def _engine(run: Run, kept: Kept):
     """The round graph of a new generation, starting from the kept state."""
-    plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
+    plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in,
+                           whole=run.reproducible == "same-p")
     run.used_exchange = choose.choose_exchange(run.exchange, plan, run.strategy)
     run.used_allreduce = choose.choose_allreduce(run.used_exchange, run.allreduce, plan, run.strategy, run.net,
                                                  run.shards.colocated)

@@ -21,7 +21,6 @@ tree, so every transport gives bitwise the same rounds.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,9 @@ from ppt_dask.core import tree
 @dataclass(frozen=True)
 class SlotStep:
     """The fixed arguments of one worker slot's step: what it trains, its block of shards
-    (``shard_ids``) and the subtrees of the fixed shard tree they make (``nodes``)."""
+    (``shard_ids``) and the subtrees of the fixed tree they make (``nodes``, over ``n_shards``
+    leaves). With ``whole`` (``reproducible="same-p"``) the tree's leaves are the worker slots
+    and the slot computes its one leaf in one pass over its shards' rows."""
 
     strategy: Any
     net: Any
@@ -41,11 +42,12 @@ class SlotStep:
     nodes: tuple
     fan_in: int
     n_shards: int
+    whole: bool = False
 
 
 def slot_steps(strategy, net, plan) -> list[SlotStep]:
     """One :class:`SlotStep` per worker slot of ``plan`` (:class:`ppt_dask.engine.rounds.graph.Plan`)."""
-    return [SlotStep(strategy, net, tuple(range(a, b)), tuple(nodes), plan.fan_in, plan.n_shards)
+    return [SlotStep(strategy, net, tuple(range(a, b)), tuple(nodes), plan.fan_in, plan.n_shards, plan.whole)
             for _label, a, b, nodes in plan.blocks]
 
 
@@ -68,10 +70,9 @@ def partial_sums(work: Callable, params, shards: list, shard_ids: list[int], rou
 
 def sync_partial(step: SlotStep, state, shards: list, r: int) -> dict:
     """Round ``r``'s partial sums of the slot's subtrees (tree node -> partial) at ``state``,
-    the state after round ``r - 1``."""
-    work = functools.partial(step.strategy.work, step.net)
-    return partial_sums(work, step.strategy.broadcast(state), shards, list(step.shard_ids), r, list(step.nodes),
-                        step.fan_in, step.n_shards)
+    the state after round ``r - 1``: the strategy's ``slot_sums``, all the slot's shards at once."""
+    return step.strategy.slot_sums(step.net, step.strategy.broadcast(state), shards, step.shard_ids, r, step.nodes,
+                                   step.fan_in, step.n_shards, step.whole)
 
 
 def sync_update(step: SlotStep, state, total: tuple):
