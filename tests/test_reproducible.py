@@ -181,3 +181,22 @@ def test_same_p_differs_from_any_p_only_by_rounding(client4, workers4):
     same, anyp = runs["same-p"], runs["any-p"]
     np.testing.assert_allclose(same.params, anyp.params, rtol=1e-9, atol=1e-12)
     assert [r["error_rate"] for r in same.history] == [r["error_rate"] for r in anyp.history]
+
+
+def test_a_strategy_with_a_work_of_its_own_is_run_shard_by_shard():
+    """A subclass that computes its own ``work`` (the links-floor probe of ppt_dask.perf.loops, say)
+    is not replaced by the batched pass: its shards' work, added along the tree, or left to right
+    for a slot's one leaf."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Counted(ppt.Sync):
+        def work(self, net, params, shard, s, r):
+            return np.full(2, float(s)), np.array([0.0, 0.0, 1.0])
+
+    strategy = Counted(block=8).check([4] * 4)
+    shards = [(np.zeros((4, 5)), np.zeros(4, int))] * 4
+    got = strategy.slot_sums(NET, None, shards, range(4), 0, [(2, 0)], 2, 4)
+    assert got[(2, 0)][0].tolist() == [6.0, 6.0] and got[(2, 0)][1][2] == 4
+    whole = strategy.slot_sums(NET, None, shards[1:3], range(1, 3), 0, [(0, 1)], 2, 2, whole=True)
+    assert whole[(0, 1)][0].tolist() == [3.0, 3.0]

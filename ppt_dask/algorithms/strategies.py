@@ -138,6 +138,8 @@ class _Rows:
         sums from one batched pass, added along the fixed tree (each bitwise :meth:`work` of its
         shard), or with ``whole`` one pass over all their rows, the slot's one leaf ``nodes[0]``
         of the tree over the slots (:func:`ppt_dask.core.model.one_pass`)."""
+        if type(self).work is not _Rows.work:  # a subclass's own work: shard by shard, as it says
+            return shard_by_shard(self, net, params, shards, shard_ids, r, nodes, fan_in, n_shards, whole)
         blocks = []
         for (X, y), s in zip(shards, shard_ids):
             rows = self.rows(len(X), s, r)
@@ -147,6 +149,17 @@ class _Rows:
             return {node: model.one_pass(net, params, blocks)}
         leaves = dict(zip(shard_ids, model.shard_sums(net, params, blocks)))
         return {node: tree.evaluate(node, leaves.__getitem__, fan_in, n_shards) for node in nodes}
+
+
+def shard_by_shard(strategy, net, broadcast, shards: list, shard_ids, r: int, nodes, fan_in: int, n_shards: int,
+                   whole: bool = False) -> dict:
+    """A slot's partial sums from ``strategy.work`` shard by shard, added along the fixed tree, or
+    with ``whole`` (the slot's one leaf) left to right."""
+    leaves = {s: strategy.work(net, broadcast, shard, s, r) for s, shard in zip(shard_ids, shards)}
+    if whole:
+        (node,) = nodes
+        return {node: tree.combine([leaves[s] for s in shard_ids])}
+    return {node: tree.evaluate(node, leaves.__getitem__, fan_in, n_shards) for node in nodes}
 
 
 @dataclass(frozen=True)
@@ -348,8 +361,7 @@ class Average(_Base):
         rounds (``whole``): a model per shard gives the same bits on any number of workers."""
         if whole:
             raise ValueError("the average strategy has no one-pass rounds (reproducible='same-p')")
-        leaves = {s: self.work(net, broadcast, shard, s, r) for s, shard in zip(shard_ids, shards)}
-        return {node: tree.evaluate(node, leaves.__getitem__, fan_in, n_shards) for node in nodes}
+        return shard_by_shard(self, net, broadcast, shards, shard_ids, r, nodes, fan_in, n_shards)
 
     def apply(self, net, state: ModelState, total: tuple) -> ModelState:
         stats = total[-1]

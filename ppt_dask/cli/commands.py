@@ -264,7 +264,8 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         if beside is not None:
             runmodel.predict(beside, workers=len(shards.worker_blocks()),
                              block=getattr(strategy, "block", None) or shards.n_rows, n_shards=shards.n_shards,
-                             fan_in=args.fan_in, exchange=args.exchange, local=not args.scheduler)
+                             fan_in=args.fan_in, exchange=args.exchange, local=not args.scheduler,
+                             reproducible=applicability.reproducible_for(s["strategy"], args.reproducible) or "any-p")
             recorder = _recorder_with(runmodel.settings(beside))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
