@@ -25,6 +25,7 @@ worker runs a shard. Pure numpy: no dask import.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -88,8 +89,8 @@ class _Base:
     def __post_init__(self):
         SGD(self.lr, self.momentum, self.l2)  # validates
 
-    @property
-    def optimizer(self) -> SGD:
+    @functools.cached_property
+    def optimizer(self) -> SGD:  # made once: every round's update asks for it
         return SGD(self.lr, self.momentum, self.l2)
 
     @property

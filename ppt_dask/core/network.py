@@ -38,6 +38,7 @@ np.float64(2.0)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -116,6 +117,11 @@ class MLP:
             raise ValueError(f"tolerance must be a finite number >= 0, got {tol!r}")
         object.__setattr__(self, "tolerance", float(tol))
 
+    def __getstate__(self) -> dict:
+        """The fields only: the worked-out layout and mask stay behind (a network travels in
+        every task; the mask alone is ``n_params`` numbers)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     # ------------------------------------------------------------------ layout
 
     @property
@@ -189,13 +195,19 @@ class MLP:
         return views
 
     def weight_mask(self) -> np.ndarray:
-        """1 on weight entries, 0 on biases: shape (n_params,), dtype ``self.dtype``.
+        """1 on weight entries, 0 on biases: shape (n_params,), dtype ``self.dtype``, read-only
+        (made once: every round's update asks for it).
 
         Used to apply L2 regularisation to the weights only.
         """
+        return self._mask
+
+    @functools.cached_property
+    def _mask(self) -> np.ndarray:
         mask = np.zeros(self.n_params, dtype=self.dtype)
         for W, _ in self.unflatten(mask):
             W[...] = 1
+        mask.setflags(write=False)
         return mask
 
     def init_params(self, seed) -> np.ndarray:
