@@ -56,6 +56,7 @@ def _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkp
     y = data.y if data.y_test is None else np.concatenate([data.y, data.y_test])
     out = repeated_splits(client, net, X, y, strategy, stop, args.splits, checkpoints=checkpoints,
                           seed=args.seed, n_shards=n_shards, workers=addresses, fan_in=args.fan_in,
+                          reproducible=args.reproducible,
                           progress=show)
     print(f"test accuracy over {args.splits} random 70/30 splits (mean ± std):")
     for epoch, mean, std in zip(out["checkpoints"], out["mean"], out["std"]):
