@@ -80,8 +80,7 @@ def mnist_contenders(args) -> list[dict]:
         for promise in args.promises:
             flags = [*cli, "--reproducible", promise]
             out.append(dict(name=f"ppt_dask-p{p}-{promise}", label=f"ppt-dask --workers {p} --reproducible {promise}",
-                            p=p, threads=1, script="ppt_dask_cli.py", spec=dict(p=p, args=flags),
-                            command="ppt-dask train mnist --workers {p} " + " ".join(flags)))
+                            p=p, threads=1, script="ppt_dask_cli.py", spec=dict(p=p, args=flags)))
     return [c for c in out if peers.missing(c) is None]
 
 
@@ -295,8 +294,8 @@ def main() -> int:
                               "checks apart); gradient ms: the gradient phase (PyTorch: forward and backward; DDP's "
                               "all-reduce runs inside its backward, so none is given)",
                               "* more workers than cores: oversubscribed",
-                              *sorted({f"`{r['command']}`" for rs in everything.get("cnn", {}).values() for r in rs
-                                       if r.get("command")})])
+                              *sorted({f"`{r['command']}`" for runs in everything.values() for rs in runs.values()
+                                       for r in rs if r.get("command")})])
     (args.out / "block_race.json").write_text(json.dumps({"runs": everything, "loads": loads}, indent=1, default=str))
     print(common.markdown(rows, columns))
     return 0

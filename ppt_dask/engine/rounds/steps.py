@@ -4,8 +4,9 @@ Every transport calls these, and they differ only in how the partial sums travel
 streamed loops (:mod:`ppt_dask.engine.rounds.stream`) send them worker to worker through their
 allreduce, the per-round graphs (:mod:`ppt_dask.engine.rounds.onehop`,
 :mod:`ppt_dask.engine.rounds.graph`, :mod:`ppt_dask.engine.rounds.overlap`) hand them to the
-scheduler as task results. Whatever carried them, the total is added along the fixed shard
-tree, so every transport gives bitwise the same rounds.
+scheduler as task results. Whatever carried them, the total is added along the fixed tree
+(over the shards, or with ``reproducible="same-p"`` over the worker slots), so every transport
+gives bitwise the same rounds.
 
 * synchronous (:class:`~ppt_dask.Sync`, :class:`~ppt_dask.PPT`, :class:`~ppt_dask.Average`):
   :func:`sync_partial` (the slot's partial sums at a state), then, once the total is there,
@@ -53,7 +54,9 @@ def slot_steps(strategy, net, plan) -> list[SlotStep]:
 
 def partial_sums(work: Callable, params, shards: list, shard_ids: list[int], round_index: int,
                  nodes: list, fan_in: int, n_shards: int) -> dict:
-    """Run ``work`` on each resident shard, pre-combined into this worker's subtrees."""
+    """Run ``work`` on each resident shard, pre-combined into this worker's subtrees (a pass a
+    shard: the checks of the training set, :func:`ppt_dask.engine.result.evaluate`; the rounds
+    go through their strategy's ``slot_sums``, :func:`sync_partial`)."""
     position = {s: i for i, s in enumerate(shard_ids)}
     cache: dict[int, tuple] = {}
 
