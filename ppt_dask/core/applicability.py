@@ -132,9 +132,28 @@ def refuse(strategy: str, given: dict, spell=str) -> None:
 
 
 def reproducible_for(strategy: str, value: str | None, spell=str) -> str | None:
-    """What a run of ``strategy`` promises: ``value`` ("any-p" or "same-p", checked), or where
-    it is None the strategy's default (:data:`REPRODUCIBLE_DEFAULT`; None for the asynchronous
-    strategy, whose replicas never wait for each other: no run repeats its bits)."""
+    """What a run of ``strategy`` promises to repeat bit for bit.
+
+    Parameters
+    ----------
+    strategy : str
+        One of :data:`STRATEGIES`.
+    value : {"any-p", "same-p"} or None
+        What the user asked for (None: not given).
+    spell : callable
+        How a refusal spells the parameter (:func:`cli_spelling` for the flag).
+
+    Returns
+    -------
+    str or None
+        ``value``, or where it is None the strategy's default (:data:`REPRODUCIBLE_DEFAULT`);
+        None for the asynchronous strategy, whose replicas never wait for each other.
+
+    Raises
+    ------
+    ValueError
+        An unknown value, or one that does not apply to ``strategy``, in one line.
+    """
     if value is not None and value not in REPRODUCIBLE:
         raise ValueError(f"{spell('reproducible')} must be one of {REPRODUCIBLE}, got {value!r}")
     refuse(strategy, {"reproducible": value}, spell)

@@ -199,9 +199,24 @@ def passes(net, params: np.ndarray, X, Y) -> Callable:
 
 def shard_sums(net, params: np.ndarray, blocks) -> list[tuple[np.ndarray, np.ndarray]]:
     """``[net.loss_grad_stats(params, X, Y) for X, Y in blocks]``, bit for bit, in as few passes
-    as ``net`` allows: blocks of the same number of rows (at most :data:`STACK_ROWS`) go through
+    as ``net`` allows.
+
+    Blocks of the same number of rows (at most :data:`STACK_ROWS`) go through
     ``net.loss_grad_stats_shards`` together where the network has it (the shards of a worker,
-    whose shares of a round differ by at most one row: two passes at most)."""
+    whose shares of a round differ by at most one row: two passes at most).
+
+    Parameters
+    ----------
+    net : a network of the model protocol (:class:`Network`)
+    params : ndarray, shape (n_params,)
+    blocks : sequence of (X, Y)
+        Rows of shape (n_i, *row_shape) and their targets.
+
+    Returns
+    -------
+    list of (ndarray, ndarray)
+        Per block, its gradient sum (shape (n_params,)) and stats ``[loss_sum, n_wrong, n]``.
+    """
     own = getattr(net, "loss_grad_stats_shards", None)
     if own is None or len(blocks) < 2 or max(len(X) for X, _ in blocks) > STACK_ROWS:
         return [net.loss_grad_stats(params, X, Y) for X, Y in blocks]
@@ -219,9 +234,25 @@ def shard_sums(net, params: np.ndarray, blocks) -> list[tuple[np.ndarray, np.nda
 
 def one_pass(net, params: np.ndarray, blocks) -> tuple[np.ndarray, np.ndarray]:
     """The gradient sum and stats over all the rows of ``blocks`` (a worker's shards' rows of a
-    round): one :meth:`loss_grad_stats` over them concatenated while each block has at most
+    round), in one pass where they are small.
+
+    One ``loss_grad_stats`` over the rows concatenated while each block has at most
     :data:`STACK_ROWS` rows, else a pass per block, added left to right. The same blocks give
-    the same bits; other groupings of the same rows give other roundings of the same sums."""
+    the same bits; other groupings of the same rows give other roundings of the same sums.
+
+    Parameters
+    ----------
+    net : a network of the model protocol (:class:`Network`)
+    params : ndarray, shape (n_params,)
+    blocks : sequence of (X, Y)
+        Rows of shape (n_i, *row_shape) and their targets.
+
+    Returns
+    -------
+    grad_sum : ndarray, shape (n_params,)
+    stats : ndarray, shape (3,)
+        ``[loss_sum, n_wrong, n]`` over all the rows.
+    """
     if len(blocks) == 1:
         return net.loss_grad_stats(params, *blocks[0])
     if max(len(X) for X, _ in blocks) <= STACK_ROWS:

@@ -280,11 +280,28 @@ REPRODUCIBLE = ("same-p", "any-p")  # ppt.train's reproducible: what the model c
 
 
 def calls_per_round(p, block, n_shards=None, reproducible: str = "same-p"):
-    """The workers holding shards, the busiest one's patterns of a round and the gradient calls
-    it makes for them, as ``ppt.train(..., reproducible=reproducible)`` runs a synchronous round:
-    "any-p" a call per shard it holds; "same-p" one over all its rows (the worker's shards' rows
-    concatenated, :func:`ppt_dask.core.model.one_pass`) while each shard's share is at most
-    ``STACK_ROWS`` rows, else a call per shard too. Broadcasts ``p`` and ``block``."""
+    """How a synchronous round's gradient falls on the workers, as ``ppt.train(...,
+    reproducible=reproducible)`` runs it.
+
+    "any-p": a call per shard a worker holds; "same-p": one call over all its rows (its shards'
+    rows side by side, :func:`ppt_dask.core.model.one_pass`) while each shard's share is at most
+    ``STACK_ROWS`` rows, else a call per shard too.
+
+    Parameters
+    ----------
+    p : int or array of int
+        Workers.
+    block : int or array of int
+        Patterns per round, split over the shards.
+    n_shards : int, optional
+        Logical shards (None: one per worker).
+    reproducible : {"same-p", "any-p"}
+
+    Returns
+    -------
+    workers, patterns, calls : arrays of the broadcast shape of ``p`` and ``block``
+        The workers holding shards, the busiest one's patterns and its calls.
+    """
     if reproducible not in REPRODUCIBLE:
         raise ValueError(f"reproducible must be one of {REPRODUCIBLE}, got {reproducible!r}")
     b = check_int_array_at_least("block", block, 1)

@@ -27,6 +27,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from ppt_dask.core import keys, tree
+from ppt_dask.engine.rounds.steps import slot_work
 from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 # ---- task functions (worker side) ------------------------------------------------------
@@ -238,7 +239,7 @@ class TreeRounds(GenerationGraphs):
 
         self.client, self.plan, self.tag, self.first = client, plan, tag, first
         self.shard_futures = list(shard_futures)
-        self.work = functools.partial(strategy.slot_sums, net, whole=plan.whole)
+        self.work = slot_work(strategy, net, plan.whole)
         self.apply = functools.partial(strategy.apply, net)
         self.broadcast = strategy.broadcast
         self.start_state = start_state

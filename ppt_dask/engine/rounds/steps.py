@@ -22,11 +22,13 @@ gives bitwise the same rounds.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ppt_dask.algorithms.localsgd import block_round, state_after
+from ppt_dask.algorithms.strategies import shard_by_shard
 from ppt_dask.core import tree
 
 
@@ -71,11 +73,22 @@ def partial_sums(work: Callable, params, shards: list, shard_ids: list[int], rou
 # ---- synchronous rounds ---------------------------------------------------------------
 
 
+def slot_work(strategy, net, whole: bool = False) -> Callable:
+    """A worker slot's map of a round, ``(broadcast, shards, shard_ids, r, nodes, fan_in, n_shards)
+    -> {tree node: partial}``: the strategy's ``slot_sums`` (all the slot's shards at once), or for
+    a strategy that has only ``work`` (a probe of :mod:`ppt_dask.perf.probes`, one of a user's)
+    its ``work`` shard by shard."""
+    own = getattr(strategy, "slot_sums", None)
+    if own is not None:
+        return functools.partial(own, net, whole=whole)
+    return functools.partial(shard_by_shard, strategy, net, whole=whole)
+
+
 def sync_partial(step: SlotStep, state, shards: list, r: int) -> dict:
     """Round ``r``'s partial sums of the slot's subtrees (tree node -> partial) at ``state``,
-    the state after round ``r - 1``: the strategy's ``slot_sums``, all the slot's shards at once."""
-    return step.strategy.slot_sums(step.net, step.strategy.broadcast(state), shards, step.shard_ids, r, step.nodes,
-                                   step.fan_in, step.n_shards, step.whole)
+    the state after round ``r - 1`` (:func:`slot_work`)."""
+    return slot_work(step.strategy, step.net, step.whole)(step.strategy.broadcast(state), shards, step.shard_ids, r,
+                                                          step.nodes, step.fan_in, step.n_shards)
 
 
 def sync_update(step: SlotStep, state, total: tuple):
