@@ -167,9 +167,12 @@ def shard_by_shard(strategy, net, broadcast, shards: list, shard_ids, r: int, no
 class Sync(_Rows, _Base):
     """Synchronous gradient descent: by epoch (``block=None``) or by block (seed 001).
 
-    Every round each shard computes the gradient sum over its part of the block; the
-    tree reduce adds them in shard order; the update applies one SGD step with momentum
-    and L2 to the mean gradient.
+    Every round each shard takes its part of the block; the gradient summed over those rows
+    is added in a fixed order and the update applies one SGD step with momentum and L2 to
+    the mean gradient. The run's ``reproducible`` (:func:`ppt_dask.train`) says how a worker
+    computes its shards' parts: each shard's sum on its own, added along the fixed shard tree
+    (the same weights on any number of workers), or all its rows in one pass (the same
+    weights on the same number of workers; the default).
 
     Parameters
     ----------
