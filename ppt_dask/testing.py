@@ -44,6 +44,13 @@ class Slowed:
         time.sleep(self.seconds * slowed)
         return self.inner.work(net, broadcast, shard, s, r)
 
+    def slot_sums(self, net, broadcast, shards: list, shard_ids, r: int, nodes, fan_in: int, n_shards: int,
+                  whole: bool = False) -> dict:
+        """A worker slot's round (the strategies' ``slot_sums``), slowed by ``seconds`` for each
+        of its shards that is slowed."""
+        time.sleep(self.seconds * sum(1 for s in shard_ids if self.shards is None or s in self.shards))
+        return self.inner.slot_sums(net, broadcast, shards, shard_ids, r, nodes, fan_in, n_shards, whole)
+
     def apply(self, net, state, total):
         return self.inner.apply(net, state, total)
 

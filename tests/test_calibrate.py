@@ -167,13 +167,16 @@ def test_streamed_rounds_timed_for_the_model(client4, workers4, tiny):
     c = pm.Constants(1e-6, 1e-6, 0, 0, 0, 0, tl0_seconds=1e-6, stream_rows=curve.rows,
                      stream_first_seconds=curve.first, stream_more_seconds=curve.more,
                      stream_shared_factor=curve.factor)
-    # p = 1 over 8 shards, calls of 64 rows: what the loop measured (first + 7 more = several)
-    assert pm.compute_seconds(1, 512, c, 8, streamed=True) == pytest.approx(
+    # p = 1 over 8 shards, calls of 64 rows (reproducible="any-p", as the curve was timed): what the
+    # loop measured (first + 7 more = several)
+    assert pm.compute_seconds(1, 512, c, 8, streamed=True, reproducible="any-p") == pytest.approx(
         curve.first[-1] + 7 * curve.more[-1])
     assert curve.first[-1] + 7 * curve.more[-1] == pytest.approx(curve.several[-1])
     # p = 2 over 8 shards: four calls each, times the factor the shared layout measured
-    assert pm.compute_seconds(2, 512, c, 8, streamed=True) == pytest.approx(
+    assert pm.compute_seconds(2, 512, c, 8, streamed=True, reproducible="any-p") == pytest.approx(
         (curve.first[-1] + 3 * curve.more[-1]) * curve.factor[-1])
+    # same-p, the default: a worker's rows of a round in one call, read from the curve at its rows
+    assert pm.compute_seconds(2, 128, c, 8, streamed=True) == pytest.approx(curve.first[-1] * curve.factor[-1])
     links = loops.measure_links(client4, (16, 200_000), workers4[:2], rounds=10)
     assert [s[:2] for s in links.samples] == [(1, 16), (1, 200_000), (2, 16), (2, 200_000)]
     assert links.tl0_seconds > 0 and links.tl1_seconds + links.tlw_seconds_per_weight > 0

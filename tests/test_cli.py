@@ -119,6 +119,19 @@ def test_exchange_flag_picks_the_round_graph(tmp_path, exchange, scheduler_addre
     assert json.loads(out.read_text())["exchange"] == exchange
 
 
+@pytest.mark.parametrize("flag, promise, said", [
+    ([], "same-p", "the same bits on 2 workers (--reproducible same-p)"),
+    (["--reproducible", "any-p"], "any-p", "the same bits on any number of workers (--reproducible any-p)"),
+])
+def test_the_results_first_line_says_what_the_run_repeats(tmp_path, scheduler_address, flag, promise, said):
+    out = tmp_path / "out.json"
+    proc = run("train", "parity8", "--workers", "2", "--epochs", "5", *flag, "--json", str(out), "--quiet",
+               "--scheduler", scheduler_address)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"parity8: strategy epoch, 2 workers, network 8-100-1, {said}"
+    assert json.loads(out.read_text())["reproducible"] == promise
+
+
 @pytest.mark.parametrize("args, message", [
     (["--lr", "-1"], "lr must be > 0, got -1"),
     (["--fan-in", "1"], "--fan-in: must be >= 2"),

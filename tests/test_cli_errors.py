@@ -72,6 +72,19 @@ def test_exchange_that_does_not_apply_is_refused_before_the_cluster():
     assert "'tree'" in line and line.endswith("not to --strategy local"), line
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--strategy", "local", "--reproducible", "same-p"], "--reproducible 'same-p' applies to --strategy epoch, "
+                                                         "block, ppt, not to --strategy local"),
+    (["--strategy", "async", "--reproducible", "any-p"], "--reproducible 'any-p' applies to --strategy epoch, "
+                                                        "block, ppt, average, local, not to --strategy async"),
+])
+def test_a_promise_that_does_not_apply_is_refused_before_the_cluster(argv, words):
+    run = _run("train", "parity8", *argv)
+    assert run.returncode == 2
+    line = run.stderr.strip()
+    assert line == f"ppt-dask: error: {words}", line
+
+
 def test_debug_shows_the_traceback_anywhere_on_the_line_or_from_the_environment():
     for argv, env in ((["--debug", "train", "parity8", "--lr", "-1"], None),
                       (["train", "parity8", "--lr", "-1", "--debug"], None),

@@ -44,7 +44,8 @@ def test_a_round_never_moves_shards(client4, workers4):
                                       ppt.Sync(lr=0.3, momentum=0.5, block=24)],
                          ids=["epoch", "block"])
 def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strategy, exchange):
-    """Streamed rounds (one loop per worker, sums sent loop to loop) and the one-hop graph."""
+    """reproducible="any-p": streamed rounds (one loop per worker, sums sent loop to loop) and the
+    one-hop graph give the serial path's bits at any number of workers."""
     X, y = _data()
     net = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
     expected, _ = train_serial(net, X, y, strategy, rounds=10, n_shards=8, seed=3)
@@ -52,12 +53,36 @@ def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strate
     for p in (1, 2, 4):
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
         epochs = 10 / strategy.rounds_per_epoch(len(X))
-        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3, exchange=exchange)
+        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3, exchange=exchange,
+                           reproducible="any-p")
         ppt.exit_data(shards)
         rounds[p] = result.rounds
-        assert result.settings["exchange"] == exchange
+        assert result.settings["exchange"] == exchange and result.settings["reproducible"] == "any-p"
         assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
     assert rounds == {1: 10, 2: 10, 4: 10}
+
+
+@pytest.mark.parametrize("exchange", ["stream", "all", "tree"])
+@pytest.mark.parametrize("strategy", [ppt.Sync(lr=0.5, momentum=0.9, l2=0.01),
+                                      ppt.Sync(lr=0.3, momentum=0.5, block=24),
+                                      ppt.PPT(lr=0.5, momentum=0.3, local_epoch=5)],
+                         ids=["epoch", "block", "ppt"])
+def test_same_p_gives_its_serial_bits_on_1_2_3_4_workers(client4, workers4, strategy, exchange):
+    """reproducible="same-p" (the default for these strategies): each worker computes its rows of a
+    round in one pass and the workers' sums are added along the tree over the workers; at each p
+    the weights are bitwise the serial path's run the same way with p slots, on every transport.
+    p = 3 holds 3, 3 and 2 of the 8 shards (unequal slots, and a tree over 3 leaves)."""
+    X, y = _data()
+    net = ppt.MLP((5, 7, 3), hidden="tanh", output="softmax", dtype="float64")
+    for p in (1, 2, 3, 4):
+        expected, _ = train_serial(net, X, y, strategy, rounds=6, n_shards=8, seed=3, reproducible="same-p",
+                                   workers=p)
+        shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
+        epochs = 6 / strategy.check([12] * 8, 3).rounds_per_epoch(len(X))
+        result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3, exchange=exchange)
+        ppt.exit_data(shards)
+        assert result.rounds == 6 and result.settings["reproducible"] == "same-p"
+        assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from its serial run"
 
 
 def test_unaligned_blocks_and_fan_in_3_still_match_serial(client4, workers4):
@@ -66,7 +91,7 @@ def test_unaligned_blocks_and_fan_in_3_still_match_serial(client4, workers4):
     strategy = ppt.Sync(lr=0.2, momentum=0.9)
     expected, _ = train_serial(net, X, y, strategy, rounds=5, n_shards=7, seed=1, fan_in=3)
     shards = ppt.enter_data(client4, X, y, n_shards=7, workers=workers4[:3])
-    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=5), seed=1, fan_in=3)
+    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=5), seed=1, fan_in=3, reproducible="any-p")
     ppt.exit_data(shards)
     assert result.params.tobytes() == expected.tobytes()
 
@@ -111,7 +136,7 @@ def test_parity8_is_learned_on_processes(client4, workers4):
 def test_a_threads_cluster_gives_the_same_weights(threads_client):
     X, y = _data()
     net = ppt.MLP((5, 4, 3))
-    expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=5, n_shards=4)
+    expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=5, n_shards=4, reproducible="same-p", workers=2)
     shards = ppt.enter_data(threads_client, X, y, n_shards=4)
     result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=5))
     ppt.exit_data(shards)
@@ -145,7 +170,7 @@ def test_shards_built_on_the_workers_from_a_source(client4, workers4, tmp_path):
     shards = ppt.enter_source(client4, loader, n_rows=600, n_shards=4, workers=workers4[:2])
     X, y = datasets.mnist_rows(data_dir, "train", 0, 600)
     net = ppt.MLP((784, 8, 10))
-    expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=4)
+    expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=4, reproducible="same-p", workers=2)
     result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
     assert shards.source == "loader"
     ppt.exit_data(shards)
@@ -159,7 +184,7 @@ def test_shards_from_a_dask_array(client4, workers4):
     shards = ppt.enter_data(client4, dX, dy, n_shards=4, workers=workers4[:2])
     net = ppt.MLP((5, 4, 3))
     expected, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=4)
-    result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3))
+    result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3), reproducible="any-p")
     held = shards.who_has()
     ppt.exit_data(shards)
     assert result.params.tobytes() == expected.tobytes()

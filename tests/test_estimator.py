@@ -93,7 +93,8 @@ def test_without_scikit_learn_the_estimators_say_how_to_get_it_and_the_rest_runs
         client = ppt.connect(n_workers=1, processes=False)
         shards = ppt.enter_data(client, X, y, n_shards=2)
         result = ppt.train(net, shards, ppt.Sync(lr=0.5), ppt.Stop(max_epochs=3), seed=1)
-        serial, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=2, seed=1)
+        serial, _ = train_serial(net, X, y, ppt.Sync(lr=0.5), rounds=3, n_shards=2, seed=1, reproducible="same-p",
+                                 workers=1)
         print("bitwise:", np.array_equal(result.params, serial))
         ppt.exit_data(shards); ppt.cluster.close(client)
     """)

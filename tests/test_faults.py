@@ -32,15 +32,19 @@ NET = ppt.MLP((6, 8, 3), hidden="tanh", output="softmax")
 
 
 
-@pytest.mark.parametrize("strategy, exchange", [
-    (Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "stream"),
-    (Slowed(ppt.Average(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01), "stream"),
-    (Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "all"),
-], ids=["sync", "average", "sync-one-hop"])
-def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy, exchange):
+@pytest.mark.parametrize("strategy, exchange, promise", [
+    (Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "stream", "same-p"),
+    (Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "stream", "any-p"),
+    (Slowed(ppt.Average(lr=0.1, momentum=0.9, block=10, interval=20), seconds=0.01), "stream", "any-p"),
+    (Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01), "all", "same-p"),
+], ids=["sync", "sync-any-p", "average", "sync-one-hop"])
+def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy, exchange, promise):
+    """A SIGKILLed worker: the run ends bitwise as undisturbed, under either promise (its serial
+    run: every shard on its own, or each of the 2 workers' rows in one pass)."""
     X, y = _data()
     rounds = 60
-    expected, _ = train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
+    expected, _ = train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1, reproducible=promise,
+                               workers=2)
     shards = ppt.enter_data(client2, X, y, n_shards=4)
     kill, killed = _killer(client2, at_round=25)
     read = []  # the rounds the head read before the first recovery (generation 0)
@@ -51,9 +55,9 @@ def test_worker_killed_mid_run_scattered_shards_resent(client2, strategy, exchan
         kill(record)
     epochs = rounds / strategy.check([100] * 4, 1).rounds_per_epoch(len(X))
     result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=1,
-                       checkpoint_every=10, progress=progress, exchange=exchange)
+                       checkpoint_every=10, progress=progress, exchange=exchange, reproducible=promise)
     ppt.exit_data(shards)
-    assert killed["killed_at"] is not None
+    assert killed["killed_at"] is not None and result.settings["reproducible"] == promise
     assert result.settings["recoveries"] >= 1
     event = result.settings["events"][0]
     if exchange == "stream":  # the surviving loop still held the whole state after the rounds read:
@@ -84,7 +88,8 @@ def test_worker_killed_shards_from_a_source_are_rebuilt_by_dask(client2):
     X, y = datasets.mnist_rows(None, "train", 0, 400)
     net = ppt.MLP((784, 8, 10))
     strategy = Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
-    expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2)
+    expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2, reproducible="same-p",
+                               workers=2)
     shards = ppt.enter_source(client2, loader, n_rows=400, n_shards=4)
     progress, killed = _killer(client2, at_round=15)
     result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=4), seed=2,
@@ -267,7 +272,7 @@ def test_a_worker_that_joins_gets_shards_from_the_next_kept_round(client2):
             client2.cluster.scale(3)
             client2.wait_for_workers(3, timeout=RESTART_SECONDS)
     result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=6), seed=1,
-                       checkpoint_every=5, progress=progress)
+                       checkpoint_every=5, progress=progress, reproducible="any-p")  # the same bits at 2, then 3
     held = shards.who_has()
     ppt.exit_data(shards)
     joined = [e for e in result.settings["events"] if e["event"] == "workers_joined"]
@@ -317,7 +322,9 @@ def test_a_lost_slot_moves_to_the_surviving_worker_under_a_new_label(source):
         X, y = datasets.mnist_rows(None, "train", 0, 400)
         net = ppt.MLP((784, 8, 10))
         strategy = Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
-        expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2)
+        # same-p (the default): the lost slot's one pass runs on the survivor, the 2 slots' bits kept
+        expected, _ = train_serial(net, X, y, strategy.inner, rounds=40, n_shards=4, seed=2, reproducible="same-p",
+                                   workers=2)
         if source == "loader":
             loader = functools.partial(datasets.mnist_rows, str(files.find_data_dir()), "train")
             shards = ppt.enter_source(client, loader, n_rows=400, n_shards=4)

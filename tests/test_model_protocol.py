@@ -76,7 +76,7 @@ def test_a_model_of_ones_own_trains_on_worker_processes_bitwise_as_serial(client
     for p in (1, 2):
         shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:p])
         try:
-            result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=2)
+            result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=2, reproducible="any-p")
         finally:
             ppt.exit_data(shards)
         assert result.rounds == rounds

@@ -6,6 +6,7 @@ gradient worked out by hand.
 
 import math
 import pickle
+import zlib
 
 import numpy as np
 import pytest
@@ -150,6 +151,85 @@ def test_any_row_partition_adds_up(cuts, seed):
     parts = [net.loss_grad_stats(params, X[a:b], Y[a:b]) for a, b in zip(bounds, bounds[1:])]
     np.testing.assert_allclose(sum(g for g, _ in parts), grad, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(sum(s for _, s in parts), stats, rtol=1e-12)
+
+
+def _blocks(kind, k, n, S, dtype, rng):
+    blocks = []
+    for _ in range(S):
+        Y = make_targets(kind, n, k, rng)
+        blocks.append((rng.standard_normal((n, 11)).astype(dtype), Y))
+    return blocks
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("hidden", sorted(HIDDEN))
+@pytest.mark.parametrize("output, loss, k, kind", CASES)
+def test_a_pass_over_several_blocks_gives_each_blocks_own_bits(output, loss, k, kind, hidden, dtype):
+    """loss_grad_stats_shards (a worker's shards in one batched pass) against loss_grad_stats of each
+    block alone: every gradient and every stats row bit for bit, for blocks of 1 to 33 rows, 2 to 8
+    of them (the stacked products are one BLAS call per block with the block's own shapes; the
+    activations elementwise; every sum over rows taken per block)."""
+    rng = np.random.default_rng(zlib.crc32(f"{output} {loss} {kind} {hidden} {dtype}".encode()))
+    net = MLP((11, 9, 6, k), hidden=hidden, output=output, loss=loss, dtype=dtype)
+    params = net.init_params(1) * 2
+    for n, S in [(1, 3), (7, 2), (25, 8), (33, 5)]:
+        blocks = _blocks(kind, k, n, S, dtype, rng)
+        grads, stats = net.loss_grad_stats_shards(params, blocks)
+        assert grads.shape == (S, net.n_params) and stats.shape == (S, 3)
+        for i, (X, Y) in enumerate(blocks):
+            grad, stat = net.loss_grad_stats(params, X, Y)
+            assert grads[i].tobytes() == grad.tobytes() and stats[i].tobytes() == stat.tobytes(), (n, S, i)
+
+
+def test_a_pass_makes_a_plain_two_dimensional_passs_products():
+    """The stacked products are the 2-D ones: the gradient of an MNIST-sized block, bitwise the one
+    a plain numpy forward and backward (2-D matmuls, as the mpi4py peer writes them) computes, for a
+    block alone and stacked with others, views at any row offset of a shard."""
+    def plain(layers, X, y):
+        acts = [X]
+        for i, (W, b) in enumerate(layers):
+            z = acts[-1] @ W
+            z += b
+            if i < len(layers) - 1:
+                np.tanh(z, out=z)
+            acts.append(z)
+        p = acts[-1]
+        p -= p.max(axis=1, keepdims=True)
+        np.exp(p, out=p)
+        p /= p.sum(axis=1, keepdims=True)
+        delta = p
+        delta[np.arange(len(y)), y] -= 1
+        grads = []
+        for i in range(len(layers) - 1, -1, -1):
+            grads[:0] = [np.matmul(acts[i].T, delta).ravel(), np.sum(delta, axis=0)]
+            if i:
+                factor = acts[i] * acts[i]
+                np.subtract(1, factor, out=factor)
+                delta = (delta @ layers[i][0].T) * factor
+        return np.concatenate(grads)
+
+    rng = np.random.default_rng(0)
+    net = MLP((784, 64, 64, 10), dtype="float32")
+    params = net.init_params(0)
+    shards = [(rng.random((300, 784), dtype=np.float32), rng.integers(0, 10, 300)) for _ in range(4)]
+    blocks = [(X[37:62], y[37:62]) for X, y in shards]  # 25 rows, at an odd offset
+    grads, _ = net.loss_grad_stats_shards(params, blocks)
+    for i, (X, y) in enumerate(blocks):
+        want = plain(net.unflatten(params), X, y)
+        assert grads[i].tobytes() == want.tobytes() == net.loss_grad_stats(params, X, y)[0].tobytes()
+
+
+def test_several_blocks_need_the_same_rows_and_good_targets():
+    net = MLP((3, 4, 2), output="softmax")
+    params, X = net.init_params(0), np.zeros((5, 3))
+    with pytest.raises(ValueError, match=r"every block must have the same number of rows, got \[5, 4\]"):
+        net.loss_grad_stats_shards(params, [(X, np.zeros(5, int)), (X[:4], np.zeros(4, int))])
+    with pytest.raises(ValueError, match="blocks must hold at least one"):
+        net.loss_grad_stats_shards(params, [])
+    with pytest.raises(ValueError, match=r"class labels must lie in 0..1, got values in 0..2"):
+        net.loss_grad_stats_shards(params, [(X, np.zeros(5, int)), (X, np.array([0, 1, 2, 0, 0]))])
+    with pytest.raises(ValueError, match=r"Y has 4 rows but X has 5"):
+        net.loss_grad_stats_shards(params, [(X, np.zeros(5, int)), (X, np.zeros(4, int))])
 
 
 def test_empty_shard():

@@ -170,7 +170,8 @@ def test_shards_of_a_table_are_rebuilt_when_their_worker_is_lost(tmp_path):
         net = ppt.MLP((4, 8, 3), hidden="tanh", output="softmax")
         strategy = Slowed(ppt.Sync(lr=0.3, block=40), seconds=0.02)
         y = np.searchsorted(t.classes, df["kind"].to_numpy())
-        expected, _ = train_serial(net, scaled(df, t), y, strategy.inner, rounds=40, n_shards=4, seed=2)
+        expected, _ = train_serial(net, scaled(df, t), y, strategy.inner, rounds=40, n_shards=4, seed=2,
+                                   reproducible="same-p", workers=2)
         shards = ppt.enter_data(client, t.X, t.y, n_shards=4)
         address = shards.workers[1]
         pid = client.run(os.getpid, workers=[address])[address]

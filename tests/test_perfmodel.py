@@ -13,11 +13,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from ppt_dask.core.model import STACK_ROWS
 from ppt_dask.perf import fit as fit
 from ppt_dask.perf import model as pm
 from ppt_dask.perf import paper001, planning
 
 BAT_FN = paper001.CONSTANTS["bat_cave", "function"]
+ANY = dict(reproducible="any-p")  # a gradient call a shard (the hand-computed rounds count calls)
 FN = paper001.PROBLEMS["function"]
 
 # 001, Table VII: predicted speedups, function example on Bat Cave; {block: (p=2, p=4, p=8)}.
@@ -116,17 +118,36 @@ def test_hand_computed_round_with_call_cost_and_quantum():
     # each worker holds 4 shards (4 calls) and 32 patterns (shares 8 each)
     c = pm.Constants(0.1e-3, 0.2e-3, 0.05e-3, 0.0, 0.0, 0.0, tc_seconds=0.1e-3, tq_seconds=5e-3)
     #   compute = 4*0.1 + 32*(0.1+0.2) = 10.0 ms > tq; + Tu 0.05 = 10.05 ms (Tr = Th = 0)
-    assert pm.iteration_seconds(2, 64, 100, c, n_shards=8) == pytest.approx(10.05e-3, rel=1e-12)
+    assert pm.iteration_seconds(2, 64, 100, c, n_shards=8, **ANY) == pytest.approx(10.05e-3, rel=1e-12)
     #   b = 8: 4*0.1 + 4*0.3 = 1.6 ms < tq -> 5 ms + 0.05
-    assert pm.iteration_seconds(2, 8, 100, c, n_shards=8) == pytest.approx(5.05e-3, rel=1e-12)
+    assert pm.iteration_seconds(2, 8, 100, c, n_shards=8, **ANY) == pytest.approx(5.05e-3, rel=1e-12)
     #   3 workers over 8 shards hold 2 | 3 | 3 shards; b = 64 gives shares of 8:
     #   the busiest does 3 calls and 24 patterns = 0.3 + 7.2 = 7.5 ms
-    assert pm.compute_seconds(3, 64, c, n_shards=8) == pytest.approx(7.5e-3, rel=1e-12)
+    assert pm.compute_seconds(3, 64, c, n_shards=8, **ANY) == pytest.approx(7.5e-3, rel=1e-12)
     #   more workers than shards: only 8 work
-    assert pm.compute_seconds(16, 64, c, n_shards=8) == pm.compute_seconds(8, 64, c, n_shards=8)
+    assert pm.compute_seconds(16, 64, c, n_shards=8, **ANY) == pm.compute_seconds(8, 64, c, n_shards=8, **ANY)
     # the serial program makes one call per block: eq. (3) + (n/b) tc
     #   n = 128, b = 64: 128*0.3 + 2*(0.05 + 0 + 0.1) = 38.7 ms
     assert pm.sequential_epoch_seconds(64, 128, c) == pytest.approx(38.7e-3, rel=1e-12)
+
+
+def test_a_round_under_same_p_is_one_call_a_worker():
+    # tc = 0.1 ms a call, Tf + Tb = 0.3 ms a pattern, Tu 0.05 ms; 8 shards, b = 64 (8 rows a shard)
+    c = pm.Constants(0.1e-3, 0.2e-3, 0.05e-3, 0.0, 0.0, 0.0, tc_seconds=0.1e-3)
+    # same-p (the default): a worker's rows of a round in one call, whatever shards it holds
+    #   p = 1: 0.1 + 64 * 0.3 = 19.3 ms, as the serial program's call (8 shards or 64)
+    for shards in (8, 64):
+        assert pm.compute_seconds(1, 64, c, n_shards=shards) == pytest.approx(19.3e-3, rel=1e-12)
+    assert pm.compute_seconds(1, 64, c, n_shards=64) == pytest.approx(float(pm.call_seconds(64, c)))
+    #   p = 2: 0.1 + 32 * 0.3 = 9.7 ms; any-p: 4 calls, 0.4 + 9.6 = 10.0 ms
+    assert pm.compute_seconds(2, 64, c, n_shards=8) == pytest.approx(9.7e-3, rel=1e-12)
+    assert pm.compute_seconds(2, 64, c, n_shards=8, **ANY) == pytest.approx(10.0e-3, rel=1e-12)
+    assert pm.round_rows(2, 64, 8) == 32 and pm.round_rows(2, 64, 8, "any-p") == 8
+    # past STACK_ROWS rows a shard, a call a shard under either promise
+    big = 8 * (STACK_ROWS + 1)
+    assert pm.compute_seconds(1, big, c, n_shards=8) == pm.compute_seconds(1, big, c, n_shards=8, **ANY)
+    with pytest.raises(ValueError, match="reproducible must be one of"):
+        pm.compute_seconds(1, 64, c, n_shards=8, reproducible="p")
 
 
 def test_hand_computed_round_with_a_call_curve():
@@ -147,9 +168,9 @@ def test_hand_computed_round_with_a_call_curve():
     assert pm.task_seconds(250, 3, more) == pytest.approx(2.4e-3 + 2 * 2.4e-3)
     # p = 1 over 8 shards, b = 1600: one task of 8 calls of 200 rows (+ Tu 0.1 ms)
     one = 1.4e-3 + 2e-3 / 3 + 7 * (1e-3 + 2e-3 / 3)  # task(200) + 7 call(200)
-    assert pm.iteration_seconds(1, 1600, 100, c, n_shards=8) == pytest.approx(one + 0.1e-3)
+    assert pm.iteration_seconds(1, 1600, 100, c, n_shards=8, **ANY) == pytest.approx(one + 0.1e-3)
     # p = 2: 4 calls of 200 rows on each worker, 1.5x slower together
-    assert pm.compute_seconds(2, 1600, c, n_shards=8) == pytest.approx(
+    assert pm.compute_seconds(2, 1600, c, n_shards=8, **ANY) == pytest.approx(
         1.5 * (1.4e-3 + 2e-3 / 3 + 3 * (1e-3 + 2e-3 / 3)))
     # the serial program makes one bare call of b rows per block: n/b * (call(b) + Tu)
     assert pm.sequential_epoch_seconds(400, 800, c) == pytest.approx(2 * (3e-3 + 0.1e-3))
@@ -538,19 +559,19 @@ def test_hand_computed_streamed_round_beside_the_graph_and_oversubscribed():
     # p = 2 over 8 shards, block 1600: 4 calls of 200 rows on each loop
     compute = 1.2 * ((1e-3 + 2e-3 / 3) + 3 * (0.8e-3 + 2e-3 / 3))
     links = 0.05e-3 + 2 * 1e-3 + 1e-8 * 2 * 1000  # one host: two hops (a token in, one out), the p w values added
-    parts = pm.round_parts(2, 1600, 1000, c, n_shards=8)
+    parts = pm.round_parts(2, 1600, 1000, c, n_shards=8, **ANY)
     assert parts["streamed"] and not parts["graph_for_stream"] and parts["head"] == 0.0
     assert parts["compute"] == pytest.approx(compute) and parts["exchange"] == pytest.approx(links)
-    assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8) == pytest.approx(compute + 0.1e-3 + links)
+    assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, **ANY) == pytest.approx(compute + 0.1e-3 + links)
     assert pm.links_seconds(1, 1000, c) == pytest.approx(0.05e-3)  # one loop sends nothing
     # exchange="all", the one-hop graph: 001's line (no graph curve), eq. (4), Th over 2 tasks
     graph = 4 * 200 * 2e-5 + 0.1e-3 + (1e-8 * 1000 + 1e-4) + (2e-3 + 2 * 1e-4)
-    assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, exchange="all") == pytest.approx(graph)
+    assert pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, **ANY, exchange="all") == pytest.approx(graph)
     # "auto" streams at every p, 8 and 12 workers too; on one host (the calibration's) through
     # shared memory at any size: for a small network two hops a round whatever p, and loop 0
     # adds p w values; for a large one k adders, each with k - 1 + p - 1 tokens and p w / k values
     for p in (8, 12, 16):
-        assert pm.round_parts(p, 1600, 1000, c, n_shards=16)["streamed"]
+        assert pm.round_parts(p, 1600, 1000, c, n_shards=16, **ANY)["streamed"]
         assert pm.links_seconds(p, 10**4, c) == pytest.approx(0.05e-3 + 2 * 1e-3 + p * 10**4 * 1e-8)
         k = -(-(p - 1) * 8 * 10**5 // (4 * 2**20))  # 0.8 MB of sums a loop: the others' cut in 4 MiB parts
         assert 1 < k <= p and pm.allreduce_terms(p, 10**5) == (k - 1 + p - 1, pytest.approx(p * 10**5 / k))
@@ -562,28 +583,28 @@ def test_hand_computed_streamed_round_beside_the_graph_and_oversubscribed():
         assert pm.allreduce_terms(p, 10**5, shared=False) == (2 * (p - 1), pytest.approx(2 * (p - 1) / p * 10**5))
     assert pm.allreduce_terms(8, 10**5, algorithm="halving") == (6, pytest.approx(2 * 7 / 8 * 10**5))
     # 4 workers on 2 cores: the loops time-slice, compute and exchange take twice as long
-    one_each = pm.round_parts(4, 1600, 1000, c, n_shards=8)
-    shared = pm.round_parts(4, 1600, 1000, c, n_shards=8, cores=2)
+    one_each = pm.round_parts(4, 1600, 1000, c, n_shards=8, **ANY)
+    shared = pm.round_parts(4, 1600, 1000, c, n_shards=8, **ANY, cores=2)
     assert shared["compute"] == pytest.approx(2 * one_each["compute"])
     assert shared["exchange"] == pytest.approx(2 * one_each["exchange"])
-    assert pm.round_parts(2, 1600, 1000, c, n_shards=8, cores=2)["compute"] == pytest.approx(compute)
+    assert pm.round_parts(2, 1600, 1000, c, n_shards=8, **ANY, cores=2)["compute"] == pytest.approx(compute)
     # a calibration without streamed terms charges streamed rounds the graph's, and says so
     old = dataclasses.replace(c, tl0_seconds=0.0, tl1_seconds=0.0, tlw_seconds_per_weight=0.0)
-    assert pm.round_parts(2, 1600, 1000, old, n_shards=8)["graph_for_stream"]
-    assert pm.iteration_seconds(2, 1600, 1000, old, n_shards=8) == pytest.approx(graph)
+    assert pm.round_parts(2, 1600, 1000, old, n_shards=8, **ANY)["graph_for_stream"]
+    assert pm.iteration_seconds(2, 1600, 1000, old, n_shards=8, **ANY) == pytest.approx(graph)
     # the wait for the slowest loop: a share of the gradient phase, from 2 loops on
     lagged = dataclasses.replace(c, stream_lag_ratio=0.05)
-    assert pm.round_parts(2, 1600, 1000, lagged, n_shards=8)["exchange"] == pytest.approx(links + 0.05 * compute)
-    assert pm.round_parts(1, 1600, 1000, lagged, n_shards=8)["exchange"] == pytest.approx(0.05e-3)
-    over = pm.round_parts(4, 1600, 1000, lagged, n_shards=8, cores=2)
+    assert pm.round_parts(2, 1600, 1000, lagged, n_shards=8, **ANY)["exchange"] == pytest.approx(links + 0.05 * compute)
+    assert pm.round_parts(1, 1600, 1000, lagged, n_shards=8, **ANY)["exchange"] == pytest.approx(0.05e-3)
+    over = pm.round_parts(4, 1600, 1000, lagged, n_shards=8, **ANY, cores=2)
     assert over["exchange"] == pytest.approx(shared["exchange"] + 0.05 * shared["compute"])
-    assert pm.round_parts(2, 1600, 1000, lagged, n_shards=8, exchange="all")["exchange"] == pytest.approx(
+    assert pm.round_parts(2, 1600, 1000, lagged, n_shards=8, **ANY, exchange="all")["exchange"] == pytest.approx(
         1e-8 * 1000 + 1e-4)  # the graph's rounds keep eq. (4)
     assert pm.lag_seconds([1, 2, 3], 0.01, lagged) == pytest.approx([0.0, 5e-4, 5e-4])
     with pytest.raises(ValueError, match="stream_lag_ratio must be a finite number >= 0, got -0.1"):
         dataclasses.replace(c, stream_lag_ratio=-0.1)
     with pytest.raises(ValueError, match="cores must be an integer >= 1, got 0"):
-        pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, cores=0)
+        pm.iteration_seconds(2, 1600, 1000, c, n_shards=8, **ANY, cores=0)
     with pytest.raises(ValueError, match="exchange must be one of"):
         pm.iteration_seconds(2, 1600, 1000, c, exchange="mpi")
 

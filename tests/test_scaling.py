@@ -61,16 +61,16 @@ def _within_bound(result, workers: int) -> None:
         assert 0 < row["transfer_bytes"] / workers <= BOUND * weights, row["transfer_bytes"]
 
 
-@pytest.mark.parametrize("asked, used", [("auto", "shared"), ("scatter", "scatter")])
-def test_eight_worker_processes_stream_and_end_bitwise_as_serial_within_the_bound(client8, asked, used):
+@pytest.mark.parametrize("asked, used, promise", [("auto", "shared", "same-p"), ("scatter", "scatter", "any-p")])
+def test_eight_worker_processes_stream_and_end_bitwise_as_serial_within_the_bound(client8, asked, used, promise):
     X, y = _data()
     rounds = 12
-    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=4)
+    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=4, reproducible=promise, workers=8)
     shards = ppt.enter_data(client8, X, y, n_shards=16)
     try:
         with own_shm(client8) as segments:
             result = ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))),
-                               seed=4, allreduce=asked)
+                               seed=4, allreduce=asked, reproducible=promise)
             left = segments()
     finally:
         ppt.exit_data(shards)
@@ -100,18 +100,19 @@ def test_local_sgd_on_eight_workers_two_rounds_in_flight_bitwise(client8, algori
 
 
 @pytest.mark.slow  # 3 s each: in CI's full run (.ci/run), out of the default suite's few minutes
-@pytest.mark.parametrize("asked, used", [("auto", "shared"), ("scatter", "scatter")])
-def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8, asked, used):
+@pytest.mark.parametrize("asked, used, promise", [("auto", "shared", "same-p"), ("scatter", "scatter", "any-p")])
+def test_a_worker_killed_among_eight_the_run_ends_bitwise_as_undisturbed(client8, asked, used, promise):
     X, y = _data()
     rounds = 40
     strategy = Slowed(SYNC, seconds=0.01)
-    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=5)
+    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=16, seed=5, reproducible=promise, workers=8)
     shards = ppt.enter_data(client8, X, y, n_shards=16)
     progress, killed = sigkill_at(client8, at_round=15, slot=3)
     try:
         with own_shm(client8) as segments:
             result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds / SYNC.rounds_per_epoch(len(X))),
-                               seed=5, checkpoint_every=10, progress=progress, allreduce=asked)
+                               seed=5, checkpoint_every=10, progress=progress, allreduce=asked,
+                               reproducible=promise)
             left = segments()
     finally:
         ppt.exit_data(shards)  # the nanny brings the worker back: the next test waits for it (client8)
@@ -126,7 +127,7 @@ def test_twelve_worker_threads_stream_by_default_bitwise_as_serial():
     """Not a power of two: still streamed (never the scheduler in a round), still the bits."""
     X, y = _data(240)
     rounds = 6
-    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=12, seed=6)
+    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=12, seed=6, reproducible="same-p", workers=12)
     client = ppt.connect(n_workers=12, processes=False, dashboard_address=None)
     try:
         shards = ppt.enter_data(client, X, y, n_shards=12)

@@ -85,7 +85,8 @@ def test_parity8_through_worker_jobs_survives_a_scancel(slurm, certs, tmp_path):
     data = datasets.parity(8)
     strategy = ppt.Sync(lr=2.0, momentum=0.9)
     rounds, cancel_at = 120, 40
-    expected, _ = train_serial(NET, data.X, data.y, strategy, rounds=rounds, n_shards=8, seed=0)
+    expected, _ = train_serial(NET, data.X, data.y, strategy, rounds=rounds, n_shards=8, seed=0,
+                               reproducible="same-p", workers=2)
 
     t0 = time.perf_counter()
     cluster, client = slurmcluster.start(2, cores=1, memory="1GB", certs_dir=certs, interface="lo",

@@ -36,7 +36,8 @@ def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strate
     for p in (1, 2, 4):
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
         epochs = rounds / strategy.check([12] * 8, 5).rounds_per_epoch(len(X))
-        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5, exchange=exchange)
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5, exchange=exchange,
+                           reproducible="any-p")
         ppt.exit_data(shards)
         assert result.rounds == rounds and result.settings["exchange"] == exchange
         assert result.params.tobytes() == expected.tobytes(), f"p={p} differs from serial"
@@ -50,7 +51,7 @@ def test_ppt_on_replicated_data_draws_from_the_whole_set(client4, workers4):
         shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:p], replicate=True)
         assert shards.replicated and shards.n_rows == 96
         assert len({f.key for f in shards.futures}) == p  # one copy per worker, not per shard
-        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=4 * 160 / 96), seed=2)
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=4 * 160 / 96), seed=2, reproducible="any-p")
         ppt.exit_data(shards)
         assert result.params.tobytes() == expected.tobytes()
 

@@ -73,7 +73,8 @@ def test_bitwise_identical_on_1_2_4_worker_processes_and_serial(client4, workers
     for p in (1, 2, 4):
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
         try:
-            result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5, exchange=exchange)
+            result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=epochs), seed=5, exchange=exchange,
+                               reproducible="any-p")
         finally:
             ppt.exit_data(shards)
         assert result.rounds == rounds
@@ -83,18 +84,21 @@ def test_bitwise_identical_on_1_2_4_worker_processes_and_serial(client4, workers
     assert scheduler_keys(client4) == []
 
 
-def test_a_random_module_is_bitwise_too(client4, workers4):
-    """Dropout draws are seeded per pass: the same on any worker and in the serial path."""
+@pytest.mark.parametrize("promise", ["any-p", "same-p"])
+def test_a_random_module_is_bitwise_too(client4, workers4, promise):
+    """Dropout draws are seeded per pass: the same on any worker and in the serial path run the
+    same way (any-p: a pass a shard; same-p: a pass a worker, its own draws)."""
     X, y = _data()
     net = ppt.TorchNet(conv_dropout)
     strategy = ppt.Sync(lr=0.3, momentum=0.5, block=24)
-    expected, _ = serial.train_serial(net, X, y, strategy, rounds=6, n_shards=8, seed=1)
     no_dropout, _ = serial.train_serial(NET, X, y, strategy, rounds=6, n_shards=8, seed=1)
-    assert expected.shape == no_dropout.shape and expected.tobytes() != no_dropout.tobytes()
     for p in (1, 2):
+        expected, _ = serial.train_serial(net, X, y, strategy, rounds=6, n_shards=8, seed=1, reproducible=promise,
+                                          workers=p)
+        assert expected.shape == no_dropout.shape and expected.tobytes() != no_dropout.tobytes()
         shards = ppt.enter_data(client4, X, y, n_shards=8, workers=workers4[:p])
         try:
-            result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=6 * 24 / 96), seed=1)
+            result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=6 * 24 / 96), seed=1, reproducible=promise)
         finally:
             ppt.exit_data(shards)
         assert result.net.random and result.params.tobytes() == expected.tobytes(), f"p={p}"
@@ -130,7 +134,8 @@ def test_images_from_a_dask_array_and_from_a_loader_on_the_workers(client4, work
     net = ppt.TorchNet(lambda: nn.Sequential(nn.Conv2d(1, 2, 5, stride=3), nn.Tanh(), nn.Flatten(),
                                              nn.Linear(2 * 8 * 8, 10)).double())
     strategy = ppt.Sync(lr=0.1, momentum=0.9, block=40)
-    expected, _ = serial.train_serial(net, X, y, strategy, rounds=4, n_shards=4, seed=0)
+    expected, _ = serial.train_serial(net, X, y, strategy, rounds=4, n_shards=4, seed=0, reproducible="same-p",
+                                      workers=2)
     loader = functools.partial(datasets.mnist_rows, data_dir, "train", row_shape=(1, 28, 28))
     for shards in (ppt.enter_data(client4, da.from_array(X, chunks=(40, 1, 28, 28)), da.from_array(y, chunks=40),
                                   n_shards=4, workers=workers4[:2]),
@@ -148,7 +153,8 @@ def test_a_worker_killed_mid_run_ends_bitwise_as_undisturbed():
     X, y = _data(400)
     strategy = Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=0.01)
     rounds = 40
-    expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1)
+    expected, _ = serial.train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=4, seed=1,
+                                      reproducible="same-p", workers=2)
     client = ppt.connect(n_workers=2, dashboard_address=None)
     try:
         client.wait_for_workers(2, timeout=60)
@@ -270,7 +276,7 @@ def test_workers_of_two_threads_compute_on_two_and_bitwise_on_1_and_2_workers(st
         for p in (1, 2):
             shards = ppt.enter_data(client, X, y, n_shards=4, workers=workers[:p])
             try:
-                result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3)
+                result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=epochs), seed=3, reproducible="any-p")
             finally:
                 ppt.exit_data(shards)
             assert result.rounds == rounds and result.params.tobytes() == expected.tobytes(), f"p={p}"

@@ -11,6 +11,8 @@ from ppt_dask, so the processes do not import dask).
     mpiexec -n 2 python graphs/peers/mpi_allreduce.py SPEC.json RESULT.json
 """
 
+import time
+
 import _common as c
 import numpy as np
 from mpi4py import MPI
@@ -72,17 +74,23 @@ def main():
     lr, momentum = spec["lr"], spec["momentum"]
     local = spec["batch"] // size
     steps = len(X) // local
+    clock = {"gradient": 0.0, "steps": 0.0, "n": 0}  # seconds in grad_sum, in whole steps; steps taken
 
     def train_epoch(e):
         loss = 0.0
+        t0 = time.perf_counter()
         for i in range(steps):
             rows = slice(i * local, (i + 1) * local)
+            t1 = time.perf_counter()
             buf[-3], buf[-2] = grad_sum(layers, grads, X[rows], y[rows])
+            clock["gradient"] += time.perf_counter() - t1
             buf[-1] = local
             comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
             velocity[:] = momentum * velocity - (lr / buf[-1]) * buf[:-3]
             params[:] += velocity  # in place: the views in `layers` follow
             loss += buf[-3]
+        clock["steps"] += time.perf_counter() - t0
+        clock["n"] += steps
         return loss / (steps * spec["batch"])
 
     def test_accuracy():
@@ -97,7 +105,9 @@ def main():
     run = c.race(spec, train_epoch, test_accuracy, agree)
     rss = comm.gather(c.peak_rss_mib())
     if rank == 0:
-        c.write_result(out, spec, run, None, rss, processes=size, mpi=MPI.Get_library_version().split("\n")[0])
+        c.write_result(out, spec, run, None, rss, processes=size, mpi=MPI.Get_library_version().split("\n")[0],
+                       step_ms=1e3 * clock["steps"] / max(clock["n"], 1),
+                       gradient_ms=1e3 * clock["gradient"] / max(clock["n"], 1))
 
 
 if __name__ == "__main__":

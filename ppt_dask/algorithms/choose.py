@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ppt_dask.algorithms.asynchronous import Async
 from ppt_dask.algorithms.localsgd import LocalSGD
-from ppt_dask.algorithms.strategies import PPT, Average, Sync
+from ppt_dask.algorithms.strategies import PPT, Average, Sync, _Base
 
-STRATEGIES = {"epoch": Sync, "block": Sync, "ppt": PPT, "average": Average}
+STRATEGIES: dict[str, type[_Base]] = {"epoch": Sync, "block": Sync, "ppt": PPT, "average": Average}
 
 
 def make(name: str, **params):

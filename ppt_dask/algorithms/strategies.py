@@ -5,6 +5,12 @@ A strategy is a frozen dataclass (picklable, validated in ``__post_init__``) wit
 * ``work(net, broadcast, shard, s, r) -> partial``: the worker-side pure function for
   shard ``s`` in round ``r``; a tuple of arrays that add up, the last one the stats vector
   ``[loss_sum, n_wrong, n]``;
+* ``slot_sums(net, broadcast, shards, shard_ids, r, nodes, fan_in, n_shards, whole)``: what a
+  worker slot sends for round ``r``, its shards' partials added along the fixed tree (tree node
+  -> partial), each bitwise what ``work`` gives shard by shard; the strategies whose work is a
+  gradient sum over rows (:class:`Sync`, :class:`PPT`) compute all the slot's shards in one
+  batched pass (:func:`ppt_dask.core.model.shard_sums`), and with ``whole`` (the run's
+  ``reproducible="same-p"``) the slot's rows in one pass, one partial for the slot;
 * ``apply(net, state, total) -> ModelState``: the update task's step;
 * ``broadcast(state)``: what the map tasks receive (the weights);
 * ``check(shard_rows, seed, replicated)``: validation against the data, before any cluster
@@ -19,12 +25,13 @@ worker runs a shard. Pure numpy: no dask import.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ppt_dask.core import model
+from ppt_dask.core import model, tree
 from ppt_dask.core.optimizers import SGD, init_state, sgd_step
 from ppt_dask.core.validation import check_int_at_least
 
@@ -82,8 +89,8 @@ class _Base:
     def __post_init__(self):
         SGD(self.lr, self.momentum, self.l2)  # validates
 
-    @property
-    def optimizer(self) -> SGD:
+    @functools.cached_property
+    def optimizer(self) -> SGD:  # made once: every round's update asks for it
         return SGD(self.lr, self.momentum, self.l2)
 
     @property
@@ -113,14 +120,60 @@ class _Base:
         return ModelState(params, opt_state, stats, state.round + 1)
 
 
+class _Rows:
+    """What the strategies whose work is a gradient sum over some rows of each shard share:
+    ``rows(n_rows, s, r)`` names shard ``s``'s rows of round ``r``; :meth:`work` is one pass over
+    them, :meth:`slot_sums` one pass over all the slot's shards' rows (see the module notes)."""
+
+    def rows(self, n_rows: int, s: int, r: int):
+        raise NotImplementedError
+
+    def work(self, net, params, shard, s: int, r: int) -> tuple:
+        X, y = shard
+        rows = self.rows(len(X), s, r)
+        return net.loss_grad_stats(params, X[rows], y[rows])
+
+    def slot_sums(self, net, params, shards: list, shard_ids, r: int, nodes, fan_in: int, n_shards: int,
+                  whole: bool = False) -> dict:
+        """Round ``r``'s partial sums of a worker slot, tree node -> partial: its shards' gradient
+        sums from one batched pass, added along the fixed tree (each bitwise :meth:`work` of its
+        shard), or with ``whole`` one pass over all their rows, the slot's one leaf ``nodes[0]``
+        of the tree over the slots (:func:`ppt_dask.core.model.one_pass`)."""
+        if type(self).work is not _Rows.work:  # a subclass's own work: shard by shard, as it says
+            return shard_by_shard(self, net, params, shards, shard_ids, r, nodes, fan_in, n_shards, whole)
+        blocks = []
+        for (X, y), s in zip(shards, shard_ids):
+            rows = self.rows(len(X), s, r)
+            blocks.append((X[rows], y[rows]))
+        if whole:
+            (node,) = nodes
+            return {node: model.one_pass(net, params, blocks)}
+        leaves = dict(zip(shard_ids, model.shard_sums(net, params, blocks)))
+        return {node: tree.evaluate(node, leaves.__getitem__, fan_in, n_shards) for node in nodes}
+
+
+def shard_by_shard(strategy, net, broadcast, shards: list, shard_ids, r: int, nodes, fan_in: int, n_shards: int,
+                   whole: bool = False) -> dict:
+    """A slot's partial sums from ``strategy.work`` shard by shard, added along the fixed tree, or
+    with ``whole`` (the slot's one leaf) left to right."""
+    leaves = {s: strategy.work(net, broadcast, shard, s, r) for s, shard in zip(shard_ids, shards)}
+    if whole:
+        (node,) = nodes
+        return {node: tree.combine([leaves[s] for s in shard_ids])}
+    return {node: tree.evaluate(node, leaves.__getitem__, fan_in, n_shards) for node in nodes}
+
+
 @dataclass(frozen=True)
-class Sync(_Base):
+class Sync(_Rows, _Base):
     """Synchronous gradient descent: by epoch (``block=None``) or by block.
 
     Learning by block as Mörchen (2004) runs it with MPI's Allreduce: every round each
-    shard computes the gradient summed over its part of the block, the sums are added in
-    the fixed order of the shard tree, and one SGD step (momentum, L2) is taken with the
-    mean gradient. The same weights, to the bit, on any number of workers.
+    shard takes its part of the block; the gradient summed over those rows is added in a
+    fixed order and one SGD step (momentum, L2) is taken with the mean gradient. The run's
+    ``reproducible`` (:func:`ppt_dask.train`) says how a worker computes its shards' parts:
+    each shard's sum on its own, added along the fixed shard tree (the same weights, to the
+    bit, on any number of workers), or all its rows in one pass (the same weights on the
+    same number of workers; the default).
 
     Parameters
     ----------
@@ -176,15 +229,13 @@ class Sync(_Base):
     def rounds_per_epoch(self, n_rows: int) -> float:
         return 1.0 if self.block is None else n_rows / self.block
 
-    def work(self, net, params, shard, s: int, r: int) -> tuple:
-        X, y = shard
-        share = None if self.block is None else shard_share(self.block, self.n_shards, s)
-        rows = block_rows(len(X), share, r)
-        return net.loss_grad_stats(params, X[rows], y[rows])
+    def rows(self, n_rows: int, s: int, r: int) -> np.ndarray | slice:
+        """Shard ``s``'s rows of round ``r``: its share of the block, walking in order."""
+        return block_rows(n_rows, None if self.block is None else shard_share(self.block, self.n_shards, s), r)
 
 
 @dataclass(frozen=True)
-class PPT(_Base):
+class PPT(_Rows, _Base):
     """Pattern Parallel Training (Dahl et al., 2008): random local epochs, summed updates.
 
     Each round every shard draws ``local_epoch`` patterns at random (without replacement
@@ -234,10 +285,9 @@ class PPT(_Base):
     def rounds_per_epoch(self, n_rows: int) -> float:
         return n_rows / (self.local_epoch * self.n_shards)
 
-    def work(self, net, params, shard, s: int, r: int) -> tuple:
-        X, y = shard
-        rows = np.sort(stream(self.seed, r, s).choice(len(X), self.local_epoch, replace=False))
-        return net.loss_grad_stats(params, X[rows], y[rows])
+    def rows(self, n_rows: int, s: int, r: int) -> np.ndarray:
+        """Shard ``s``'s draw of round ``r``: ``local_epoch`` rows, from its own stream."""
+        return np.sort(stream(self.seed, r, s).choice(n_rows, self.local_epoch, replace=False))
 
 
 MOMENTUM_POLICIES = ("reset", "average")
@@ -362,6 +412,16 @@ class Average(_Base):
         if self.momentum_policy == "reset":
             return params * weight, stats
         return params * weight, state["velocity"] * weight, stats
+
+    def slot_sums(self, net, broadcast, shards: list, shard_ids, r: int, nodes, fan_in: int, n_shards: int,
+                  whole: bool = False) -> dict:
+        """Round ``r``'s partial sums of a worker slot (its ``shards``, the data of ``shard_ids``):
+        tree node -> partial, for the subtrees ``nodes`` of its block, from :meth:`work` shard by
+        shard (each shard's local steps move its own weights: nothing to batch). No one-pass
+        rounds (``whole``): a model per shard gives the same bits on any number of workers."""
+        if whole:
+            raise ValueError("the average strategy has no one-pass rounds (reproducible='same-p')")
+        return shard_by_shard(self, net, broadcast, shards, shard_ids, r, nodes, fan_in, n_shards)
 
     def apply(self, net, state: ModelState, total: tuple) -> ModelState:
         stats = total[-1]

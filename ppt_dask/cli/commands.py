@@ -56,6 +56,7 @@ def _splits(args, client, net, data, strategy, stop, n_shards, addresses, checkp
     y = data.y if data.y_test is None else np.concatenate([data.y, data.y_test])
     out = repeated_splits(client, net, X, y, strategy, stop, args.splits, checkpoints=checkpoints,
                           seed=args.seed, n_shards=n_shards, workers=addresses, fan_in=args.fan_in,
+                          reproducible=args.reproducible,
                           progress=show)
     print(f"test accuracy over {args.splits} random 70/30 splits (mean ± std):")
     for epoch, mean, std in zip(out["checkpoints"], out["mean"], out["std"]):
@@ -312,11 +313,13 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         if beside is not None:
             runmodel.predict(beside, workers=len(shards.worker_blocks()),
                              block=getattr(strategy, "block", None) or shards.n_rows, n_shards=shards.n_shards,
-                             fan_in=args.fan_in, exchange=args.exchange, local=not args.scheduler)
+                             fan_in=args.fan_in, exchange=args.exchange, local=not args.scheduler,
+                             reproducible=applicability.reproducible_for(s["strategy"], args.reproducible) or "any-p")
             recorder = _recorder_with(runmodel.settings(beside))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                           resume=args.resume, exchange=args.exchange, recorder=recorder,
+                           resume=args.resume, exchange=args.exchange, reproducible=args.reproducible,
+                           recorder=recorder,
                            pipeline=args.pipeline, progress=watch, on_round=s.get("on_round"))
         if isinstance(stop.test, ppt.ShardSet):  # a table's test rows, placed on the workers
             s["test_r2"] = owndata.test_r2(net, stop.test, result.params, data)

@@ -40,6 +40,7 @@ def refuse_flags(args, strategy: str, target_error) -> None:
     given["checkpoint"] = given["checkpoint"] or None
     applicability.refuse(strategy, given, spell=applicability.cli_spelling)
     applicability.refuse_pipeline(strategy, args.exchange, args.pipeline, spell=applicability.cli_spelling)
+    applicability.reproducible_for(strategy, getattr(args, "reproducible", None), spell=applicability.cli_spelling)
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint DIR")
     if args.resume and not (Path(args.checkpoint) / checkpoint.FILE).is_file():

@@ -161,6 +161,11 @@ def _network_flags(t) -> None:
                         "per worker whose sums go worker to worker (an allreduce, no scheduler hop); "
                         "the per-round graphs: all (one scheduler hop), doubling (log2 p hops), "
                         "tree (the papers' reduce tasks, three hops); local: stream or all")
+    t.add_argument("--reproducible", choices=["any-p", "same-p"], default=None,
+                   help="what a seeded run repeats bit for bit: same-p, the same weights on the same number "
+                        "of workers, through a lost worker and --resume (a worker's rows of a round in one "
+                        "pass: the default for epoch, block, ppt); any-p, the same weights on any number of "
+                        "workers (every logical shard on its own: average and local always)")
     t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=_int_at_least(0), default=0)

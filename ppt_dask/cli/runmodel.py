@@ -108,24 +108,28 @@ def for_network(beside, net, strategy: str):
     return beside
 
 
-def predict(beside, *, workers: int, block: int, n_shards: int, fan_in: int, exchange: str, local: bool):
+def predict(beside, *, workers: int, block: int, n_shards: int, fan_in: int, exchange: str, local: bool,
+            reproducible: str = "same-p"):
     """Fill ``beside`` with the predicted round of the run: ``workers`` holding shards, a block
-    of ``block`` patterns over ``n_shards``, the run's ``exchange``; on the cores of this
-    machine where the cluster is the local one (``local``), else a core per worker."""
+    of ``block`` patterns over ``n_shards``, the run's ``exchange`` and ``reproducible`` (a call
+    a worker, or a call a shard); on the cores of this machine where the cluster is the local
+    one (``local``), else a core per worker."""
     from ppt_dask.perf import curves
     from ppt_dask.perf import model as perfmodel
 
     c, w = beside.cal.constants, beside.cal.n_weights or 1
     cores = os.cpu_count() if local else None
-    parts = perfmodel.round_parts(workers, block, w, c, fan_in, n_shards=n_shards, exchange=exchange, cores=cores)
+    parts = perfmodel.round_parts(workers, block, w, c, fan_in, n_shards=n_shards, exchange=exchange, cores=cores,
+                                  reproducible=reproducible)
     beside.predicted_seconds = float(perfmodel.iteration_seconds(workers, block, w, c, fan_in, n_shards=n_shards,
-                                                                 exchange=exchange, cores=cores))
+                                                                 exchange=exchange, cores=cores,
+                                                                 reproducible=reproducible))
     kind = ("the one-hop graph's terms for streamed rounds (no streamed terms in the calibration)"
             if parts["graph_for_stream"] else "streamed rounds" if parts["streamed"] else f"{exchange} rounds")
     where = f"{cores} cores" if cores else "a core per worker"
     beside.rounds = f"{kind}, {workers} worker{'s' if workers != 1 else ''}, block {block}, {where}"
     timed = curves.measured_rows(c, streamed=bool(parts["streamed"]) and not parts["graph_for_stream"])
-    rows = float(perfmodel.round_rows(workers, block, n_shards))
+    rows = float(perfmodel.round_rows(workers, block, n_shards, reproducible))
     if timed and not timed[0] <= rows <= timed[1]:
         beside.rounds += (f"; calls of {rows:.0f} rows, outside the {timed[0]}..{timed[1]} timed: 001's "
                           "per-pattern line there")

@@ -17,6 +17,15 @@ def _network(shown) -> str:
     return "-".join(map(str, shown)) if isinstance(shown, (list, tuple)) else str(shown)
 
 
+def _promise(reproducible: str | None, workers: int) -> str:
+    """What the run repeats bit for bit, for the head line (nothing for an asynchronous run)."""
+    if reproducible == "same-p":
+        return f", the same bits on {workers} worker{'s' if workers != 1 else ''} (--reproducible same-p)"
+    if reproducible == "any-p":
+        return ", the same bits on any number of workers (--reproducible any-p)"
+    return ""
+
+
 def result_lines(summary: dict) -> str:
     """The result of ``ppt-dask train`` as aligned lines with units."""
     rows = [("stopped", stop_reason(summary["stopped_because"], summary["learned"], summary.get("target_error")))]
@@ -45,6 +54,7 @@ def result_lines(summary: dict) -> str:
     if summary.get("worker_settings") not in (None, "as found"):  # what the loops set in the workers
         rows.append(("worker settings", summary["worker_settings"]))
     head = (f"{summary['dataset']}: strategy {summary['strategy']}, {summary['workers']} "
-            f"worker{'s' if summary['workers'] != 1 else ''}, network {_network(summary['network'])}")
+            f"worker{'s' if summary['workers'] != 1 else ''}, network {_network(summary['network'])}"
+            f"{_promise(summary.get('reproducible'), summary['workers'])}")
     width = max(len(k) for k, _ in rows)
     return "\n".join([head, *(f"  {k:<{width}}  {v}" for k, v in rows)])

@@ -41,7 +41,14 @@ TABLE: dict[str, tuple[str, ...]] = {
     "on_round": STRATEGIES,
     "snapshot_epochs": STRATEGIES,
     "initial_state": STRATEGIES,
+    # the bits a seeded run promises (train's reproducible): the synchronous strategies
+    "reproducible": _SYNCHRONOUS,
 }
+
+# reproducible="any-p": the same weights on any number of workers (every shard's sums on their own,
+# added along the fixed shard tree); "same-p": the same weights on the same number of workers,
+# through a lost worker and a resume (a worker's rows of a round in one pass, one partial a worker)
+REPRODUCIBLE = ("any-p", "same-p")
 
 # the rows that are arguments of a strategy object (choose.make), not of train
 STRATEGY_OWN = ("block", "local_epoch", "interval", "pull", "ema", "local_epochs", "sample_fraction",
@@ -54,8 +61,12 @@ NEUTRAL = {"exchange": ("auto",), "pipeline": (1,), "restarts": (0,), "resume": 
 # streams its rounds as the others do; the asynchronous strategy has streamed loops only
 ALSO: dict[tuple[str, str], tuple[str, ...]] = {("exchange", "all"): ("local",),
                                                 ("exchange", "stream"): ("local", "async")}
-# values that apply to their own strategies only
-ONLY: dict[tuple[str, str], tuple[str, ...]] = {}
+# values that apply to their own strategies only: one pass over a worker's rows is a gradient's
+# (averaging and local SGD keep a model per shard, the same bits on any number of workers already)
+ONLY: dict[tuple[str, str], tuple[str, ...]] = {("reproducible", "same-p"): ("epoch", "block", "ppt")}
+# what each synchronous strategy runs when train is not told (graphs/block_race.py measured one
+# pass over a worker's rows against a pass per shard: see reproducible_for)
+REPRODUCIBLE_DEFAULT = {"epoch": "same-p", "block": "same-p", "ppt": "same-p", "average": "any-p", "local": "any-p"}
 
 
 def strategy_name(strategy) -> str:
@@ -111,13 +122,42 @@ def refuse(strategy: str, given: dict, spell=str) -> None:
         if parameter not in TABLE:
             raise ValueError(f"unknown parameter {spell(parameter)} (known: {', '.join(sorted(TABLE))})")
         if is_given(parameter, value) and not applies(parameter, strategy, value):
-            shown = f"{spell(parameter)} {value!r}" if parameter == "exchange" else spell(parameter)
+            shown = f"{spell(parameter)} {value!r}" if parameter in ("exchange", "reproducible") else spell(parameter)
             key = (parameter, value) if isinstance(value, str) else ("", "")
             names: tuple[str, ...] = ONLY.get(key) or (*TABLE[parameter], *ALSO.get(key, ()))
             place = (where(parameter, spell) if names == STRATEGIES
                      else ("--strategy " if spell is cli_spelling else "strategy ") + ", ".join(names))
             raise ValueError(f"{shown} applies to {place}, "
                              f"not to {'--strategy ' if spell is cli_spelling else 'strategy '}{strategy}")
+
+
+def reproducible_for(strategy: str, value: str | None, spell=str) -> str | None:
+    """What a run of ``strategy`` promises to repeat bit for bit.
+
+    Parameters
+    ----------
+    strategy : str
+        One of :data:`STRATEGIES`.
+    value : {"any-p", "same-p"} or None
+        What the user asked for (None: not given).
+    spell : callable
+        How a refusal spells the parameter (:func:`cli_spelling` for the flag).
+
+    Returns
+    -------
+    str or None
+        ``value``, or where it is None the strategy's default (:data:`REPRODUCIBLE_DEFAULT`);
+        None for the asynchronous strategy, whose replicas never wait for each other.
+
+    Raises
+    ------
+    ValueError
+        An unknown value, or one that does not apply to ``strategy``, in one line.
+    """
+    if value is not None and value not in REPRODUCIBLE:
+        raise ValueError(f"{spell('reproducible')} must be one of {REPRODUCIBLE}, got {value!r}")
+    refuse(strategy, {"reproducible": value}, spell)
+    return value if value is not None else REPRODUCIBLE_DEFAULT.get(strategy)
 
 
 def refuse_allreduce(strategy: str, exchange: str, allreduce: str, spell=str) -> None:

@@ -10,6 +10,12 @@ computed on disjoint shards of the data add up to the value on the whole set.
   indexing, as scikit-learn does), or
 * a 2-D float array with the shape of ``out``, (n, n_outputs).
 
+The sums are taken per *shard* of rows (:meth:`Loss.shard_values`): ``out`` of shape
+(S, n, n_outputs) gives S sums, each over its own n rows, so a worker that evaluates all its
+shards' rows at once gets each shard's sum bit for bit as if it had evaluated that shard
+alone (every sum is the same reduction over the same n rows; the other shards' rows never
+enter it). :meth:`Loss.value` is the one-shard case.
+
 The output-layer delta ``dL/dz`` (``z`` the output pre-activation) is given for
 every valid (output activation, loss) pair; the pairs are the keys of
 ``Loss.deltas``:
@@ -43,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Loss", "LOSSES", "check_pair", "count_wrong", "output_delta", "residual"]
+__all__ = ["Loss", "LOSSES", "check_pair", "count_wrong", "output_delta", "residual", "wrong_rows"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,17 +60,23 @@ class Loss:
     ----------
     name : str
         The registry key.
-    value : callable ``value(out, target, output) -> float``
-        Sum over the n patterns of the per-pattern loss; ``out`` has shape
-        (n, n_outputs), ``output`` names the output activation.
+    shard_values : callable ``shard_values(out, target, output) -> ndarray``
+        Per shard, the sum over its n patterns of the per-pattern loss: ``out`` has shape
+        (S, n, n_outputs), ``target`` (S, n) labels or (S, n, n_outputs), ``output`` names
+        the output activation; float64 of shape (S,).
     deltas : mapping output name -> callable ``delta(out, target) -> ndarray``
         ``dL/dz`` of shape (n, n_outputs), a new array; the keys are the
-        output activations this loss may be paired with.
+        output activations this loss may be paired with. Row by row: a block of
+        several shards' rows may be passed as one (n, n_outputs) array.
     """
 
     name: str
-    value: Callable[[np.ndarray, np.ndarray, str], float]
+    shard_values: Callable[[np.ndarray, np.ndarray, str], np.ndarray]
     deltas: Mapping[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]
+
+    def value(self, out: np.ndarray, target: np.ndarray, output: str) -> float:
+        """The sum over the n patterns of ``out`` (shape (n, n_outputs)) of the per-pattern loss."""
+        return float(self.shard_values(out[None], target[None], output)[0])
 
 
 def residual(out: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -89,10 +101,24 @@ def _clip(p: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ mean squared error
 
-def _mse_value(out: np.ndarray, target: np.ndarray, output: str) -> float:
+def _per_shard(terms: np.ndarray, n_shards: int) -> np.ndarray:
+    """Each shard's sum of its ``terms`` (its rows' entries, contiguous), as float64: the
+    same pairwise reduction over the same entries whatever ``n_shards`` is."""
+    return terms.reshape(n_shards, -1).sum(axis=1).astype(np.float64)
+
+
+def _rows(out: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``out`` (S, n, k) and ``target`` as row blocks: (S * n, k), and (S * n,) labels or
+    (S * n, k) (views where they are contiguous)."""
+    rows = out.reshape(-1, out.shape[-1])
+    return rows, (target.reshape(-1) if target.ndim == out.ndim - 1 else target.reshape(rows.shape))
+
+
+def _mse_values(out: np.ndarray, target: np.ndarray, output: str) -> np.ndarray:
     # 0.5 * sum over patterns and outputs of (out - t)**2
-    r = residual(out, target)
-    return 0.5 * float(np.vdot(r, r))
+    r = residual(*_rows(out, target))
+    r *= r
+    return 0.5 * _per_shard(r, len(out))
 
 
 def _mse_delta_linear(out: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -117,17 +143,23 @@ def _mse_delta_softmax(out: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ cross-entropy
 
-def _cross_entropy_value(out: np.ndarray, target: np.ndarray, output: str) -> float:
+def _cross_entropy_values(out: np.ndarray, target: np.ndarray, output: str) -> np.ndarray:
+    rows, t = _rows(out, target)
     if output == "softmax":
         # categorical: -sum_i log p[i, label_i], or -sum t * log p for 2-D targets
-        if target.ndim == 1:
-            picked = out[np.arange(len(target)), target]
-            return -float(np.sum(np.log(_clip(picked))))
-        return -float(np.vdot(target, np.log(_clip(out))))
+        if t.ndim == 1:
+            terms = np.log(_clip(rows[np.arange(len(t)), t]))
+        else:
+            terms = np.log(_clip(rows))
+            terms *= t
+        return -_per_shard(terms, len(out))
     if output == "sigmoid":
         # binary, summed over the outputs: -sum t log p + (1 - t) log(1 - p)
-        p = _clip(out)
-        return -float(np.vdot(target, np.log(p)) + np.vdot(1 - target, np.log1p(-p)))
+        p = _clip(rows)
+        terms = np.log(p)
+        terms *= t
+        terms += (1 - t) * np.log1p(-p)
+        return -_per_shard(terms, len(out))
     raise ValueError(_pair_message(output, "cross_entropy"))
 
 
@@ -141,13 +173,13 @@ def _cross_entropy_delta(out: np.ndarray, target: np.ndarray) -> np.ndarray:
 LOSSES: dict[str, Loss] = {
     "mse": Loss(
         "mse",
-        _mse_value,
+        _mse_values,
         {"linear": _mse_delta_linear, "sigmoid": _mse_delta_sigmoid,
          "softmax": _mse_delta_softmax},
     ),
     "cross_entropy": Loss(
         "cross_entropy",
-        _cross_entropy_value,
+        _cross_entropy_values,
         {"sigmoid": _cross_entropy_delta, "softmax": _cross_entropy_delta},
     ),
 }
@@ -195,11 +227,16 @@ def count_wrong(output: str, out: np.ndarray, target: np.ndarray, tolerance: flo
     """Patterns the network gets wrong: a softmax output whose largest unit is not the label,
     a sigmoid unit on the wrong side of 0.5, or a linear output farther than ``tolerance``
     from its target (``out``, ``target``: shape (n, n_outputs); softmax labels may be 1-D)."""
+    return int(np.count_nonzero(wrong_rows(output, out, target, tolerance)))
+
+
+def wrong_rows(output: str, out: np.ndarray, target: np.ndarray, tolerance: float) -> np.ndarray:
+    """Per row of ``out`` (shape (n, n_outputs)), whether :func:`count_wrong` counts it: bool, shape (n,)."""
     if output == "softmax":
         labels = target if target.ndim == 1 else target.argmax(axis=1)
-        return int(np.count_nonzero(out.argmax(axis=1) != labels))
+        return out.argmax(axis=1) != labels
     if output == "sigmoid":
         wrong = (out > 0.5) != (target > 0.5)
     else:
         wrong = np.abs(out - target) > tolerance
-    return int(np.count_nonzero(wrong.any(axis=1)))
+    return wrong.any(axis=1)

@@ -50,9 +50,19 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ppt_dask.core import tree
 from ppt_dask.core.validation import TASKS
 
-__all__ = ["Network", "REQUIRED", "check_network", "describe", "label", "for_rows", "passes", "weight_mask"]
+__all__ = ["Network", "REQUIRED", "STACK_ROWS", "check_network", "describe", "label", "for_rows", "one_pass", "passes",
+           "shard_sums", "weight_mask"]
+
+# Blocks of at most this many rows are stacked into one pass (shard_sums, one_pass); larger ones
+# run a pass each, whose products are large enough already. MNIST 784-64-64-10 float32, 8 blocks,
+# one thread, the workers' malloc settings (2026-11-29, CPU time, medians of 7): a pass per block
+# against stacked / concatenated, 25 rows 1.47 / 0.89 / 0.72 ms, 100 rows 3.65 / 3.17 / 2.90 ms,
+# 200 rows 6.46 / 6.21 / 6.23 ms, 400 rows 12.7 / 12.7 / 12.7 ms, 800 rows 23.8 / 25.1 / 24.8 ms
+# (the copies of the stacking start to cost more than the small products did).
+STACK_ROWS = 256
 
 
 @runtime_checkable
@@ -94,7 +104,10 @@ class Network(Protocol):
         (n,) for one output, else (n, n_outputs)) or values (regression, the same shapes).
 
     Optional members (the helpers of this module stand in where they are missing):
-    ``predict_proba(params, X)`` (shape (n, n_outputs)), ``weight_mask()`` (1 where L2 applies,
+    ``loss_grad_stats_shards(params, blocks)`` (several blocks of rows with the same number of
+    rows each, in one pass: ``(grad_sums, stats)`` of shapes (S, n_params) and (S, 3), row
+    ``i`` bitwise ``loss_grad_stats(params, *blocks[i])``; default: one call per block, see
+    :func:`shard_sums`), ``predict_proba(params, X)`` (shape (n, n_outputs)), ``weight_mask()`` (1 where L2 applies,
     0 elsewhere; default: every parameter), ``passes(params, X, Y)`` (a function
     ``rows -> (grad_sum, stats)`` for many small steps on the same rows; default: slices
     and :meth:`loss_grad_stats`), ``forward(params, X)`` (the raw outputs, timed by the
@@ -211,3 +224,67 @@ def passes(net, params: np.ndarray, X, Y) -> Callable:
     def one(rows) -> tuple[np.ndarray, np.ndarray]:
         return net.loss_grad_stats(params, X[rows], Y[rows])
     return one
+
+
+def shard_sums(net, params: np.ndarray, blocks) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``[net.loss_grad_stats(params, X, Y) for X, Y in blocks]``, bit for bit, in as few passes
+    as ``net`` allows.
+
+    Blocks of the same number of rows (at most :data:`STACK_ROWS`) go through
+    ``net.loss_grad_stats_shards`` together where the network has it (the shards of a worker,
+    whose shares of a round differ by at most one row: two passes at most).
+
+    Parameters
+    ----------
+    net : a network of the model protocol (:class:`Network`)
+    params : ndarray, shape (n_params,)
+    blocks : sequence of (X, Y)
+        Rows of shape (n_i, *row_shape) and their targets.
+
+    Returns
+    -------
+    list of (ndarray, ndarray)
+        Per block, its gradient sum (shape (n_params,)) and stats ``[loss_sum, n_wrong, n]``.
+    """
+    own = getattr(net, "loss_grad_stats_shards", None)
+    if own is None or len(blocks) < 2 or max(len(X) for X, _ in blocks) > STACK_ROWS:
+        return [net.loss_grad_stats(params, X, Y) for X, Y in blocks]
+    out: list = [None] * len(blocks)
+    for n in sorted({len(X) for X, _ in blocks}):
+        group = [i for i, (X, _) in enumerate(blocks) if len(X) == n]
+        if len(group) == 1:
+            out[group[0]] = net.loss_grad_stats(params, *blocks[group[0]])
+            continue
+        grads, stats = own(params, [blocks[i] for i in group])
+        for j, i in enumerate(group):
+            out[i] = (grads[j], stats[j])
+    return out
+
+
+def one_pass(net, params: np.ndarray, blocks) -> tuple[np.ndarray, np.ndarray]:
+    """The gradient sum and stats over all the rows of ``blocks`` (a worker's shards' rows of a
+    round), in one pass where they are small.
+
+    One ``loss_grad_stats`` over the rows concatenated while each block has at most
+    :data:`STACK_ROWS` rows, else a pass per block, added left to right. The same blocks give
+    the same bits; other groupings of the same rows give other roundings of the same sums.
+
+    Parameters
+    ----------
+    net : a network of the model protocol (:class:`Network`)
+    params : ndarray, shape (n_params,)
+    blocks : sequence of (X, Y)
+        Rows of shape (n_i, *row_shape) and their targets.
+
+    Returns
+    -------
+    grad_sum : ndarray, shape (n_params,)
+    stats : ndarray, shape (3,)
+        ``[loss_sum, n_wrong, n]`` over all the rows.
+    """
+    if len(blocks) == 1:
+        return net.loss_grad_stats(params, *blocks[0])
+    if max(len(X) for X, _ in blocks) <= STACK_ROWS:
+        return net.loss_grad_stats(params, np.concatenate([X for X, _ in blocks]),
+                                   np.concatenate([np.asarray(Y) for _, Y in blocks]))
+    return tree.combine([net.loss_grad_stats(params, X, Y) for X, Y in blocks])

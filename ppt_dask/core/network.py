@@ -9,6 +9,15 @@ Flat layout, layer after layer: ``W_l`` of shape (sizes[l], sizes[l+1]) in C ord
 then ``b_l`` of shape (sizes[l+1],). A layer computes ``a_{l+1} = f(a_l @ W_l + b_l)``
 with one pattern per row, as scikit-learn's ``MLPClassifier`` does.
 
+A worker that holds several logical shards computes all their sums in one pass
+(:meth:`MLP.loss_grad_stats_shards`): the shards' rows are stacked as a 3-D array (shard,
+row, feature) and every layer is one batched product. numpy's ``matmul`` runs a stacked
+product as one BLAS ``gemm`` per shard, with the shapes and strides that shard's own 2-D product
+has, the activations are elementwise, and every sum over rows is taken per shard, so each
+shard's result is bitwise what a pass over that shard alone gives (tests/test_network.py holds
+it to that), with one Python call for all of them instead of one per shard. A pass over one
+block of rows is the same code with one shard.
+
 It follows the model protocol (:class:`ppt_dask.core.model.Network`). This module imports
 numpy only.
 
@@ -29,6 +38,8 @@ np.float64(2.0)
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -36,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppt_dask.core.activations import HIDDEN, OUTPUT
-from ppt_dask.core.losses import LOSSES, check_pair, count_wrong, output_delta
+from ppt_dask.core.losses import LOSSES, check_pair, output_delta, wrong_rows
 from ppt_dask.core.validation import check_dtype
 
 __all__ = ["MLP"]
@@ -126,6 +137,11 @@ class MLP:
             raise ValueError(f"tolerance must be a finite number >= 0, got {tol!r}")
         object.__setattr__(self, "tolerance", float(tol))
 
+    def __getstate__(self) -> dict:
+        """The fields only: the worked-out layout and mask stay behind (a network travels in
+        every task; the mask alone is ``n_params`` numbers)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     # ------------------------------------------------------------------ layout
 
     @property
@@ -156,9 +172,19 @@ class MLP:
         return {"network": list(self.sizes), "hidden": self.hidden, "output": self.output,
                 "loss": self.loss, "dtype": self.dtype}
 
+    @functools.cached_property
+    def _layout(self) -> tuple:
+        """Per layer ``(start, bias_start, stop, fan_in, fan_out)`` in the flat vector (worked
+        out once: the hot path asks for it at every pass)."""
+        layout, start = [], 0
+        for fan_in, fan_out in zip(self.sizes, self.sizes[1:]):
+            layout.append((start, start + fan_in * fan_out, start + (fan_in + 1) * fan_out, fan_in, fan_out))
+            start += (fan_in + 1) * fan_out
+        return tuple(layout)
+
     @property
     def n_params(self) -> int:
-        return sum((fan_in + 1) * fan_out for fan_in, fan_out in zip(self.sizes, self.sizes[1:]))
+        return self._layout[-1][2]
 
     def unflatten(self, params: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Split a flat vector into ``[(W_0, b_0), (W_1, b_1), ...]``.
@@ -175,23 +201,33 @@ class MLP:
             to ``params``).
         """
         params = self._check_params(params, cast=False)
-        layers, start = [], 0
-        for fan_in, fan_out in zip(self.sizes, self.sizes[1:]):
-            W = params[start:start + fan_in * fan_out].reshape(fan_in, fan_out)
-            start += fan_in * fan_out
-            b = params[start:start + fan_out]
-            start += fan_out
-            layers.append((W, b))
-        return layers
+        return [(params[a:b].reshape(fan_in, fan_out), params[b:c]) for a, b, c, fan_in, fan_out in self._layout]
+
+    def _shard_views(self, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`unflatten` of every row of ``flat`` (shape (S, n_params)) at once:
+        ``[(W_0, b_0), ...]`` with ``W_l`` of shape (S, sizes[l], sizes[l+1]) and ``b_l``
+        of shape (S, sizes[l+1]), views into ``flat``."""
+        views = []
+        for a, b, c, fan_in, fan_out in self._layout:
+            W = flat[:, a:b].reshape(len(flat), fan_in, fan_out)
+            assert not W.flags.owndata  # a view (the split of a row's run): products write into flat
+            views.append((W, flat[:, b:c]))
+        return views
 
     def weight_mask(self) -> np.ndarray:
-        """1 on weight entries, 0 on biases: shape (n_params,), dtype ``self.dtype``.
+        """1 on weight entries, 0 on biases: shape (n_params,), dtype ``self.dtype``, read-only
+        (made once: every round's update asks for it).
 
         Used to apply L2 regularisation to the weights only.
         """
+        return self._mask
+
+    @functools.cached_property
+    def _mask(self) -> np.ndarray:
         mask = np.zeros(self.n_params, dtype=self.dtype)
         for W, _ in self.unflatten(mask):
             W[...] = 1
+        mask.setflags(write=False)
         return mask
 
     def init_params(self, seed) -> np.ndarray:
@@ -219,7 +255,7 @@ class MLP:
     def forward(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Network output, shape (n, n_outputs), for X of shape (n, n_inputs)."""
         params, X = self._check_params(params), self._check_X(X)
-        return self._forward(self.unflatten(params), X)[-1]
+        return self._forward(self.unflatten(params), X[None])[-1][0]
 
     def loss_and_grad(self, params: np.ndarray, X: np.ndarray, Y
                       ) -> tuple[float, np.ndarray, int]:
@@ -240,8 +276,7 @@ class MLP:
         n : int
             Number of patterns.
         """
-        grad, stats = self._evaluate(params, X, Y, backward=True)
-        assert grad is not None  # a backward pass makes one
+        grad, stats = self.loss_grad_stats(params, X, Y)
         return float(stats[0]), grad, int(stats[2])
 
     def loss_grad_stats(self, params: np.ndarray, X: np.ndarray, Y
@@ -256,9 +291,34 @@ class MLP:
             ``[loss_sum, n_wrong, n]``; ``n_wrong`` counts the misclassified
             patterns (see :meth:`stats`). Shards' stats add up.
         """
-        grad, stats = self._evaluate(params, X, Y, backward=True)
-        assert grad is not None  # a backward pass makes one
-        return grad, stats
+        grads, stats = self._evaluate(params, [(X, Y)], backward=True)
+        assert grads is not None  # a backward pass makes them
+        return grads[0], stats[0]
+
+    def loss_grad_stats_shards(self, params: np.ndarray, blocks) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`loss_grad_stats` of several blocks of rows in one pass (a worker's shards).
+
+        Parameters
+        ----------
+        params : ndarray, shape (n_params,)
+        blocks : sequence of (X, Y)
+            S blocks with the same number of rows n each: ``X`` of shape (n, n_inputs) and
+            its targets ``Y`` (see the class notes).
+
+        Returns
+        -------
+        grad_sums : ndarray, shape (S, n_params), dtype ``self.dtype``
+            Row ``i`` is block ``i``'s gradient sum.
+        stats : ndarray, shape (S, 3), float64
+            Row ``i`` is block ``i``'s ``[loss_sum, n_wrong, n]``.
+
+        Row ``i`` of each is bitwise :meth:`loss_grad_stats` ``(params, *blocks[i])``: the
+        blocks' rows are stacked and every layer is one batched product, which numpy runs
+        as one BLAS call per block with that block's own shapes (see the module notes).
+        """
+        grads, stats = self._evaluate(params, blocks, backward=True)
+        assert grads is not None  # a backward pass makes them
+        return grads, stats
 
     def passes(self, params: np.ndarray, X: np.ndarray, Y):
         """A function ``rows -> (grad_sum, stats)`` for many passes over rows of ``X``.
@@ -278,10 +338,10 @@ class MLP:
         checked = self._check_params(params)  # a copy when params needs a cast or an alignment
         in_place = checked is params
         direct = isinstance(X, np.ndarray) and self._check_X(X) is X  # rows need no cast
-        target = self._check_Y(Y, len(X))
+        target = self._check_targets([Y], len(X))[0]
         layers = self.unflatten(checked)
-        grad = np.empty(self.n_params, dtype=self.dtype)
-        grad_layers = self.unflatten(grad)
+        grads = np.empty((1, self.n_params), dtype=self.dtype)
+        grad_layers = self._shard_views(grads)
 
         def one(rows) -> tuple[np.ndarray, np.ndarray]:
             if not in_place:
@@ -289,7 +349,8 @@ class MLP:
             block = X[rows] if direct else self._check_X(X[rows])
             if len(block) == 0:
                 raise ValueError("a pass needs at least one row")
-            return grad, self._pass(layers, block, target[rows], grad_layers)
+            block = np.require(block, requirements="C")  # a fancy index copies; a slice of C rows is C already
+            return grads[0], self._pass(layers, block[None], target[rows][None], grad_layers)[0]
 
         return one
 
@@ -300,7 +361,7 @@ class MLP:
         (sigmoid) any output is on the other side of 0.5 from its target, or
         (linear) any ``|out - t| > tolerance``.
         """
-        return self._evaluate(params, X, Y, backward=False)[1]
+        return self._evaluate(params, [(X, Y)], backward=False)[1][0]
 
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Class labels (softmax, shape (n,)), 0/1 (sigmoid) or values (linear).
@@ -325,44 +386,56 @@ class MLP:
     # ------------------------------------------------------------------ internals
 
     def _forward(self, layers, X: np.ndarray) -> list[np.ndarray]:
-        """Activations ``[X, a_1, ..., out]`` of every layer."""
+        """Activations ``[X, a_1, ..., out]`` of every layer for stacked rows ``X`` of shape
+        (S, n, n_inputs): each of shape (S, n, width)."""
         activations = [X]
         for l, (W, b) in enumerate(layers):
-            z = activations[-1] @ W        # a new array, overwritten in place below
+            z = activations[-1] @ W        # one gemm per shard; a new array, overwritten in place below
             z += b
             f = OUTPUT[self.output] if l == len(layers) - 1 else HIDDEN[self.hidden]
-            activations.append(f.forward(z))
+            f.forward(z.reshape(-1, z.shape[-1]))  # row by row (softmax) or elementwise, in place
+            activations.append(z)
         return activations
 
-    def _evaluate(self, params, X, Y, backward: bool) -> tuple[np.ndarray | None, np.ndarray]:
-        """One pass: ``(grad_sum or None, [loss_sum, n_wrong, n])``."""
-        params, X = self._check_params(params), self._check_X(X)
-        target = self._check_Y(Y, len(X))
-        grad = np.zeros(self.n_params, dtype=self.dtype) if backward else None
-        if len(X) == 0:
-            return grad, np.zeros(3)
-        return grad, self._pass(self.unflatten(params), X, target, None if grad is None else self.unflatten(grad))
+    def _evaluate(self, params, blocks, backward: bool) -> tuple[np.ndarray | None, np.ndarray]:
+        """One pass over blocks of rows: ``(grad_sums (S, n_params) or None, stats (S, 3))``."""
+        params, X = self._check_params(params), self._stack(blocks)
+        target = self._check_targets([Y for _, Y in blocks], X.shape[1])
+        grads = np.empty((len(X), self.n_params), dtype=self.dtype) if backward else None
+        if X.shape[1] == 0:
+            if grads is not None:
+                grads[...] = 0
+            return grads, np.zeros((len(X), 3))
+        return grads, self._pass(self.unflatten(params), X, target, None if grads is None else self._shard_views(grads))
 
     def _pass(self, layers, X: np.ndarray, target: np.ndarray, grad_layers) -> np.ndarray:
-        """Forward (and, given ``grad_layers``, backward into them) over checked rows:
-        ``[loss_sum, n_wrong, n]``. Every entry of ``grad_layers`` is written."""
+        """Forward (and, given ``grad_layers``, backward into them) over checked, stacked rows
+        ``X`` (S, n, n_inputs): per shard ``[loss_sum, n_wrong, n]``, shape (S, 3). Every
+        entry of ``grad_layers`` (:meth:`_shard_views`) is written."""
         activations = self._forward(layers, X)
         out = activations[-1]
+        n_shards, n = out.shape[:2]
+        rows = out.reshape(n_shards * n, self.n_outputs)  # a view: every row's own math, any stacking
+        flat_target = target.reshape(n_shards * n, *target.shape[2:])
         assert self.loss is not None  # __post_init__ chose it
-        stats = np.array([LOSSES[self.loss].value(out, target, self.output),
-                          count_wrong(self.output, out, target, self.tolerance), len(X)], dtype=np.float64)
+        stats = np.empty((n_shards, 3))
+        stats[:, 0] = LOSSES[self.loss].shard_values(out, target, self.output)
+        stats[:, 1] = np.count_nonzero(wrong_rows(self.output, rows, flat_target, self.tolerance)
+                                       .reshape(n_shards, n), axis=1)
+        stats[:, 2] = n
         if grad_layers is None:
             return stats
 
         # Backpropagation (Rumelhart, Hinton & Williams 1986): delta = dL/dz of a
-        # layer; the layer's gradient is a_in^T delta and the column sums of delta.
-        delta = output_delta(self.loss, self.output, out, target)
+        # layer; the layer's gradient is a_in^T delta and the column sums of delta,
+        # both per shard (a sum over that shard's rows only).
+        delta = output_delta(self.loss, self.output, rows, flat_target).reshape(out.shape)
         d_hidden = HIDDEN[self.hidden].backward
         assert d_hidden is not None  # every hidden activation has one (only outputs do without)
         for l in range(len(layers) - 1, -1, -1):
             gW, gb = grad_layers[l]
-            np.matmul(activations[l].T, delta, out=gW)
-            np.sum(delta, axis=0, out=gb)
+            np.matmul(activations[l].transpose(0, 2, 1), delta, out=gW)
+            np.sum(delta, axis=1, out=gb)
             if l > 0:                      # no delta needed for the inputs
                 delta = d_hidden(activations[l], delta @ layers[l][0].T)
         return stats
@@ -378,26 +451,39 @@ class MLP:
         return params
 
     def _check_X(self, X) -> np.ndarray:
-        X = np.require(X, dtype=self.dtype, requirements="A")  # no copy when dtype and alignment fit
+        # no copy when dtype, alignment and C order fit (C order: every block's products are
+        # then the same BLAS calls, whether it is stacked with others or not)
+        X = np.require(X, dtype=self.dtype, requirements=("A", "C"))
         if X.ndim != 2 or X.shape[1] != self.n_inputs:
             raise ValueError(f"X must have shape (n, {self.n_inputs}), got {X.shape}")
         return X
 
-    def _check_Y(self, Y, n: int) -> np.ndarray:
-        """Targets as 1-D integer labels (softmax) or a 2-D array of ``self.dtype``."""
-        Y = np.asarray(Y)
-        if Y.ndim == 1 and self.output == "softmax":
-            Y = self._check_labels(Y)
-        elif Y.ndim == 1 and self.n_outputs == 1:
-            Y = Y.astype(self.dtype, copy=False).reshape(-1, 1)
-        elif Y.ndim == 2 and Y.shape[1] == self.n_outputs:
-            Y = Y.astype(self.dtype, copy=False)
-        else:
-            one_d = " or (n,)" if self.output == "softmax" or self.n_outputs == 1 else ""
-            raise ValueError(f"Y must have shape (n, {self.n_outputs}){one_d}, got {Y.shape}")
-        if len(Y) != n:
-            raise ValueError(f"Y has {len(Y)} rows but X has {n}")
-        return Y
+    def _stack(self, blocks) -> np.ndarray:
+        """The blocks' rows checked and stacked: shape (S, n, n_inputs) (a view for one block)."""
+        Xs = [self._check_X(X) for X, _ in blocks]
+        if not Xs:
+            raise ValueError("blocks must hold at least one (X, Y) pair")
+        if any(len(X) != len(Xs[0]) for X in Xs):
+            raise ValueError(f"every block must have the same number of rows, got {[len(X) for X in Xs]}")
+        return Xs[0][None] if len(Xs) == 1 else np.stack(Xs)
+
+    def _check_targets(self, Ys: list, n: int) -> np.ndarray:
+        """Every block's targets (n rows each), stacked: (S, n) integer labels (softmax) or
+        (S, n, n_outputs) of ``self.dtype``; checked once for all blocks."""
+        Ys = [np.asarray(Y) for Y in Ys]
+        for Y in Ys:
+            if Y.ndim not in (1, 2) or (Y.ndim == 1 and self.output != "softmax" and self.n_outputs != 1) or (
+                    Y.ndim == 2 and Y.shape[1] != self.n_outputs):
+                one_d = " or (n,)" if self.output == "softmax" or self.n_outputs == 1 else ""
+                raise ValueError(f"Y must have shape (n, {self.n_outputs}){one_d}, got {Y.shape}")
+            if len(Y) != n:
+                raise ValueError(f"Y has {len(Y)} rows but X has {n}")
+        Y = Ys[0][None] if len(Ys) == 1 else np.stack(Ys)
+        if Y.ndim == 2 and self.output == "softmax":
+            return self._check_labels(Y)
+        if Y.ndim == 2:
+            return Y.astype(self.dtype, copy=False)[..., None]
+        return Y.astype(self.dtype, copy=False)
 
     def _check_labels(self, y: np.ndarray) -> np.ndarray:
         if y.dtype.kind not in "iu":

@@ -19,8 +19,10 @@ from ppt_dask.engine.trainer import train
 
 def repeated_splits(client, net, X, y, strategy, stop, n_splits: int = 10, *,
                     checkpoints=(100, 200, 250, 500), test_fraction: float = 0.3, seed: int = 0,
-                    n_shards: int = 2, workers=None, fan_in: int = 2, progress=None) -> dict:
+                    n_shards: int = 2, workers=None, fan_in: int = 2, progress=None, reproducible=None) -> dict:
     """Train on ``n_splits`` random splits; test accuracy at each checkpoint epoch.
+
+    ``reproducible``: :func:`ppt_dask.train`'s, for every split's run.
 
     Returns
     -------
@@ -38,7 +40,7 @@ def repeated_splits(client, net, X, y, strategy, stop, n_splits: int = 10, *,
         shards = enter_data(client, X_train, y_train, n_shards, dtype=net.dtype, workers=workers)
         try:
             result = train(net, shards, strategy, stop, seed=seed + i, fan_in=fan_in,
-                           snapshot_epochs=checkpoints)
+                           snapshot_epochs=checkpoints, reproducible=reproducible)
         finally:
             exit_data(shards)
         for j, epoch in enumerate(checkpoints):

@@ -17,6 +17,7 @@ from ppt_dask.core import keys
 from ppt_dask.core.model import Network
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.rounds import graph
+from ppt_dask.engine.rounds.steps import partial_sums
 from ppt_dask.engine.waits import ROUND_TIMEOUT
 
 
@@ -242,7 +243,7 @@ def evaluate(net: Network, shards: ShardSet, weights, fan_in: int = 2,
         weights = client.scatter(weights, hash=False)
     plan = graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in)
     _, _, stats = graph.submit_round(
-        client, plan, shards.futures, functools.partial(strategies.evaluate_work, net),
+        client, plan, shards.futures, functools.partial(partial_sums, functools.partial(strategies.evaluate_work, net)),
         strategies.evaluate_apply, weights, weights, 0, tag, prefix=keys.EVAL)
     return stats.result(timeout=timeout)
 

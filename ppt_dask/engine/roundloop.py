@@ -95,6 +95,7 @@ class Run:
     diag: object
     run_id: str
     t_start: float
+    reproducible: str | None = None  # "any-p", "same-p" (a pass a worker slot), None (asynchronous)
     history: History = field(default_factory=History)  # Result.history: a record a round, as columns
     snapshots: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
@@ -165,7 +166,8 @@ def _salvage(run: Run, attempt: int, engine) -> Kept | None:
 
 def _engine(run: Run, kept: Kept):
     """The round graph of a new generation, starting from the kept state."""
-    plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in)
+    plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in,
+                           whole=run.reproducible == "same-p")
     run.used_exchange = choose.choose_exchange(run.exchange, plan, run.strategy)
     if run.used_exchange == "stream":  # a scheme the loops' links cannot carry: refused before any round
         for address in dict.fromkeys(run.shards.workers):

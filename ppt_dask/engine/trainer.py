@@ -31,7 +31,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
           on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
           checkpoint_dir=None, checkpoint_every: int | None = None, resume: bool = False,
           initial_state=None, exchange: str = "auto", allreduce: str = "auto",
-          recorder: Callable | None = None) -> Result:
+          reproducible: str | None = None, recorder: Callable | None = None) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Each worker runs one loop over the rounds for its shards; the loops add their sums
@@ -107,6 +107,18 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         else "direct" at 2 workers and for small networks, "scatter" beyond. The same bits
         every way. Streamed synchronous and local strategies only (the asynchronous loops send
         each gradient to every replica).
+    reproducible : {"any-p", "same-p"}, optional
+        What a seeded run repeats bit for bit. "any-p": the same weights on any number of
+        workers (every logical shard's sums computed on their own, all of a worker's shards in
+        one batched pass, added along the fixed shard tree). "same-p": the same weights on the
+        same number of workers, through a lost worker and a resume: a worker computes its rows
+        of a round in one pass, one partial a worker, added along a fixed tree over the workers
+        (the same rows and the same sums as "any-p", rounded otherwise). None (the default):
+        "same-p" for the strategies whose round is a gradient (epoch, block, ppt: it is the
+        faster, see graphs/block_race.py), "any-p" for averaging and local SGD (a model per
+        shard: the same bits on any number of workers at no cost); the asynchronous strategy
+        promises neither, and either value is refused for it. ``Result.settings["reproducible"]``
+        says what the run promised.
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
         ``round_done(record)`` sees every round (on streamed rounds with each loop's timing of
@@ -155,12 +167,14 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         checkpoint.check_folder(checkpoint_dir)
     applicability.refuse_pipeline(name, exchange, pipeline)
     applicability.refuse_allreduce(name, exchange, allreduce)
+    promise = applicability.reproducible_for(name, reproducible)
     net = model.check_network(model.for_rows(model.check_network(net), shards.row_shape))
     validation.check_network_fits(net, shards)
     validation.check_test_set(net, stop.test)
     strategy = strategy.check([i.stop - i.start for i in shards.info], seed, shards.replicated)
     if allreduce in ("halving", "shared"):  # refused here, not at the first round, where the layout does not allow it
-        choose.choose_allreduce("stream", allreduce, graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in),
+        choose.choose_allreduce("stream", allreduce, graph.make_plan(shards.worker_blocks(), shards.n_shards, fan_in,
+                                                                     whole=promise == "same-p"),
                                 strategy, net, shards.colocated)
     if params is not None and np.shape(params) != (net.n_params,):
         raise ValueError(f"params has shape {np.shape(params)}; the network needs ({net.n_params},)")
@@ -171,15 +185,16 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         max_rounds += initial_state.round + 1
     run_id = uuid.uuid4().hex[:8]
     meta = {**model.describe(net), "strategy": repr(strategy), "rows": shards.n_rows,
-            "shards": shards.n_shards, "fan_in": fan_in, "seed": seed}
+            "shards": shards.n_shards, "fan_in": fan_in, "seed": seed, "reproducible": promise}
     saved = checkpoint.load(checkpoint_dir, meta) if (checkpoint_dir and resume) else None
     diag = watch.start(recorder, shards, run_id, watch.settings(net, shards, strategy, fan_in=fan_in,
-                                                                pipeline=pipeline, seed=seed, exchange=exchange))
+                                                                pipeline=pipeline, seed=seed, exchange=exchange,
+                                                                reproducible=promise))
     run = Run(net, shards, strategy, stop, fan_in, pipeline, exchange, allreduce, rounds_per_epoch, max_rounds,
                {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
                checkpoint_every, meta, progress, on_round,
                checkpoint.Writer(checkpoint_dir, meta) if checkpoint_dir else None, diag, run_id,
-               time.perf_counter())
+               time.perf_counter(), reproducible=promise)
 
     try:
         return _tries(run, saved, initial_state, params, seed)
@@ -281,7 +296,7 @@ def _finish(run: Run, attempt: int, end: End) -> Result:
                   float(train_stats[1] / train_stats[2]), test_accuracy,
                   {"workers": len(shards.worker_blocks()), "shards": shards.n_shards,
                    "fan_in": run.fan_in, "pipeline": run.pipeline, "exchange": run.used_exchange,
-                   "allreduce": run.used_allreduce,
+                   "allreduce": run.used_allreduce, "reproducible": run.reproducible,
                    "seed": run.meta["seed"], "target_error": stop.target_error, "tries": attempt + 1,
                    "recoveries": run.recoveries, "events": run.events,
                    "worker_settings": loopenv.summary(run.worker_settings)},

@@ -93,7 +93,8 @@ def floor_rows(client, workers, p: int, size: int, rounds: int, *, warmup: int =
     net = ppt.MLP((1, 2), output="softmax", dtype="float32")
     try:
         result = ppt.train(net, shards, Exchange(block=n, size=int(size), dtype=dtype),
-                           ppt.Stop(max_epochs=(rounds + warmup) / 8), exchange="stream", allreduce=allreduce)
+                           ppt.Stop(max_epochs=(rounds + warmup) / 8), exchange="stream", allreduce=allreduce,
+                           reproducible="any-p")  # every shard's sums added along the tree, as the layout's
     finally:
         ppt.exit_data(shards)
     return result.breakdown()[warmup:]
@@ -199,7 +200,8 @@ def _phases(client, net, X, y, layouts, rows, rounds: int, warmup: int, passes: 
                     block = r * shards.n_shards
                     result = ppt.train(net, shards, strategies.Sync(lr=1e-3, block=block),
                                        ppt.Stop(max_epochs=(rounds + warmup) * block / shards.n_rows),
-                                       exchange="stream", on_round=enough_rounds(warmup))
+                                       exchange="stream", on_round=enough_rounds(warmup),
+                                       reproducible="any-p")  # a call a shard: the curve's calls
                     kept = result.breakdown()[warmup:]
                     seen.setdefault((i, j), []).append((float(np.median([row["gradient"] for row in kept])),
                                                         float(np.median([exchange_phases(row) for row in kept]))))

@@ -23,10 +23,15 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
 * ``Th(p) = th0 + th1 * tasks_per_round(p)``: the head/scheduler cost of one round,
   charged once per round (``n/b`` times an epoch); :func:`tasks_per_round` counts the
   tasks exactly as :func:`ppt_dask.engine.rounds.graph.round_graph` builds them.
-* ``tc``: the fixed cost of one gradient call (one shard's block), charged per shard a
-  worker holds. numpy vectorises over the patterns of a block, so a call costs
+* ``tc``: the fixed cost of one gradient call (one shard's block), charged per call.
+  numpy vectorises over the patterns of a block, so a call costs
   ``tc + rows (Tf + Tb)``: the intercept and slope of a least-squares fit over block
-  sizes (:func:`ppt_dask.perf.fit.fit_per_pattern`), where 001 measured per pattern.
+  sizes (:func:`ppt_dask.perf.fit.fit_per_pattern`), where 001 measured per pattern. How many
+  calls a worker makes a round follows the run's ``reproducible`` (:func:`calls_per_round`):
+  "same-p" (``ppt.train``'s default for the gradient strategies) makes one call over all the
+  worker's rows of the round, so at p = 1 a round costs the serial program's call whatever the
+  shards; "any-p" a call per shard it holds (their batched pass costs about that: the small
+  products stay small).
 * the *call curve* (optional): seconds of one gradient call timed at several row
   counts ``call_rows``: as the serial program makes it, back to back in one process
   (``call_seconds``), and as the first call of a ``ppt-grad`` task in real rounds
@@ -66,6 +71,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ppt_dask.core import allreduce
+from ppt_dask.core.model import STACK_ROWS
 from ppt_dask.core.validation import check_int_array_at_least
 from ppt_dask.perf import curves
 from ppt_dask.perf.curves import CALL_CURVE, STREAM_CURVE, check_curves
@@ -273,35 +279,70 @@ def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None, exchange: str 
     return _out(c.th0_seconds + c.th1_seconds * tasks)
 
 
-def round_rows(p, block, n_shards=None):
-    """Rows of one gradient call of the busiest worker in a round (what the curves are
-    timed against): its patterns over the shards it holds. Broadcasts ``p`` and ``block``."""
-    b = check_int_array_at_least("block", block, 1)
-    workers, calls = layout(p, n_shards)
-    return _out(slowest_patterns(workers, b, n_shards) / calls)
+REPRODUCIBLE = ("same-p", "any-p")  # ppt.train's reproducible: what the model charges a worker's round
 
 
-def compute_seconds(p, block, c: Constants, n_shards=None, *, streamed: bool = False, cores=None):
-    """Gradient phase of one round: the busiest worker's calls and patterns.
+def calls_per_round(p, block, n_shards=None, reproducible: str = "same-p"):
+    """How a synchronous round's gradient falls on the workers, as ``ppt.train(...,
+    reproducible=reproducible)`` runs it.
 
-    ``task(patterns / calls, calls)`` with ``patterns = ceil(b/p)`` (001's ``b/p``) when
-    ``n_shards`` is None, else the exact split of Sync over the shards, and ``calls`` the
-    shards that worker holds; ``task`` is :func:`task_seconds` (``calls * tc + patterns
-    (Tf + Tb)`` without a call curve), times :func:`oversubscription`. A round graph's phase
-    is at least ``tq`` (the scheduler's message batching); a streamed loop's is not.
-    Broadcasts ``p`` and ``block``.
+    "any-p": a call per shard a worker holds; "same-p": one call over all its rows (its shards'
+    rows side by side, :func:`ppt_dask.core.model.one_pass`) while each shard's share is at most
+    ``STACK_ROWS`` rows, else a call per shard too.
+
+    Parameters
+    ----------
+    p : int or array of int
+        Workers.
+    block : int or array of int
+        Patterns per round, split over the shards.
+    n_shards : int, optional
+        Logical shards (None: one per worker).
+    reproducible : {"same-p", "any-p"}
+
+    Returns
+    -------
+    workers, patterns, calls : arrays of the broadcast shape of ``p`` and ``block``
+        The workers holding shards, the busiest one's patterns and its calls.
     """
-    c = _constants(c)
+    if reproducible not in REPRODUCIBLE:
+        raise ValueError(f"reproducible must be one of {REPRODUCIBLE}, got {reproducible!r}")
     b = check_int_array_at_least("block", block, 1)
     workers, calls = layout(p, n_shards)
     patterns = slowest_patterns(workers, b, n_shards)
+    if reproducible == "same-p":
+        calls = np.where(patterns / calls <= STACK_ROWS, 1, calls)
+    return workers, patterns, calls
+
+
+def round_rows(p, block, n_shards=None, reproducible: str = "same-p"):
+    """Rows of one gradient call of the busiest worker in a round (what the curves are
+    timed against): its patterns over its calls (:func:`calls_per_round`). Broadcasts ``p``
+    and ``block``."""
+    _workers, patterns, calls = calls_per_round(p, block, n_shards, reproducible)
+    return _out(patterns / calls)
+
+
+def compute_seconds(p, block, c: Constants, n_shards=None, *, streamed: bool = False, cores=None,
+                    reproducible: str = "same-p"):
+    """Gradient phase of one round: the busiest worker's calls and patterns.
+
+    ``task(patterns / calls, calls)`` with ``patterns = ceil(b/p)`` (001's ``b/p``) when
+    ``n_shards`` is None, else the exact split of Sync over the shards, and ``calls`` those of
+    :func:`calls_per_round` (one a round under "same-p", one a shard under "any-p"); ``task`` is
+    :func:`task_seconds` (``calls * tc + patterns (Tf + Tb)`` without a call curve), times
+    :func:`oversubscription`. A round graph's phase is at least ``tq`` (the scheduler's message
+    batching); a streamed loop's is not. Broadcasts ``p`` and ``block``.
+    """
+    c = _constants(c)
+    workers, patterns, calls = calls_per_round(p, block, n_shards, reproducible)
     busy = np.asarray(task_seconds(patterns / calls, calls, c, workers, streamed=streamed))
     busy = busy * oversubscription(workers, cores)
     return _out(busy if streamed else np.maximum(busy, c.tq_seconds))
 
 
 def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=None,
-                exchange: str = "auto", cores=None) -> dict:
+                exchange: str = "auto", cores=None, reproducible: str = "same-p") -> dict:
     """The terms of one round (seconds, each of the broadcast shape of ``p`` and ``block``).
 
     ``compute`` (:func:`compute_seconds`), ``update`` (``Tu``), ``exchange`` and ``head``.
@@ -313,7 +354,7 @@ def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=
     ``Tr(p)`` and the head ``Th(p)``. ``streamed`` (bools) says which rounds were charged as
     streamed, ``graph_for_stream`` (bools) where streamed rounds had to take the graph's terms
     (its compute curve and ``tq`` too) because the constants have no streamed exchange (001's
-    own, or an older calibration).
+    own, or an older calibration). ``reproducible``: ``ppt.train``'s (:func:`calls_per_round`).
     """
     c = _constants(c)
     workers, _ = layout(p, n_shards)
@@ -323,7 +364,8 @@ def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=
     parts = {}
     for flag in (False, True):
         graph = not (flag and links)
-        compute = np.asarray(compute_seconds(p, block, c, n_shards, streamed=not graph, cores=cores))
+        compute = np.asarray(compute_seconds(p, block, c, n_shards, streamed=not graph, cores=cores,
+                                             reproducible=reproducible))
         comm = np.asarray(reduce_seconds(workers, n_weights, c, fan_in) if graph
                           else links_seconds(workers, n_weights, c)) * oversubscription(workers, cores)
         parts[flag] = dict(
@@ -337,7 +379,7 @@ def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=
 
 
 def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=None,
-                      exchange: str = "auto", cores=None):
+                      exchange: str = "auto", cores=None, reproducible: str = "same-p"):
     """One weight update (one Dask round) with block b split over p workers.
 
     The per-block share of 001 eq. (5): the slowest worker's ``ceil(b/p) (Tf + Tb)``
@@ -351,7 +393,8 @@ def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_s
     >>> round(iteration_seconds(4, 64, 1000, c), 6)  # 16*3ms + 0.1ms + (2*1ms + 1ms)
     0.0511
     """
-    parts = round_parts(p, block, n_weights, c, fan_in, n_shards=n_shards, exchange=exchange, cores=cores)
+    parts = round_parts(p, block, n_weights, c, fan_in, n_shards=n_shards, exchange=exchange, cores=cores,
+                        reproducible=reproducible)
     return _out(sum(np.asarray(parts[k]) for k in ("compute", "update", "exchange", "head")))
 
 
@@ -378,7 +421,7 @@ def sequential_epoch_seconds(block, n_patterns, c: Constants, *, n_test: int = 0
 
 
 def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-                  fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None):
+                  fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None, reproducible: str = "same-p"):
     """One iteration of the parallel program (001's Tpi), eq. (5) plus the Dask head:
 
     ``(n/b) [ceil(b/p)(Tf + Tb) + Tu + Tr(p) + Th(p)] + ceil(m/p)(Tf + Ts) + To``.
@@ -394,12 +437,12 @@ def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int 
     workers, _ = layout(p, n_shards)
     test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds) * oversubscription(workers, cores)
     per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in, n_shards=n_shards,
-                                             exchange=exchange, cores=cores))
+                                             exchange=exchange, cores=cores, reproducible=reproducible))
     return _out(n / b * per_round + test + c.to_seconds)
 
 
 def speedup(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-            fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None):
+            fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None, reproducible: str = "same-p"):
     """Predicted speedup of one iteration, 001 eq. (7) = eq. (3) / eq. (5).
 
     At p = 1 this is not exactly 1: the parallel program saves ``(n/b) Tm`` and pays Th.
@@ -407,14 +450,14 @@ def speedup(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
     seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
     return _out(np.asarray(seq) / np.asarray(epoch_seconds(
         p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards,
-        exchange=exchange, cores=cores)))
+        exchange=exchange, cores=cores, reproducible=reproducible)))
 
 
 def efficiency(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
-               fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None):
+               fan_in: int = 2, n_shards=None, exchange: str = "auto", cores=None, reproducible: str = "same-p"):
     """Predicted efficiency ``S(p) / p``, 001 eq. (8) (and eq. (2))."""
     s = speedup(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
-                n_shards=n_shards, exchange=exchange, cores=cores)
+                n_shards=n_shards, exchange=exchange, cores=cores, reproducible=reproducible)
     return _out(np.asarray(s) / check_int_array_at_least("p", p, 1))
 
 

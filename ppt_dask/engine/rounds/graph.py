@@ -27,7 +27,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from ppt_dask.core import keys, tree
-from ppt_dask.engine.rounds.steps import partial_sums
+from ppt_dask.engine.rounds.steps import slot_work
 from ppt_dask.engine.rounds.taskspec import DataNode, Task, TaskRef, parse_input
 
 # ---- task functions (worker side) ------------------------------------------------------
@@ -60,13 +60,18 @@ def stats_of(state) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Plan:
-    """Which worker evaluates which tree nodes, and which nodes need a reduce task."""
+    """Which worker evaluates which tree nodes, and which nodes need a reduce task.
+
+    The tree's leaves are the shards, or with ``whole`` (``reproducible="same-p"``) the worker
+    slots: each slot then sends one partial, its rows' sums from one pass, and the slots' partials
+    are added along the tree over the slots (``n_shards`` counts the tree's leaves)."""
 
     fan_in: int
     n_shards: int
     blocks: tuple  # per worker slot: (label, shard_start, shard_stop, nodes)
     reduces: tuple  # tree nodes needing a reduce task, children before parents
     root: tuple
+    whole: bool = False
 
     def owner(self, node) -> int | None:
         for slot, (_, _, _, nodes) in enumerate(self.blocks):
@@ -75,11 +80,16 @@ class Plan:
         return None
 
 
-def make_plan(worker_blocks: list[tuple[str, int, int]], n_shards: int, fan_in: int) -> Plan:
-    """``worker_blocks``: per worker ``(resource label, first shard, stop shard)``."""
-    blocks = tuple(
-        (label, a, b, tuple(tree.decompose(a, b, fan_in, n_shards))) for label, a, b in worker_blocks
-    )
+def make_plan(worker_blocks: list[tuple[str, int, int]], n_shards: int, fan_in: int, whole: bool = False) -> Plan:
+    """``worker_blocks``: per worker ``(resource label, first shard, stop shard)``; with ``whole``
+    the tree is over the slots (slot ``k``'s one leaf ``(0, k)``), else over the ``n_shards`` shards."""
+    if whole:
+        n_shards = len(worker_blocks)
+        blocks = tuple((label, a, b, ((0, k),)) for k, (label, a, b) in enumerate(worker_blocks))
+    else:
+        blocks = tuple(
+            (label, a, b, tuple(tree.decompose(a, b, fan_in, n_shards))) for label, a, b in worker_blocks
+        )
     owned = {n for *_, nodes in blocks for n in nodes}
     reduces: list = []
 
@@ -92,7 +102,7 @@ def make_plan(worker_blocks: list[tuple[str, int, int]], n_shards: int, fan_in: 
 
     root = tree.root(n_shards, fan_in)
     visit(root)
-    return Plan(fan_in, n_shards, blocks, tuple(reduces), root)
+    return Plan(fan_in, n_shards, blocks, tuple(reduces), root, whole)
 
 
 # ---- building and sending graphs ----------------------------------------------------------
@@ -152,6 +162,10 @@ def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable
                 broadcast: Callable = weights_of):
     """The graph of one round and the keys the head keeps: (update, weights, stats).
 
+    ``work(weights, shards, shard_ids, round_index, nodes, fan_in, n_shards)`` is a worker
+    slot's map task: its subtrees' partial sums (tree node -> partial; a strategy's
+    ``slot_sums``, or :func:`ppt_dask.engine.rounds.steps.partial_sums` of a per-shard function).
+
     ``tag`` names the run, the generation and the round (``"3f2a9c1b-g0-r12"``), so a
     resubmitted round never collides with an old one (the scheduler refuses a key it knows
     with another task: "Detected different run_spec") and the dashboard still groups keys by prefix (``ppt-grad``).
@@ -162,8 +176,8 @@ def round_graph(plan: Plan, shard_futures: list, work: Callable, apply: Callable
 
     for slot, (label, a, b, nodes) in enumerate(plan.blocks):
         key = (keys.name(prefix, tag), slot)
-        task = Task(key, partial_sums, DataNode(None, work), weights, parse_input(list(shard_futures[a:b])),
-                    list(range(a, b)), round_index, DataNode(None, list(nodes)),
+        task = Task(key, work, weights, parse_input(list(shard_futures[a:b])),
+                    tuple(range(a, b)), round_index, DataNode(None, tuple(nodes)),
                     plan.fan_in, plan.n_shards)
         layers[f"{keys.name(prefix, tag)}-{slot}"] = pinned_layer(key, task, label)
         for node in nodes:
@@ -225,7 +239,7 @@ class TreeRounds(GenerationGraphs):
 
         self.client, self.plan, self.tag, self.first = client, plan, tag, first
         self.shard_futures = list(shard_futures)
-        self.work = functools.partial(strategy.work, net)
+        self.work = slot_work(strategy, net, plan.whole)
         self.apply = functools.partial(strategy.apply, net)
         self.broadcast = strategy.broadcast
         self.start_state = start_state

@@ -4,8 +4,9 @@ Every transport calls these, and they differ only in how the partial sums travel
 streamed loops (:mod:`ppt_dask.engine.rounds.stream`) send them worker to worker through their
 allreduce, the per-round graphs (:mod:`ppt_dask.engine.rounds.onehop`,
 :mod:`ppt_dask.engine.rounds.graph`, :mod:`ppt_dask.engine.rounds.overlap`) hand them to the
-scheduler as task results. Whatever carried them, the total is added along the fixed shard
-tree, so every transport gives bitwise the same rounds.
+scheduler as task results. Whatever carried them, the total is added along the fixed tree
+(over the shards, or with ``reproducible="same-p"`` over the worker slots), so every transport
+gives bitwise the same rounds.
 
 * synchronous (:class:`~ppt_dask.Sync`, :class:`~ppt_dask.PPT`, :class:`~ppt_dask.Average`):
   :func:`sync_partial` (the slot's partial sums at a state), then, once the total is there,
@@ -27,13 +28,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppt_dask.algorithms.localsgd import block_round, state_after
+from ppt_dask.algorithms.strategies import shard_by_shard
 from ppt_dask.core import tree
 
 
 @dataclass(frozen=True)
 class SlotStep:
     """The fixed arguments of one worker slot's step: what it trains, its block of shards
-    (``shard_ids``) and the subtrees of the fixed shard tree they make (``nodes``)."""
+    (``shard_ids``) and the subtrees of the fixed tree they make (``nodes``, over ``n_shards``
+    leaves). With ``whole`` (``reproducible="same-p"``) the tree's leaves are the worker slots
+    and the slot computes its one leaf in one pass over its shards' rows."""
 
     strategy: Any
     net: Any
@@ -41,17 +45,20 @@ class SlotStep:
     nodes: tuple
     fan_in: int
     n_shards: int
+    whole: bool = False
 
 
 def slot_steps(strategy, net, plan) -> list[SlotStep]:
     """One :class:`SlotStep` per worker slot of ``plan`` (:class:`ppt_dask.engine.rounds.graph.Plan`)."""
-    return [SlotStep(strategy, net, tuple(range(a, b)), tuple(nodes), plan.fan_in, plan.n_shards)
+    return [SlotStep(strategy, net, tuple(range(a, b)), tuple(nodes), plan.fan_in, plan.n_shards, plan.whole)
             for _label, a, b, nodes in plan.blocks]
 
 
 def partial_sums(work: Callable, params, shards: list, shard_ids: list[int], round_index: int,
                  nodes: list, fan_in: int, n_shards: int) -> dict:
-    """Run ``work`` on each resident shard, pre-combined into this worker's subtrees."""
+    """Run ``work`` on each resident shard, pre-combined into this worker's subtrees (a pass a
+    shard: the checks of the training set, :func:`ppt_dask.engine.result.evaluate`; the rounds
+    go through their strategy's ``slot_sums``, :func:`sync_partial`)."""
     position = {s: i for i, s in enumerate(shard_ids)}
     cache: dict[int, tuple] = {}
 
@@ -66,12 +73,22 @@ def partial_sums(work: Callable, params, shards: list, shard_ids: list[int], rou
 # ---- synchronous rounds ---------------------------------------------------------------
 
 
+def slot_work(strategy, net, whole: bool = False) -> Callable:
+    """A worker slot's map of a round, ``(broadcast, shards, shard_ids, r, nodes, fan_in, n_shards)
+    -> {tree node: partial}``: the strategy's ``slot_sums`` (all the slot's shards at once), or for
+    a strategy that has only ``work`` (a probe of :mod:`ppt_dask.perf.probes`, one of a user's)
+    its ``work`` shard by shard."""
+    own = getattr(strategy, "slot_sums", None)
+    if own is not None:
+        return functools.partial(own, net, whole=whole)
+    return functools.partial(shard_by_shard, strategy, net, whole=whole)
+
+
 def sync_partial(step: SlotStep, state, shards: list, r: int) -> dict:
     """Round ``r``'s partial sums of the slot's subtrees (tree node -> partial) at ``state``,
-    the state after round ``r - 1``."""
-    work = functools.partial(step.strategy.work, step.net)
-    return partial_sums(work, step.strategy.broadcast(state), shards, list(step.shard_ids), r, list(step.nodes),
-                        step.fan_in, step.n_shards)
+    the state after round ``r - 1`` (:func:`slot_work`)."""
+    return slot_work(step.strategy, step.net, step.whole)(step.strategy.broadcast(state), shards, step.shard_ids, r,
+                                                          step.nodes, step.fan_in, step.n_shards)
 
 
 def sync_update(step: SlotStep, state, total: tuple):

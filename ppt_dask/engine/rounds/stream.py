@@ -257,7 +257,8 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
     subtrees = max(len(nodes) for *_, nodes in rounds.plan.blocks)
     for slot, (label, a, b, nodes) in enumerate(rounds.plan.blocks):
         step = StreamStep(rounds.strategy, rounds.net, tuple(range(a, b)), tuple(nodes), rounds.plan.fan_in,
-                          rounds.plan.n_shards, kind=kind, slot=slot, box=f"{rounds.tag}-s{slot}",
+                          rounds.plan.n_shards, rounds.plan.whole, kind=kind, slot=slot,
+                          box=f"{rounds.tag}-s{slot}",
                           n_loops=len(labels), allreduce=getattr(rounds, "allreduce", None) or "auto",
                           subtrees=subtrees, secret=secret, loop=loop)
         peers = {other: actor for other, (_f, actor) in enumerate(boxes) if other != slot}
