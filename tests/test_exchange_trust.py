@@ -131,7 +131,9 @@ def _knocked_run(client, tmp_path, workers: int, pids: list, tls: dict | None = 
 
 def _check(result, hits: list, created, workers: int, kinds: int) -> None:
     X, y = _data()
-    expected, _ = train_serial(NET, X, y, SYNC, rounds=ROUNDS, n_shards=8, seed=6)
+    # the runs take the default, reproducible='same-p': the serial path of as many workers
+    expected, _ = train_serial(NET, X, y, SYNC, rounds=ROUNDS, n_shards=8, seed=6, reproducible="same-p",
+                               workers=workers)
     assert result.rounds == ROUNDS and result.settings["exchange"] == "stream"
     assert result.params.tobytes() == expected.tobytes()  # bitwise an undisturbed run's (the serial oracle's)
     assert not created.exists()  # no stranger's pickle was ever unpickled
@@ -260,9 +262,10 @@ def _slow_run(client, progress=None, rounds: int = 4):
         ppt.exit_data(shards)
 
 
-def _bitwise_serial(result, rounds: int = 4) -> None:
+def _bitwise_serial(result, rounds: int = 4, workers: int = 3) -> None:
     X, y = _data()
-    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=6, seed=6)
+    expected, _ = train_serial(NET, X, y, SYNC, rounds=rounds, n_shards=6, seed=6, reproducible="same-p",
+                               workers=workers)
     assert result.rounds == rounds and result.params.tobytes() == expected.tobytes()
 
 
@@ -322,7 +325,8 @@ def test_no_room_in_dev_shm_rolls_back_to_the_socket_algorithms_with_one_warning
 
     net = ppt.MLP((12, 512, 3), hidden="tanh", output="softmax")  # 8.2k float64 weights: 66 kB a segment's place
     X, y = _data()
-    expected, _ = train_serial(net, X, y, SYNC, rounds=ROUNDS, n_shards=6, seed=6)
+    expected, _ = train_serial(net, X, y, SYNC, rounds=ROUNDS, n_shards=6, seed=6, reproducible="same-p",
+                               workers=3)
     worker = ppt.cluster.worker_addresses(client3)[1]
     client3.run(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 2**10, resource.RLIM_INFINITY)),
                 workers=[worker])
