@@ -104,3 +104,16 @@ def test_a_message_that_ends_in_empty_arrays_is_written_and_read_whole():
     finally:
         a.close()
         b.close()
+
+
+def test_a_lingering_close_whose_peers_have_closed_does_not_wait():
+    """A loop that closes once its peers have closed reads their end and returns without a
+    wait for more (a wait after the last read had nothing left to wake it: it slept a whole
+    poll, 0.1 s at the end of every generation of every run)."""
+    a, b = _pair()
+    b.close()  # the peer is gone: its end of the link is all there is to read
+    waits: list = []
+    wait = a._wait
+    a._wait = lambda seconds: waits.append(seconds) or wait(seconds)
+    a.close(linger=600)
+    assert 1 in a.ended and waits == []

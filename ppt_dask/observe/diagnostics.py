@@ -187,14 +187,17 @@ class Collector(SchedulerPlugin):
 
     # -- the rpc handler ---------------------------------------------------------------
 
-    def query(self, run: str | None = None) -> dict:
-        """A run's records as plain lists (msgpack-able); the latest run by default."""
+    def query(self, run: str | None = None, heads: bool = True) -> dict:
+        """A run's records as plain lists (msgpack-able); the latest run by default. With
+        ``heads=False`` without the head's round records (the head that sent them keeps its
+        own: turning the window into dicts and sending them took tens of milliseconds at
+        the end of every run)."""
         log = self.runs.get(run) if run is not None else self.latest()
         if log is None:
             return {"run": run, "runs": list(self.runs), "settings": {}, "tasks": [], "heads": [],
                     "dropped": 0}
         return {"run": log.run, "runs": list(self.runs), "settings": log.settings,
-                "tasks": [list(t) for t in log.tasks], "heads": log.heads.records(),
+                "tasks": [list(t) for t in log.tasks], "heads": log.heads.records() if heads else [],
                 "dropped": log.dropped}
 
 
@@ -370,7 +373,7 @@ class Recorder:
         if self.enabled:
             try:
                 reply = self.client.sync(getattr(self.client.scheduler, HANDLER),
-                                         run=self.run, callback_timeout=timeout)
+                                         run=self.run, heads=False, callback_timeout=timeout)
             except Exception as exc:
                 warnings.warn(f"could not fetch the run's task records ({type(exc).__name__}: {exc})",
                               RuntimeWarning, stacklevel=2)

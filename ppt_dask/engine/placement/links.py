@@ -428,8 +428,14 @@ class Links(Inboxes):
             self._selector.close()
 
     def _linger(self, deadline: float) -> None:
-        while any(self._out[s].frames for s in self.outgoing if s not in self.lost) and time.monotonic() < deadline:
+        # each wait comes after a pump and a look at what it left: a wait before the look slept
+        # a whole POLL_SECONDS once the peers had closed (the socket unregistered, nothing to
+        # wake it), 0.1 s at the end of every generation
+        while True:
             self._pump(strict=False)
+            if not any(self._out[s].frames for s in self.outgoing if s not in self.lost) \
+                    or time.monotonic() >= deadline:
+                break
             self._wait(min(POLL_SECONDS, deadline - time.monotonic()))
         for slot, sock in self.outgoing.items():
             if slot not in self.lost:
@@ -442,8 +448,11 @@ class Links(Inboxes):
         for slot in self.incoming:
             self._inbox[slot].clear()
             self._in[slot].clear()
-        while time.monotonic() < deadline and any(s not in self.ended and s not in self.lost for s in self.incoming):
+        while True:
             self._pump(strict=False)
+            if not any(s not in self.ended and s not in self.lost for s in self.incoming) \
+                    or time.monotonic() >= deadline:
+                break
             self._wait(min(POLL_SECONDS, deadline - time.monotonic()))
 
 
