@@ -5,6 +5,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 import ppt_dask
@@ -55,3 +56,26 @@ def test_a_version_outside_the_range_is_named():
     assert "older than 2026.3.0" in taskspec.outside_tested("2025.1.0")
     assert "newer than" in taskspec.outside_tested("2026.9.0")
     assert taskspec.outside_tested("2026.8.0") is None
+
+
+def test_distributed_scheduler_is_imported_in_one_module():
+    assert _importers("distributed.scheduler") == ["engine/waits.py"]
+
+
+def test_a_task_no_worker_may_run_fails_with_the_error_the_head_recovers_from():
+    """The head takes distributed's NoValidWorkerError of a pinned task (its slot's worker did
+    not come back within no-workers-timeout) as a lost worker: the name still imports, and a
+    real scheduler still raises it to the client for a task whose resource no worker has."""
+    import dask
+    import distributed.scheduler
+
+    from ppt_dask.engine import waits
+
+    assert waits.NoValidWorkerError is distributed.scheduler.NoValidWorkerError
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.scheduler.no-workers-timeout": "1s"}), \
+            LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        future = client.submit(sum, [1, 2], resources={"ppt-slot-nobody": 1})
+        with pytest.raises(waits.NoValidWorkerError):
+            future.result(timeout=60)

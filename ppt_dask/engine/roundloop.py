@@ -129,9 +129,12 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             for event in run.shards.rebalance():
                 run.events.append({**event, "round": kept.round + 1,
                                    "elapsed_seconds": time.perf_counter() - run.t_start})
-        except (CancelledError, KilledWorker, waits.WorkerLost) as exc:
+        except (CancelledError, KilledWorker, waits.WorkerLost, waits.NoValidWorkerError) as exc:
             # a worker died: put its shards back, go back to the newest state a surviving worker
-            # still holds (streamed rounds) or to the head's copy, and replay from there
+            # still holds (streamed rounds) or to the head's copy, and replay from there. A task
+            # that waited distributed's no-workers-timeout for its slot's worker (a worker killed
+            # as a generation started, whose restart was slow under load) is one too, as long as
+            # a lost worker's slot is there to repair
             run.recoveries += 1
             if run.recoveries > MAX_RECOVERIES:
                 raise
@@ -139,6 +142,8 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             kept = _salvage(run, attempt, engine) or run.last_kept
             engine.cancel()
             moved = run.shards.repair()
+            if isinstance(exc, waits.NoValidWorkerError) and not moved:
+                raise  # every slot has its worker: the task's restriction itself cannot be met
             run.last_kept = kept
             run.events.append({"event": "recovered", "round": engine.submitted, "rolled_back_to": kept.round,
                                "elapsed_seconds": time.perf_counter() - run.t_start,
