@@ -156,10 +156,11 @@ def test_a_stranger_knocking_on_every_loop_of_a_four_worker_run_changes_nothing(
     assert result.settings["allreduce"] == "shared"
 
 
+@pytest.mark.slow  # 4-6 s each, four worker processes of a TLS cluster: in CI's full run (.ci/run)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("protocol", ["tls://", "wss://"])
 def test_a_stranger_with_or_without_the_clusters_certificate_on_a_tls_cluster(tmp_path, protocol):
-    """A TLS cluster (worker threads of this process), and one over secure websockets, whose
+    """A TLS cluster (worker processes), and one over secure websockets, whose
     loops' links are TLS too (they once were plaintext for wss://): the stranger knocks without
     TLS (the TLS handshake fails) and with the cluster's own certificate, as any of its clients
     holds (TLS passes, the generation's secret does not)."""
@@ -174,10 +175,14 @@ def test_a_stranger_with_or_without_the_clusters_certificate_on_a_tls_cluster(tm
         files[name] = str(tmp_path / f"{name}.pem")
         with open(files[name], "w") as f:
             f.write(pem)
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, protocol=protocol, security=security,
+    # worker processes: LateLoop holds the held slot's worker's event loop, which worker threads
+    # of one process share (the other slots' loops then could not start, and the stranger knocked
+    # on whichever listener came first once the hold ended)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, protocol=protocol, security=security,
                       dashboard_address=None) as cluster, Client(cluster, security=security, timeout=60) as client:
         assert cluster.scheduler_address.startswith(protocol)
-        result, hits, created = _knocked_run(client, tmp_path, 4, [os.getpid()], tls=files)
+        pids = list(client.run(os.getpid).values())
+        result, hits, created = _knocked_run(client, tmp_path, 4, pids, tls=files)
     _check(result, hits, created, 4, kinds=12)
     plain = {h["from"] for h in hits if h["how"] == "plain"}
     refused = [e["why"] for e in result.settings["events"] if e["event"] == "refused" and e["from"] in plain]
@@ -269,6 +274,7 @@ def _bitwise_serial(result, rounds: int = 4, workers: int = 3) -> None:
     assert result.rounds == rounds and result.params.tobytes() == expected.tobytes()
 
 
+@pytest.mark.slow  # 19 s (the next generation waits for the killed worker's return): in CI's full run
 @pytest.mark.timeout(300)
 def test_a_worker_killed_while_its_first_segment_is_named_leaves_nothing_after_the_next_generation(client3):
     before = _pids(client3)
@@ -284,7 +290,7 @@ def test_a_worker_killed_while_its_first_segment_is_named_leaves_nothing_after_t
     assert _segments_of(before | _pids(client3)) == set()  # the killed worker's swept by the next generation
 
 
-@pytest.mark.slow  # 20 s: in CI's full run; the first-round kill above is the one that can leak
+@pytest.mark.slow  # 20 s: in CI's full run
 @pytest.mark.timeout(300)
 def test_a_worker_killed_at_round_one_leaves_nothing(client3):
     from conftest import sigkill_at
@@ -296,6 +302,7 @@ def test_a_worker_killed_at_round_one_leaves_nothing(client3):
     assert _segments_of(before | _pids(client3)) == set()
 
 
+@pytest.mark.slow  # 7 s, a head process started and killed: in CI's full run
 @pytest.mark.timeout(300)
 def test_the_head_killed_in_round_zero_leaves_nothing_once_the_next_run_started(client3, tmp_path):
     workers = _pids(client3)

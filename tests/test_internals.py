@@ -59,7 +59,7 @@ def test_a_version_outside_the_range_is_named():
 
 
 def test_distributed_scheduler_is_imported_in_one_module():
-    assert _importers("distributed.scheduler") == ["engine/waits.py"]
+    assert _importers("distributed.scheduler") == ["engine/roundloop.py"]
 
 
 def test_a_task_no_worker_may_run_fails_with_the_error_the_head_recovers_from():
@@ -69,13 +69,13 @@ def test_a_task_no_worker_may_run_fails_with_the_error_the_head_recovers_from():
     import dask
     import distributed.scheduler
 
-    from ppt_dask.engine import waits
+    from ppt_dask.engine import roundloop
 
-    assert waits.NoValidWorkerError is distributed.scheduler.NoValidWorkerError
+    assert roundloop.NoValidWorkerError is distributed.scheduler.NoValidWorkerError
     from distributed import Client, LocalCluster
 
     with dask.config.set({"distributed.scheduler.no-workers-timeout": "1s"}), \
             LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
         future = client.submit(sum, [1, 2], resources={"ppt-slot-nobody": 1})
-        with pytest.raises(waits.NoValidWorkerError):
+        with pytest.raises(roundloop.NoValidWorkerError):
             future.result(timeout=60)

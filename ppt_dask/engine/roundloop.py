@@ -21,6 +21,16 @@ from dataclasses import dataclass, field
 
 from distributed import Future, KilledWorker
 
+try:  # distributed's error of a task no worker may run (past no-workers-timeout): not in its public API
+    from distributed.scheduler import NoValidWorkerError
+except ImportError:  # pragma: no cover - a distributed to come moved it
+    warnings.warn("ppt_dask cannot import distributed.scheduler.NoValidWorkerError with this version of "
+                  "distributed: a task pinned to a slot that no worker took is then an error, not a lost worker",
+                  RuntimeWarning, stacklevel=1)
+
+    class NoValidWorkerError(Exception):  # type: ignore[no-redef]
+        """Never raised: stands for distributed's where it cannot be imported."""
+
 from ppt_dask.algorithms import strategies
 from ppt_dask.core import keys
 from ppt_dask.core.model import Network
@@ -129,7 +139,7 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             for event in run.shards.rebalance():
                 run.events.append({**event, "round": kept.round + 1,
                                    "elapsed_seconds": time.perf_counter() - run.t_start})
-        except (CancelledError, KilledWorker, waits.WorkerLost, waits.NoValidWorkerError) as exc:
+        except (CancelledError, KilledWorker, waits.WorkerLost, NoValidWorkerError) as exc:
             # a worker died: put its shards back, go back to the newest state a surviving worker
             # still holds (streamed rounds) or to the head's copy, and replay from there. A task
             # that waited distributed's no-workers-timeout for its slot's worker (a worker killed
@@ -142,7 +152,7 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             kept = _salvage(run, attempt, engine) or run.last_kept
             engine.cancel()
             moved = run.shards.repair()
-            if isinstance(exc, waits.NoValidWorkerError) and not moved:
+            if isinstance(exc, NoValidWorkerError) and not moved:
                 raise  # every slot has its worker: the task's restriction itself cannot be met
             run.last_kept = kept
             run.events.append({"event": "recovered", "round": engine.submitted, "rolled_back_to": kept.round,

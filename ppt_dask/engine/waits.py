@@ -7,17 +7,6 @@ was, to look at the right worker or raise the right limit.
 from __future__ import annotations
 
 import time
-import warnings
-
-try:  # distributed's error of a task no worker may run (past no-workers-timeout): not in its public API
-    from distributed.scheduler import NoValidWorkerError
-except ImportError:  # pragma: no cover - a distributed to come moved it
-    warnings.warn("ppt_dask cannot import distributed.scheduler.NoValidWorkerError with this version of "
-                  "distributed: a task pinned to a slot that no worker took is then an error, not a lost worker",
-                  RuntimeWarning, stacklevel=2)
-
-    class NoValidWorkerError(Exception):  # type: ignore[no-redef]
-        """Never raised: stands for distributed's where it cannot be imported."""
 
 ROUND_TIMEOUT = 600.0  # seconds a single round may take before the run is abandoned
 POLL_SECONDS = 2.0  # while waiting on a round, how often to check that no worker was lost
