@@ -454,3 +454,67 @@ def test_the_model_predicts_how_the_round_grows_with_the_block(client4, workers4
               f"predicted {predicted[blocks[0]] * 1e3:.2f} / {predicted[blocks[1]] * 1e3:.2f} ms, "
               f"runs {np.round(np.array(small) * 1e3, 2)} / {np.round(np.array(large) * 1e3, 2)} ms")
         assert min(grown) / widen <= ratio <= max(grown) * widen, (p, ratio, grown, widen)
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _PricedNet:
+    """An MLP whose every call costs a known time on a virtual clock: forward ``F0 + F1 n``,
+    stats ``S0 + S1 n``, a gradient ``G0 + G1 n`` for ``n`` rows; anything else costs nothing."""
+
+    F0, F1, S0, S1, G0, G1 = 2e-4, 1e-6, 2.5e-4, 1.5e-6, 3e-4, 3e-6
+
+    def __init__(self, net, clock):
+        self.net, self.clock = net, clock
+        self.dtype, self.n_params, self.row_shape = net.dtype, net.n_params, net.row_shape
+        self.n_outputs, self.task = net.n_outputs, net.task
+
+    def init_params(self, seed):
+        return self.net.init_params(seed)
+
+    def weight_mask(self):
+        return self.net.weight_mask()
+
+    def forward(self, params, X):
+        self.clock.now += self.F0 + self.F1 * len(X)
+        return self.net.forward(params, X)
+
+    def stats(self, params, X, y):
+        self.clock.now += self.S0 + self.S1 * len(X)
+        return self.net.stats(params, X, y)
+
+    def loss_grad_stats(self, params, X, y):
+        self.clock.now += self.G0 + self.G1 * len(X)
+        return self.net.loss_grad_stats(params, X, y)
+
+    def predict(self, params, X):
+        return self.net.predict(params, X)
+
+
+def test_measure_constants_names_each_call_by_its_own_cost(tiny, monkeypatch):
+    """Timed on a clock that moves only by what each call costs (001's Tables II/III by their
+    definitions): Tf is the forward pass's cost a pattern, Tb what the gradient adds to it, Ts
+    what the stats add to it, tc the gradient call's fixed cost, and Tu, Tm, Ta and To zero
+    (the update, the copy and the average cost nothing here, and the serial epoch is its
+    gradient calls). A constant charged to the wrong call, or a fixed part charged per
+    pattern, fails it; the timings themselves are the ones the real calls would take."""
+    from ppt_dask.perf import measure
+
+    net, X, y = tiny
+    clock = _Clock()
+    monkeypatch.setattr(measure, "time", clock)
+    priced = _PricedNet(net, clock)
+    c = calibrate.measure_constants(priced, X, y, block=128, repeats=3)
+    P = _PricedNet
+    assert c.tf_seconds == pytest.approx(P.F1, rel=1e-6)
+    assert c.tb_seconds == pytest.approx(P.G1 - P.F1, rel=1e-6)
+    assert c.ts_seconds == pytest.approx(P.S1 - P.F1, rel=1e-6)
+    assert c.tc_seconds == pytest.approx(P.G0, rel=1e-6)
+    assert (c.tu_seconds, c.tm_seconds, c.ta_seconds) == (0.0, 0.0, 0.0)
+    assert c.to_seconds == pytest.approx(0.0, abs=1e-9)
