@@ -214,6 +214,7 @@ def test_the_benchmarks_page_writes_no_number_of_its_own():
     assert not numbers, f"the Benchmarks page writes numbers of its own: {numbers}"
 
 
+@pytest.mark.slow  # the built site (10 s to build): in CI's full run, after .ci/run built it
 def test_each_number_on_the_built_benchmarks_page_is_read_from_graphs_out(site):
     page = _main_text(site / "benchmarks.html")
     out = " ".join(p.read_text() for p in (ROOT / "graphs" / "out").rglob("*.md"))
@@ -250,6 +251,7 @@ def _main_text(page: Path) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", text))
 
 
+@pytest.mark.slow  # the built site (10 s to build): in CI's full run, after .ci/run built it
 def test_the_site_is_small_and_calls_no_paper_by_its_file_number(site):
     size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
     assert size < MAX_SITE_BYTES, f"the built site is {size / 2**20:.1f} MB"
@@ -263,6 +265,7 @@ def test_the_site_is_small_and_calls_no_paper_by_its_file_number(site):
     assert (site / "_static" / "bokeh.min.js").exists()
 
 
+@pytest.mark.slow  # the built site (10 s to build): in CI's full run, after .ci/run built it
 def test_every_paper_named_on_a_page_links_to_its_source_entry(site):
     from pptdocs import PAPERS  # docs/_ext, on the path of the built site's configuration
 
@@ -280,6 +283,7 @@ def test_every_paper_named_on_a_page_links_to_its_source_entry(site):
                     f"{page.relative_to(site)}: {name!r} is named without its link"
 
 
+@pytest.mark.slow  # the built site (10 s to build): in CI's full run, after .ci/run built it
 def test_smart_quotes_are_off(site):
     page = (site / "guide" / "cli.html").read_text()
     assert "--workers" in page and "\u2013workers" not in page
@@ -316,6 +320,7 @@ def test_the_developer_guides_example_strategy_is_sync_when_it_does_not_clip():
     assert not np.array_equal(params, start)
 
 
+@pytest.mark.slow  # the built site (10 s to build): in CI's full run, after .ci/run built it
 def test_reference_pages_show_what_users_pass_and_read(site):
     """A strategy's page shows its parameters, not the fields its check() fills; a class made
     by the engine shows no constructor; no page shows the engine's members."""

@@ -62,11 +62,16 @@ def test_bitwise_identical_on_1_2_4_workers_and_serial(client4, workers4, strate
     assert rounds == {1: 10, 2: 10, 4: 10}
 
 
-@pytest.mark.parametrize("exchange", ["stream", "all", "tree"])
-@pytest.mark.parametrize("strategy", [ppt.Sync(lr=0.5, momentum=0.9, l2=0.01),
-                                      ppt.Sync(lr=0.3, momentum=0.5, block=24),
-                                      ppt.PPT(lr=0.5, momentum=0.3, local_epoch=5)],
-                         ids=["epoch", "block", "ppt"])
+SAME_P = {"epoch": ppt.Sync(lr=0.5, momentum=0.9, l2=0.01), "block": ppt.Sync(lr=0.3, momentum=0.5, block=24),
+          "ppt": ppt.PPT(lr=0.5, momentum=0.3, local_epoch=5)}
+# each strategy and each transport once in the default suite (0.7-1 s a case); all nine in CI's full run
+SAME_P_QUICK = {("block", "stream"), ("epoch", "tree"), ("ppt", "all")}
+
+
+@pytest.mark.parametrize("strategy, exchange", [
+    pytest.param(SAME_P[name], exchange, id=f"{name}-{exchange}",
+                 marks=() if (name, exchange) in SAME_P_QUICK else pytest.mark.slow)
+    for name in SAME_P for exchange in ("stream", "all", "tree")])
 def test_same_p_gives_its_serial_bits_on_1_2_3_4_workers(client4, workers4, strategy, exchange):
     """reproducible="same-p" (the default for these strategies): each worker computes its rows of a
     round in one pass and the workers' sums are added along the tree over the workers; at each p

@@ -62,8 +62,10 @@ IDS = ["epoch", "block", "block-tree", "ppt", "average-reset", "average-momentum
 
 
 @pytest.mark.parametrize("strategy, exchange", [  # epoch, block: 5 s, average-momentum 7 s (22 s loaded): in
-    # CI's full run; averaging stays in the default suite with its reset and bootstrap policies
-    pytest.param(*s, id=i, marks=pytest.mark.slow if i in ("epoch", "block", "average-momentum") else ())
+    # CI's full run, with ppt and average-bootstrap (2 s each: the MLP's tests hold both in the default suite);
+    # averaging stays in the default suite with its reset policy
+    pytest.param(*s, id=i, marks=pytest.mark.slow if i in ("epoch", "block", "average-momentum", "ppt",
+                                                           "average-bootstrap") else ())
     for s, i in zip(STRATEGIES, IDS)])
 def test_bitwise_identical_on_1_2_4_worker_processes_and_serial(client4, workers4, strategy, exchange):
     X, y = _data()
