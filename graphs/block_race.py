@@ -29,7 +29,7 @@ order rotates), ratios taken repeat by repeat against the contender named, then 
 
 Each row says the time per round (step) split into the gradient (the workers' ``gradient`` phase;
 mpi4py: its ``grad_sum``; PyTorch: forward and backward) and the rest. Writes graphs/out/block_race.md,
-.csv and .json.
+.csv and .json (block_race_mnist.* or block_race_cnn.* for one race alone).
 """
 
 from __future__ import annotations
@@ -283,7 +283,10 @@ def main() -> int:
             everything[race] = runs
     columns = ["race", "contender", "p", "seconds", "x peer", "x own p = 1", "epochs", "test accuracy %", "ms a round",
                "gradient ms", "rest ms", "reached"]
-    common.write_table(args.out, "block_race", rows, columns=columns,
+    # one race alone (--races mnist) writes block_race_mnist.*: the file the Benchmarks page shows
+    # under that command; both races, block_race.*
+    name = "block_race" if len(args.races) != 1 else f"block_race_{args.races[0]}"
+    common.write_table(args.out, name, rows, columns=columns,
                        title=f"Synchronous SGD by small blocks: MNIST block {args.block} to {args.target:.0%}, a small "
                              f"CNN block {args.cnn_block} for {args.cnn_epochs:g} epochs; medians of {args.repeats}",
                        notes=[f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}",
@@ -296,7 +299,7 @@ def main() -> int:
                               "* more workers than cores: oversubscribed",
                               *sorted({f"`{r['command']}`" for runs in everything.values() for rs in runs.values()
                                        for r in rs if r.get("command")})])
-    (args.out / "block_race.json").write_text(json.dumps({"runs": everything, "loads": loads}, indent=1, default=str))
+    (args.out / f"{name}.json").write_text(json.dumps({"runs": everything, "loads": loads}, indent=1, default=str))
     print(common.markdown(rows, columns))
     return 0
 
