@@ -65,6 +65,7 @@ DEFAULTS = dict(
 )
 QUICK = dict(REPEATS=1, N_TRAIN=6000, N_TEST=2000, TARGET=0.88, MAX_EPOCHS=10, MAX_SECONDS=60.0, CNN_EPOCHS=0.1)
 MOMENTUM = 0.9
+SKIPPED: dict[str, str] = {}  # contender label -> why it could not run here
 
 
 # ---- MNIST, block 200 ----------------------------------------------------------------------
@@ -81,6 +82,10 @@ def mnist_contenders(args) -> list[dict]:
             flags = [*cli, "--reproducible", promise]
             out.append(dict(name=f"ppt_dask-p{p}-{promise}", label=f"ppt-dask --workers {p} --reproducible {promise}",
                             p=p, threads=1, script="ppt_dask_cli.py", spec=dict(p=p, args=flags)))
+    for c in out:  # a peer that cannot run here is said, on stderr and under the table
+        if why := peers.missing(c):
+            SKIPPED[c["label"]] = why
+            print(f"mnist: {c['label']} not run: {why}", file=sys.stderr, flush=True)
     return [c for c in out if peers.missing(c) is None]
 
 
@@ -297,6 +302,7 @@ def main() -> int:
                               "checks apart); gradient ms: the gradient phase (PyTorch: forward and backward; DDP's "
                               "all-reduce runs inside its backward, so none is given)",
                               "* more workers than cores: oversubscribed",
+                              *(f"not run: {label} ({why}); x peer is empty" for label, why in SKIPPED.items()),
                               *sorted({f"`{r['command']}`" for runs in everything.values() for rs in runs.values()
                                        for r in rs if r.get("command")})])
     (args.out / f"{name}.json").write_text(json.dumps({"runs": everything, "loads": loads}, indent=1, default=str))

@@ -88,17 +88,31 @@ def slow_gradients(strategy, shards, seconds: float, slots=None):
 
 
 class LateLoop(WorkerPlugin):
-    """A test hook (a worker plugin): the worker of ``slot`` holds its event loop still when
-    that slot's loop of the streamed rounds is about to run, until the file ``until`` exists
-    (at most ``seconds``), once. Meanwhile the other slots' loops wait for it with their links'
+    """A test hook (a worker plugin): the worker of ``slot`` holds back that slot's loop of the
+    streamed rounds when it is about to run, until the file ``until`` exists (at most
+    ``seconds``), once. Meanwhile the other slots' loops wait for it with their links'
     listeners open, as they would for a worker slow to start: the window a test opens on
-    purpose to knock on them."""
+    purpose to knock on them.
+
+    It holds the worker's threads, not its event loop: as many waits as the worker has
+    threads go into its executor ahead of the loop's task, so the task starts when they end.
+    The event loop stays free to serve what the other slots' loops fetch from this worker
+    (the run's start state may live there alone); a held event loop would hold them too."""
 
     name = "ppt-late-loop"
 
     def __init__(self, slot: int, until: str, seconds: float = 60.0):
         self.slot, self.until, self.seconds = slot, until, seconds
         self.held = False
+        self.worker: Any = None
+
+    def setup(self, worker) -> None:
+        self.worker = worker
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + self.seconds
+        while not os.path.exists(self.until) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def transition(self, key, start, finish, **kwargs) -> None:
         if self.held or finish != "executing" or not isinstance(key, tuple) or len(key) != 2:
@@ -106,6 +120,6 @@ class LateLoop(WorkerPlugin):
         if key[1] != self.slot or not str(key[0]).startswith("ppt-loop-"):
             return
         self.held = True
-        deadline = time.monotonic() + self.seconds
-        while not os.path.exists(self.until) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # the task's own submission comes after this transition: it queues behind the waits
+        for _ in range(max(1, int(self.worker.state.nthreads))):
+            self.worker.executors["default"].submit(self._wait)

@@ -65,6 +65,7 @@ known, knocked, hits, keep, threads = listening(), set(), [], [], []
 open(done + ".ready", "w").close()  # the listeners before the run are known: the run may start
 
 def with_certificate(sock, data):
+    keep.append(sock.dup())  # the port stays ours though the handshake fails: no later knock reuses it
     try:
         wrapped = context.wrap_socket(sock)
         wrapped.sendall(data)
@@ -74,7 +75,7 @@ def with_certificate(sock, data):
 
 deadline = time.monotonic() + 90
 while len(knocked) < want and time.monotonic() < deadline:
-    for target in sorted(listening() - known - knocked):
+    for target in sorted(listening() - known - knocked)[:want - len(knocked)]:
         knocked.add(target)
         for how in (["plain", "with the certificate"] if tls else ["plain"]):
             for kind, data in kinds.items():
@@ -175,9 +176,7 @@ def test_a_stranger_with_or_without_the_clusters_certificate_on_a_tls_cluster(tm
         files[name] = str(tmp_path / f"{name}.pem")
         with open(files[name], "w") as f:
             f.write(pem)
-    # worker processes: LateLoop holds the held slot's worker's event loop, which worker threads
-    # of one process share (the other slots' loops then could not start, and the stranger knocked
-    # on whichever listener came first once the hold ended)
+    # worker processes, each its own TLS listener (LateLoop holds the held slot's worker's threads)
     with LocalCluster(n_workers=4, threads_per_worker=1, processes=True, protocol=protocol, security=security,
                       dashboard_address=None) as cluster, Client(cluster, security=security, timeout=60) as client:
         assert cluster.scheduler_address.startswith(protocol)

@@ -35,18 +35,26 @@ def test_quick_race_writes_both_races_with_the_round_split(tmp_path):
     ppt = [f"ppt-dask --workers {p} --reproducible {promise}" for p in (1, 2) for promise in ("same-p", "any-p")]
     cnn = {name for race, name in rows if race == "cnn"}
     assert cnn == {*ppt, "PyTorch loop, 1 process x 1 thread", "PyTorch DDP gloo, 2 processes x 1 thread"}, cnn
+    # the MNIST peer runs where mpiexec and mpi4py do (graphs/peers.py `missing`); elsewhere the
+    # table says it did not, and why, and its ratio is left empty
+    mpi = shutil.which("mpiexec") is not None and subprocess.run(
+        [sys.executable, "-c", "from mpi4py import MPI"], capture_output=True, timeout=60).returncode == 0
+    mpi_rows = {"mpi4py Allreduce, np = 1", "mpi4py Allreduce, np = 2"}
+    assert {name for race, name in rows if race == "mnist"} == ({*ppt, *mpi_rows} if mpi else set(ppt))
     for (race, name), row in rows.items():
         assert row["reached"] == "1/1", (race, name, row)
         assert float(row["seconds"]) > 0 and float(row["ms a round"]) > 0, (race, name, row)
         if name.startswith("ppt-dask"):  # the loops' gradient phase within their round, and the ratio to the peer
-            assert 0 < float(row["gradient ms"]) < float(row["ms a round"]) and float(row["x peer"]) > 0, row
-    if shutil.which("mpiexec"):
-        assert {name for race, name in rows if race == "mnist"} == {*ppt, "mpi4py Allreduce, np = 1",
-                                                                     "mpi4py Allreduce, np = 2"}
+            assert 0 < float(row["gradient ms"]) < float(row["ms a round"]), row
+            if race == "cnn" or mpi:
+                assert float(row["x peer"]) > 0, row
+            else:
+                assert row["x peer"] == "", row
     accuracies = [float(rows["cnn", name]["test accuracy %"]) for name in cnn]
     assert min(accuracies) > 50 and max(accuracies) - min(accuracies) < 1.0, accuracies
     table = (tmp_path / "block_race.md").read_text()
     assert "|---|" in table and "Machine:" in table and "--quick" in table
+    assert mpi or "not run: mpi4py Allreduce, np = 1" in table, table
     runs = json.loads((tmp_path / "block_race.json").read_text())["runs"]
     assert runs["cnn"]["ppt_dask-p2-same-p"][0]["command"].startswith(
         "ppt-dask train mnist --model graphs.small_cnn:torch_example_cnn --workers 2 --strategy block --block 128")

@@ -340,3 +340,36 @@ def test_a_failed_connection_to_the_schedulers_address_is_a_lost_scheduler(clien
     assert lost == f"lost the scheduler at {address} (host {host})"
     assert waits.scheduler_gone(client2, OSError("Timed out trying to connect to tcp://10.0.0.9:1 after 10 s")) is None
     assert waits.scheduler_gone(client2, ValueError(address)) is None
+
+
+def test_a_quiet_close_silences_distributeds_child_loggers_and_gives_their_levels_back():
+    """A close that logs on the way (distributed's client logs the CancelledError of a close that
+    timed out against a lost scheduler, ``distributed.client`` at its own level) prints nothing
+    under :func:`interrupt.close_quietly`; the levels are as before afterwards."""
+    import distributed  # noqa: F401  (its configuration sets distributed.client's own level)
+
+    names = ("distributed", "distributed.client", "distributed.core", "tornado.application")
+    before = {name: logging.getLogger(name).level for name in names}
+    assert logging.getLogger("distributed.client").level != logging.NOTSET  # the case this guards
+    seen: list = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Collect()
+    logging.getLogger().addHandler(handler)
+
+    def close(_client):
+        for name in names:
+            logging.getLogger(name).error("from %s", name)
+        raise TimeoutError("the close timed out")
+
+    try:
+        interrupt.close_quietly(close, object())
+        assert seen == []
+        assert {name: logging.getLogger(name).level for name in names} == before
+        logging.getLogger("distributed.client").error("after")  # the level given back: it logs again
+        assert seen == ["after"]
+    finally:
+        logging.getLogger().removeHandler(handler)

@@ -22,7 +22,9 @@ import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.cli import presets
 from ppt_dask.engine.placement import sharedmem
+from ppt_dask.engine.placement.inboxes import LinkLost
 from ppt_dask.engine.rounds import choose, graph, sharedreduce
+from ppt_dask.engine.rounds.sharedreduce import SharedLost
 from ppt_dask.testing import Slowed
 
 from conftest import own_shm
@@ -97,7 +99,9 @@ def test_a_segment_gone_before_loop_0_maps_it_is_a_lost_link_and_the_run_rolls_b
     assert taken and result.settings["allreduce"] == "shared"
     assert result.settings["recoveries"] >= 1
     event = result.settings["events"][0]
-    assert event["event"] == "recovered" and "LinkLost" in event["error"] and taken["name"] in event["error"]
+    # SharedLost: shared memory's own LinkLost (engine/rounds/sharedreduce.py), named in the event
+    assert issubclass(SharedLost, LinkLost)
+    assert event["event"] == "recovered" and "SharedLost" in event["error"] and taken["name"] in event["error"]
     assert [r["round"] for r in result.history] == list(range(rounds))
     assert result.params.tobytes() == expected.tobytes()
     assert left == []

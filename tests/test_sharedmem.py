@@ -64,3 +64,25 @@ def test_workers_of_a_local_cluster_share_memory_and_hosts_told_apart_by_address
     # own: apart, without asking the workers
     assert not sharedmem.colocated(None, ["tls://10.77.0.12:40001", "tls://10.77.0.13:40001"])
     assert sharedmem.colocated(None, ["tcp://127.0.0.1:1"])  # one worker: nothing to share
+
+
+def test_a_worker_that_cannot_be_asked_is_named_not_a_traceback_from_the_broadcast():
+    """A worker killed a moment ago (the scheduler may list it still): the question cannot
+    reach it, and :class:`sharedmem.Unanswered` names it (the run takes that for a lost worker,
+    engine/roundloop.py), where the broadcast's own error once ended the run."""
+    import signal
+
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "3s"}):
+        client = ppt.connect(n_workers=3, dashboard_address=None)
+        try:
+            client.wait_for_workers(3, timeout=120)
+            addresses = ppt.cluster.worker_addresses(client)
+            pids = client.run(os.getpid)
+            os.kill(pids[addresses[1]], signal.SIGKILL)
+            with pytest.raises(sharedmem.Unanswered) as info:
+                sharedmem.colocated(client, addresses)
+            assert info.value.addresses == [addresses[1]] and addresses[1] in str(info.value)
+        finally:
+            ppt.cluster.close(client)

@@ -163,8 +163,8 @@ QUIET_SECONDS = 5.0  # how long the workers may take to quiet their logs before 
 
 def _quiet_logs() -> None:
     """On a worker: no warnings about the tasks the close cancels."""
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    for logger in _quiet_loggers():
+        logger.setLevel(logging.CRITICAL + 1)
 
 
 def _quiet_workers(client) -> None:
@@ -228,10 +228,19 @@ def quiet_heartbeats() -> None:
         logger.addFilter(_NotHeartbeats())
 
 
+def _quiet_loggers() -> list[logging.Logger]:
+    """The loggers of :data:`QUIET_LOGGERS` and every one below them that exists: a child
+    with its own level (distributed's configuration gives ``distributed.client`` one) does
+    not follow its parent's."""
+    names = {name for name in logging.root.manager.loggerDict
+             if any(name == top or name.startswith(top + ".") for top in QUIET_LOGGERS)}
+    return [logging.getLogger(name) for name in sorted(names | set(QUIET_LOGGERS))]
+
+
 def close_quietly(close, client, workers_too: bool = True) -> None:
     """``close(client)`` with distributed's shutdown log silenced (here and, when
     ``workers_too``, on the workers) and Ctrl-C held off."""
-    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    loggers = _quiet_loggers()
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL + 1)

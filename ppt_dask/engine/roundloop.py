@@ -37,8 +37,10 @@ from ppt_dask.core.model import Network
 from ppt_dask.core.stopping import ErrorEstimate, Stop
 from ppt_dask.engine import loopenv, waits
 from ppt_dask.engine.history import History
+from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.placement.schemes import check_scheme
 from ppt_dask.engine.placement.shards import ShardSet
+from ppt_dask.engine.placement.sharedmem import Unanswered
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
 from ppt_dask.engine.rounds.sharedreduce import SharedFull
@@ -127,8 +129,9 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
     """One try from ``kept``: generations of rounds until it ends; a lost worker or a joined
     one starts a new generation from the head's last copy."""
     while True:
-        engine = _engine(run, kept)
+        engine = None
         try:
+            engine = _engine(run, kept)
             end = _rounds(run, attempt, engine, kept)
             if isinstance(end, End):
                 end.state = waits.round_result(end.state, run.shards)  # before the round futures are cancelled
@@ -139,7 +142,7 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             for event in run.shards.rebalance():
                 run.events.append({**event, "round": kept.round + 1,
                                    "elapsed_seconds": time.perf_counter() - run.t_start})
-        except (CancelledError, KilledWorker, waits.WorkerLost, NoValidWorkerError) as exc:
+        except (CancelledError, KilledWorker, waits.WorkerLost, NoValidWorkerError, Unanswered) as exc:
             # a worker died: put its shards back, go back to the newest state a surviving worker
             # still holds (streamed rounds) or to the head's copy, and replay from there. A task
             # that waited distributed's no-workers-timeout for its slot's worker (a worker killed
@@ -149,18 +152,35 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             if run.recoveries > MAX_RECOVERIES:
                 raise
             run.shared_off = run.shared_off or isinstance(exc.__cause__, SharedFull)
-            kept = _salvage(run, attempt, engine) or run.last_kept
-            engine.cancel()
+            if engine is None:  # lost while the generation was planned: no rounds ran
+                _until_unlisted(run.shards.client, getattr(exc, "addresses", []))
+            else:
+                kept = _salvage(run, attempt, engine) or run.last_kept
+                engine.cancel()
             moved = run.shards.repair()
             if isinstance(exc, NoValidWorkerError) and not moved:
                 raise  # every slot has its worker: the task's restriction itself cannot be met
             run.last_kept = kept
-            run.events.append({"event": "recovered", "round": engine.submitted, "rolled_back_to": kept.round,
+            run.events.append({"event": "recovered", "round": kept.round + 1 if engine is None else engine.submitted,
+                               "rolled_back_to": kept.round,
                                "elapsed_seconds": time.perf_counter() - run.t_start,
                                "error": repr(exc)[:200], "moved": moved})
         finally:
-            engine.cancel()
+            if engine is not None:
+                engine.cancel()
         run.gen += 1
+
+
+UNLISTED_SECONDS = 30.0  # how long a worker that did not answer may stay listed before the run goes on
+
+
+def _until_unlisted(client, addresses: list, timeout: float = UNLISTED_SECONDS) -> None:
+    """Wait until the scheduler no longer lists ``addresses`` (workers that could not be asked
+    while a generation was planned: gone, and soon dropped), so the repair that follows sees
+    them lost; at most ``timeout`` seconds (one still listed then is asked again)."""
+    deadline = time.monotonic() + timeout
+    while set(addresses) & set(worker_addresses(client)) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _salvage(run: Run, attempt: int, engine) -> Kept | None:

@@ -129,17 +129,30 @@ def _seen() -> tuple:
     return identity(), free_bytes()
 
 
+class Unanswered(RuntimeError):
+    """Workers that :func:`colocated` asked and that did not answer (their connection closed:
+    gone, though the scheduler lists them still); ``addresses`` names them."""
+
+    def __init__(self, addresses: list, errors: list):
+        super().__init__(f"worker(s) {addresses} did not answer: {[repr(e)[:120] for e in errors]}")
+        self.addresses = addresses
+
+
 def colocated(client, addresses: list, need: int = 0) -> bool:
     """Whether the workers at ``addresses`` all run on one host and share its ``/dev/shm``, with
     ``need`` bytes free there: one address host (so hosts told apart by address, network
     namespaces of one machine among them, stay apart), one :func:`identity` and room (asked of
-    each worker, ``Client.run``; a container's ``/dev/shm`` is 64 MiB unless set otherwise)."""
+    each worker, ``Client.run``; a container's ``/dev/shm`` is 64 MiB unless set otherwise).
+    :class:`Unanswered` when a worker cannot be asked."""
     addresses = list(dict.fromkeys(addresses))
     if len(addresses) < 2:
         return True
     if len({get_address_host(a) for a in addresses}) > 1:
         return False
-    found = client.run(_seen, workers=addresses)
+    found = client.run(_seen, workers=addresses, on_error="return")
+    silent = sorted(a for a, answer in found.items() if isinstance(answer, BaseException))
+    if silent:  # a worker that died a moment ago, still listed by the scheduler
+        raise Unanswered(silent, [found[a] for a in silent])
     seen = [found.get(a, (None, 0)) for a in addresses]
     return shared([i for i, _free in seen]) and min(free for _i, free in seen) >= need
 
