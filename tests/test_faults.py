@@ -405,3 +405,54 @@ def test_a_replacement_killed_before_its_shards_arrive_is_replaced_in_turn():
             for proc in procs:
                 proc.kill()
                 proc.wait(timeout=30)
+
+
+def _gone_before_its_first_shard(client, monkeypatch):
+    """While ``enter_data`` places: the first worker a shard is sent to is SIGKILLed and
+    dropped by the scheduler just before the (real) scatter to it, as a worker killed or
+    restarting in that moment would be. Returns the list of the workers killed."""
+    import time
+
+    from ppt_dask.engine.placement import labels
+
+    real, killed = labels.scatter_pinned, []
+
+    def scatter_after_a_kill(client_, shard, address, label):
+        if not killed:
+            pid = client_.run(os.getpid, workers=[address])[address]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(address)
+            deadline = time.monotonic() + RESTART_SECONDS
+            while address in ppt.cluster.worker_addresses(client_):
+                assert time.monotonic() < deadline, f"the scheduler still lists {address}"
+                time.sleep(0.05)
+        return real(client_, shard, address, label)
+
+    monkeypatch.setattr(labels, "scatter_pinned", scatter_after_a_kill)
+    return killed
+
+
+def test_a_worker_gone_while_the_data_is_placed_the_placement_begins_again(client2, monkeypatch):
+    """Workers not named: the placement begins again on the workers there are now and the run
+    trains as the serial path (the scheduler's KeyError once ended enter_data)."""
+    X, y = _data()
+    killed = _gone_before_its_first_shard(client2, monkeypatch)
+    shards = ppt.enter_data(client2, X, y, n_shards=4)
+    try:
+        assert killed and killed[0] not in shards.workers
+        strategy = ppt.Sync(lr=0.3, block=40)
+        result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=2), seed=1)
+        expected, _ = train_serial(NET, X, y, strategy, rounds=result.rounds, n_shards=4, seed=1,
+                                   reproducible="same-p", workers=len(shards.worker_blocks()))
+        assert result.params.tobytes() == expected.tobytes()
+    finally:
+        ppt.exit_data(shards)
+
+
+def test_a_named_worker_gone_while_the_data_is_placed_is_named_in_the_error(client2, monkeypatch):
+    X, y = _data()
+    workers = ppt.cluster.worker_addresses(client2)
+    killed = _gone_before_its_first_shard(client2, monkeypatch)
+    with pytest.raises(RuntimeError, match="left the cluster while the data was placed") as info:
+        ppt.enter_data(client2, X, y, n_shards=4, workers=workers)
+    assert killed and killed[0] in str(info.value)

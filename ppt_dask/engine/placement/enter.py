@@ -228,10 +228,38 @@ def enter_source(client: Client, loader: Callable, n_rows: int, n_shards: int, *
     return _enter(client, rows, place, workers, "loader", None, rebuild=build)
 
 
+PLACE_TRIES = 3  # placements begun anew when a worker leaves meanwhile (workers not given)
+
+
 def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replicated=False,
            rebuild=None) -> ShardSet:
+    """Place the shards (:func:`_place`). A worker that leaves the cluster meanwhile (killed,
+    or restarting: the scheduler dropped it between its label and its shards) fails the
+    placement; what was placed is released, and the placement begins again on the workers
+    there are now, unless the caller named the workers: then an error names the one gone."""
     chosen = workers is not None
-    workers = _choose_workers(client, workers)
+    for attempt in range(PLACE_TRIES):
+        addresses = _choose_workers(client, workers)
+        try:
+            return _place(client, rows, place, addresses, source, head_copy, addr_of, replicated, rebuild, chosen)
+        except (KeyError, OSError) as exc:
+            try:
+                now = worker_addresses(client)
+            except Exception:  # the scheduler itself is gone: its error is the one to say
+                raise exc from None
+            gone = [w for w in addresses if w not in now]
+            if not gone:
+                raise
+            if chosen:
+                raise RuntimeError(f"worker(s) {gone} left the cluster while the data was placed there; "
+                                   f"the cluster has {worker_addresses(client)}") from exc
+            if attempt == PLACE_TRIES - 1:
+                raise RuntimeError(f"workers left the cluster while the data was placed, {PLACE_TRIES} times "
+                                   f"(the last: {gone})") from exc
+    raise AssertionError("unreachable")
+
+
+def _place(client, rows, place, workers, source, head_copy, addr_of, replicated, rebuild, chosen) -> ShardSet:
     name = f"ppt-{uuid.uuid4().hex[:8]}"
     blocks = split_shards(len(rows), len(workers))
     for slot, address in enumerate(workers):
@@ -239,9 +267,13 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
         if addr_of is not None:
             addr_of[f"{name}-w{slot}"] = address
     futures: list = [None] * len(rows)
-    for slot, (a, b) in enumerate(blocks):
-        for s in range(a, b):
-            futures[s] = place(s, *rows[s], f"{name}-w{slot}")
+    try:
+        for slot, (a, b) in enumerate(blocks):
+            for s in range(a, b):
+                futures[s] = place(s, *rows[s], f"{name}-w{slot}")
+    except BaseException:  # a worker gone meanwhile: nothing of this placement stays
+        client.cancel([f for f in futures if f is not None])
+        raise
     slot_of = {s: slot for slot, (a, b) in enumerate(blocks) for s in range(a, b)}
     infos = [client.submit(_shard_info, f, s, *rows[s], key=keys.name(keys.SHARD_INFO, f"{name}-s{s}"),
                            resources={f"{name}-w{slot_of[s]}": 1})
