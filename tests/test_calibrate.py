@@ -400,6 +400,12 @@ def _spread(runs) -> float:
     return float((max(runs) - min(runs)) / np.median(runs))
 
 
+# the runs' own floor: the smallest of the three validations' mean error of a cell's run
+# against the same cell's other runs minutes apart (graphs/README.md, "The runs' own floor":
+# 10.4%, 18.2% and 9.7%); a prediction made once cannot come closer to a run than that
+RUNS_FLOOR = 0.097
+
+
 @pytest.mark.slow  # a calibration and twelve runs (about a minute): CI's full run
 def test_the_model_predicts_how_the_round_grows_with_the_block(client4, workers4):
     """What it protects: the model's shape, how a streamed round grows from one block to
@@ -418,7 +424,10 @@ def test_the_model_predicts_how_the_round_grows_with_the_block(client4, workers4
     The calibration has a floor of its own: it is measured twice, before the runs and after
     them, and the model's growth under either may stand (a busy moment during one calibration
     shifts its gradient curve against its fixed costs: in one CI run a growth of 5.5 predicted
-    where the runs showed 3.9-4.4). A term in the wrong unit moves both.
+    where the runs showed 3.9-4.4). A term in the wrong unit moves both. And the interleaved
+    repeats, seconds apart, agree more closely than any runs minutes from the calibration:
+    the widening is at least :data:`RUNS_FLOOR`, what the same rounds repeat to minutes apart
+    (a busy loop on one core once gave 4.82-4.93 predicted beside 4.40-4.62 within 3.4%).
     How close the model comes on a quiet machine is graphs/validate_model.py's figure."""
     rng = np.random.default_rng(1)
     X, y = rng.random((4096, 64)), rng.integers(0, 10, 4096)
@@ -451,7 +460,7 @@ def test_the_model_predicts_how_the_round_grows_with_the_block(client4, workers4
     for p in (1, 2):
         small, large = cells[p, blocks[0]], cells[p, blocks[1]]
         grown = [b / a for a, b in zip(small, large)]  # each repeat: the two blocks one after the other
-        widen = 1 + max(_spread(small), _spread(large))
+        widen = 1 + max(_spread(small), _spread(large), RUNS_FLOOR)
         ratios = []
         for constants in (c, after):
             parts = {b: pm.round_parts(p, b, net.n_params, constants, n_shards=8, cores=os.cpu_count())
