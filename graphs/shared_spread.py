@@ -2,7 +2,7 @@
 
     python graphs/shared_spread.py                     # p = 8, MNIST 784-2048-2048-10 float32 (5.8M), 3 trials
     python graphs/shared_spread.py --quick             # p = 4, 784-512-512-10, 1 trial
-    python graphs/shared_spread.py --trees /work/main,.   # an older tree beside this one, trials interleaved
+    python graphs/shared_spread.py --trees ../base,.   # an older tree beside this one, trials interleaved
 
 Each trial is a process of its own (``PYTHONPATH`` at one of ``--trees``, trials of the trees
 interleaved) that starts ``ppt.connect(n_workers=p)`` and trains ``ppt.Sync`` by block on

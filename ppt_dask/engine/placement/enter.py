@@ -252,7 +252,7 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
                 raise
             if chosen:
                 raise RuntimeError(f"worker(s) {gone} left the cluster while the data was placed there; "
-                                   f"the cluster has {worker_addresses(client)}") from exc
+                                   f"the cluster has {now}") from exc
             if attempt == PLACE_TRIES - 1:
                 raise RuntimeError(f"workers left the cluster while the data was placed, {PLACE_TRIES} times "
                                    f"(the last: {gone})") from exc
