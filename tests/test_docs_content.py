@@ -96,6 +96,8 @@ PUBLIC = sorted(_EXPORTS)
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_each_public_name_has_numpydocs_sections(name):
+    if name == "TorchNet" and importlib.util.find_spec("torch") is None:
+        system.missing("ppt.TorchNet's docstring is read with the [torch] extra")
     obj = getattr(ppt_dask, name)
     doc = inspect.getdoc(obj) or ""
     assert doc and doc.splitlines()[0].strip(), f"ppt.{name} has no summary line"
@@ -135,15 +137,20 @@ def _run(test: doctest.DocTest) -> None:
     assert runner.failures == 0 and test.examples, "".join(out) or f"{test.name} has no example to run"
 
 
-@pytest.mark.parametrize("name", [n for n in PUBLIC if not _needs_a_cluster(getattr(ppt_dask, n))])
+NO_TORCH = importlib.util.find_spec("torch") is None  # ppt.TorchNet cannot be read without it
+
+
+@pytest.mark.parametrize("name", [n for n in PUBLIC if (n == "TorchNet" and NO_TORCH)
+                                  or not _needs_a_cluster(getattr(ppt_dask, n))])
 def test_examples_run_without_a_cluster(name):
-    if name == "TorchNet" and importlib.util.find_spec("torch") is None:
+    if name == "TorchNet" and NO_TORCH:
         system.missing("ppt.TorchNet's example needs the [torch] extra")
     _run(_examples(getattr(ppt_dask, name)))
 
 
 @pytest.mark.slow  # each starts a LocalCluster of two worker processes: about a minute in all
-@pytest.mark.parametrize("name", [n for n in PUBLIC if _needs_a_cluster(getattr(ppt_dask, n))])
+@pytest.mark.parametrize("name", [n for n in PUBLIC if not (n == "TorchNet" and NO_TORCH)
+                                  and _needs_a_cluster(getattr(ppt_dask, n))])
 def test_examples_run_on_a_local_cluster(name):
     """The examples that start their own LocalCluster (``ppt.connect``) and close it."""
     _run(_examples(getattr(ppt_dask, name)))
