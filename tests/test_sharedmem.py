@@ -86,3 +86,54 @@ def test_a_worker_that_cannot_be_asked_is_named_not_a_traceback_from_the_broadca
             assert info.value.addresses == [addresses[1]] and addresses[1] in str(info.value)
         finally:
             ppt.cluster.close(client)
+
+
+async def _hang_up(comm, **message):
+    """A worker's ``update_data`` (the message a scatter sends) that closes the connection
+    instead of answering: a worker as the scheduler sees one killed a moment ago, listed
+    still, whose connections close."""
+    comm.abort()
+
+
+@pytest.mark.parametrize("when", ["listed", "dropped"])
+def test_a_start_state_sent_to_a_worker_just_killed_names_the_worker_not_a_lost_scheduler(when):
+    """The scheduler's scatter to a worker whose connection closes (killed a moment ago, still
+    listed) ends the scheduler's handler on the closed comm, and the scheduler closes the head's
+    connection: CI once read that as the scheduler lost and ended the run. A worker dropped
+    already is a ``KeyError``. Either way, while the scheduler answers,
+    :func:`choose.place_state` names the worker (:class:`Unanswered`, a lost worker the run
+    repairs), and the head's client goes on."""
+    import signal
+    import time
+
+    import dask
+
+    from ppt_dask.engine.rounds import choose
+
+    def hang_up(dask_worker):
+        dask_worker.handlers["update_data"] = _hang_up  # distributed's Server: handlers by op
+        return "update_data" in dask_worker.handlers
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "3s"}):
+        client = ppt.connect(n_workers=2, dashboard_address=None)
+        try:
+            client.wait_for_workers(2, timeout=120)
+            addresses = ppt.cluster.worker_addresses(client)
+            victim = addresses[1]
+            if when == "listed":
+                assert client.run(hang_up, workers=[victim])[victim]
+            else:
+                os.kill(client.run(os.getpid)[victim], signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                while victim in ppt.cluster.worker_addresses(client):
+                    assert time.monotonic() < deadline, "the scheduler did not drop the killed worker in 60 s"
+                    time.sleep(0.1)
+            with pytest.raises(sharedmem.Unanswered) as info:
+                choose.place_state(client, np.arange(3.0), victim)
+            assert info.value.addresses == [victim]
+            if when == "listed":
+                assert victim in ppt.cluster.worker_addresses(client)  # what the scheduler saw: a listed worker
+            kept = choose.place_state(client, np.arange(3.0), addresses[0])  # the head's link is fine
+            assert kept.result(timeout=30).tolist() == [0.0, 1.0, 2.0]
+        finally:
+            ppt.cluster.close(client)

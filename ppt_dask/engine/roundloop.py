@@ -212,7 +212,7 @@ def _engine(run: Run, kept: Kept):
     del run.history[kept.n_history:]
     return choose.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,
                         keys.generation(run.run_id, run.gen), kept.state, kept.round + 1, run.max_rounds - 1,
-                        run.used_allreduce)
+                        run.used_allreduce, home=run.shards.workers[0])
 
 
 def _allreduce(run: Run, plan) -> str | None:

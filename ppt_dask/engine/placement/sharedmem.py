@@ -130,8 +130,9 @@ def _seen() -> tuple:
 
 
 class Unanswered(RuntimeError):
-    """Workers that :func:`colocated` asked and that did not answer (their connection closed:
-    gone, though the scheduler lists them still); ``addresses`` names them."""
+    """Workers that were asked and did not answer (their connection closed: gone, though the
+    scheduler lists them still): by :func:`colocated`, or by the scatter of a generation's start
+    state; ``addresses`` names them."""
 
     def __init__(self, addresses: list, errors: list):
         super().__init__(f"worker(s) {addresses} did not answer: {[repr(e)[:120] for e in errors]}")

@@ -11,6 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ppt_dask.core import allreduce
+from ppt_dask.engine import waits
+from ppt_dask.engine.placement.cluster import scheduler_identity
+from ppt_dask.engine.placement.sharedmem import Unanswered
 from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
@@ -81,11 +84,12 @@ def choose_graph(plan: graph.Plan) -> str:
 
 
 def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net, tag: str, state,
-          first: int, last: int, allreduce: str = "auto"):
+          first: int, last: int, allreduce: str = "auto", home: str | None = None):
     """The rounds of one generation (``tag``) from ``state``, the state before round ``first``;
     ``last`` is the run's last round (the streamed rounds run up to it by themselves);
-    ``allreduce`` the streamed exchange's algorithm (:func:`ppt_dask.core.allreduce.choose`)."""
-    start_state = client.scatter(state, hash=False)
+    ``allreduce`` the streamed exchange's algorithm (:func:`ppt_dask.core.allreduce.choose`);
+    ``home`` the worker that holds the start state (:func:`place_state`; None: the scheduler's choice)."""
+    start_state = place_state(client, state, home)
     if exchange == "stream" and getattr(strategy, "asynchronous", False):
         return streamasync.AsyncRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last)
     if exchange == "stream":
@@ -97,3 +101,25 @@ def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net,
     if exchange == "tree":
         return graph.TreeRounds(client, plan, shard_futures, strategy, net, tag, start_state, first)
     return onehop.OneHopRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, exchange)
+
+
+def place_state(client, state, home: str | None):
+    """``state`` scattered to the worker ``home`` (any worker where None). A worker gone a moment
+    ago, still listed, makes the scheduler's scatter fail and close the head's connection (its
+    handler ends on the worker's closed comm): while the scheduler still answers, that is
+    :class:`Unanswered` naming ``home``, a lost worker the run repairs, not a lost scheduler."""
+    try:
+        return client.scatter(state, hash=False, workers=None if home is None else [home])
+    except (OSError, KeyError) as exc:  # its comm closed, a refused connection; KeyError: dropped now
+        if home is None or waits.scheduler_gone(client) or not _answers(client):
+            raise
+        raise Unanswered([home], [exc]) from exc
+
+
+def _answers(client) -> bool:
+    """Whether the scheduler answers a question now."""
+    try:
+        scheduler_identity(client)
+    except OSError:
+        return False
+    return True
