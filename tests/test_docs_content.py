@@ -94,9 +94,12 @@ def returns_something(obj) -> bool:
 PUBLIC = sorted(_EXPORTS)
 
 
+NO_TORCH = importlib.util.find_spec("torch") is None  # ppt.TorchNet cannot be read without it
+
+
 @pytest.mark.parametrize("name", PUBLIC)
 def test_each_public_name_has_numpydocs_sections(name):
-    if name == "TorchNet" and importlib.util.find_spec("torch") is None:
+    if name == "TorchNet" and NO_TORCH:
         system.missing("ppt.TorchNet's docstring is read with the [torch] extra")
     obj = getattr(ppt_dask, name)
     doc = inspect.getdoc(obj) or ""
@@ -135,9 +138,6 @@ def _run(test: doctest.DocTest) -> None:
     out: list[str] = []
     runner.run(test, out=out.append)
     assert runner.failures == 0 and test.examples, "".join(out) or f"{test.name} has no example to run"
-
-
-NO_TORCH = importlib.util.find_spec("torch") is None  # ppt.TorchNet cannot be read without it
 
 
 @pytest.mark.parametrize("name", [n for n in PUBLIC if (n == "TorchNet" and NO_TORCH)

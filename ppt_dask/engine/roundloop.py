@@ -40,7 +40,6 @@ from ppt_dask.engine.history import History
 from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.placement.schemes import check_scheme
 from ppt_dask.engine.placement.shards import ShardSet
-from ppt_dask.engine.placement.sharedmem import Unanswered
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph
 from ppt_dask.engine.rounds.sharedreduce import SharedFull
@@ -142,7 +141,7 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             for event in run.shards.rebalance():
                 run.events.append({**event, "round": kept.round + 1,
                                    "elapsed_seconds": time.perf_counter() - run.t_start})
-        except (CancelledError, KilledWorker, waits.WorkerLost, NoValidWorkerError, Unanswered) as exc:
+        except (CancelledError, KilledWorker, waits.WorkerLost, NoValidWorkerError) as exc:  # Unanswered too
             # a worker died: put its shards back, go back to the newest state a surviving worker
             # still holds (streamed rounds) or to the head's copy, and replay from there. A task
             # that waited distributed's no-workers-timeout for its slot's worker (a worker killed

@@ -25,6 +25,17 @@ class WorkerLost(RuntimeError):
     """A worker holding shards left the cluster while a round was waiting on it."""
 
 
+class Unanswered(WorkerLost):
+    """Workers that were asked and did not answer (their connection closed: gone, though the
+    scheduler lists them still), while a generation was planned: by
+    :func:`ppt_dask.engine.placement.sharedmem.colocated`, or by the scatter of its start state
+    (:func:`ppt_dask.engine.rounds.choose.place_state`); ``addresses`` names them."""
+
+    def __init__(self, addresses: list, errors: list):
+        super().__init__(f"worker(s) {addresses} did not answer: {[repr(e)[:120] for e in errors]}")
+        self.addresses = addresses
+
+
 class SchedulerLost(RuntimeError):
     """The head lost its scheduler (its host, or the link to it, went down): the run cannot
     go on; the message names the scheduler, its host and the checkpoint to resume from."""

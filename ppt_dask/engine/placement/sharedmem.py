@@ -33,6 +33,8 @@ import stat
 import numpy as np
 from distributed.comm import get_address_host
 
+from ppt_dask.engine.waits import Unanswered
+
 SHM_DIR = "/dev/shm"
 ALIGN = 64  # bytes: each array of a segment starts on a cache line
 PREFIX = "ppt_dask"
@@ -127,16 +129,6 @@ def free_bytes() -> int:
 
 def _seen() -> tuple:
     return identity(), free_bytes()
-
-
-class Unanswered(RuntimeError):
-    """Workers that were asked and did not answer (their connection closed: gone, though the
-    scheduler lists them still): by :func:`colocated`, or by the scatter of a generation's start
-    state; ``addresses`` names them."""
-
-    def __init__(self, addresses: list, errors: list):
-        super().__init__(f"worker(s) {addresses} did not answer: {[repr(e)[:120] for e in errors]}")
-        self.addresses = addresses
 
 
 def colocated(client, addresses: list, need: int = 0) -> bool:

@@ -13,7 +13,6 @@ import numpy as np
 from ppt_dask.core import allreduce
 from ppt_dask.engine import waits
 from ppt_dask.engine.placement.cluster import scheduler_identity
-from ppt_dask.engine.placement.sharedmem import Unanswered
 from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
@@ -107,13 +106,14 @@ def place_state(client, state, home: str | None):
     """``state`` scattered to the worker ``home`` (any worker where None). A worker gone a moment
     ago, still listed, makes the scheduler's scatter fail and close the head's connection (its
     handler ends on the worker's closed comm): while the scheduler still answers, that is
-    :class:`Unanswered` naming ``home``, a lost worker the run repairs, not a lost scheduler."""
+    :class:`ppt_dask.engine.waits.Unanswered` naming ``home``, a lost worker the run repairs,
+    not a lost scheduler."""
     try:
         return client.scatter(state, hash=False, workers=None if home is None else [home])
     except (OSError, KeyError) as exc:  # its comm closed, a refused connection; KeyError: dropped now
         if home is None or waits.scheduler_gone(client) or not _answers(client):
             raise
-        raise Unanswered([home], [exc]) from exc
+        raise waits.Unanswered([home], [exc]) from exc
 
 
 def _answers(client) -> bool:
