@@ -14,6 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core.model import STACK_ROWS
+from ppt_dask.perf import constants as pc
 from ppt_dask.perf import fit as fit
 from ppt_dask.perf import model as pm
 from ppt_dask.perf import paper001, planning
@@ -516,8 +517,9 @@ def test_bad_input_names_the_value(call, match):
 
 # ------------------------------------------------------------------ the module itself
 
-def test_doctests():
-    assert doctest.testmod(pm).failed == 0
+@pytest.mark.parametrize("module", [pm, pc], ids=["model", "constants"])
+def test_doctests(module):
+    assert doctest.testmod(module).failed == 0
 
 
 def test_pure_numpy_no_dask_or_bokeh():

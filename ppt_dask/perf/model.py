@@ -65,73 +65,21 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-
 import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.core.model import STACK_ROWS
 from ppt_dask.core.validation import check_int_array_at_least
 from ppt_dask.perf import curves
-from ppt_dask.perf.curves import CALL_CURVE, STREAM_CURVE, check_curves
+
+# the constants and their JSON form, named here too: ``perfmodel.Constants`` reads as the model's
+from ppt_dask.perf.constants import STREAM_TERMS as STREAM_TERMS
+from ppt_dask.perf.constants import Constants as Constants
+from ppt_dask.perf.constants import check_constants
+from ppt_dask.perf.constants import constants_from_dict as constants_from_dict
+from ppt_dask.perf.constants import constants_to_dict as constants_to_dict
+from ppt_dask.perf.constants import has_stream_terms as has_stream_terms
 from ppt_dask.perf.tasks import EXCHANGES, ceil_div, layout, slowest_patterns, streamed, tasks_per_round, tree_levels
-
-
-@dataclass(frozen=True)
-class Constants:
-    """Time constants of 001 (Tables II, III, V) plus the Dask terms; all in seconds.
-
-    ``th1_seconds`` is seconds *per task*, ``tw_seconds_per_weight`` seconds per weight
-    per tree level, ``tlw_seconds_per_weight`` seconds per weight per other worker. Every
-    scalar field must be finite and >= 0 (``ValueError`` otherwise); the curves are
-    checked by :func:`ppt_dask.perf.curves.check_curves`.
-    :func:`constants_to_dict` / :func:`constants_from_dict` give the JSON form.
-    """
-
-    tf_seconds: float  # Tf: forward pass, one pattern
-    tb_seconds: float  # Tb: backward pass, one pattern
-    tu_seconds: float  # Tu: one weight update (momentum)
-    tm_seconds: float  # Tm: copy all weights (sequential program only, eq. (3))
-    ts_seconds: float  # Ts: squared error, one test pattern
-    to_seconds: float  # To: overhead, once per iteration (epoch)
-    tw_seconds_per_weight: float = 0.0  # Tw of eq. (4)
-    ti_seconds: float = 0.0  # Ti of eq. (4): start-up and latency of one all-reduce
-    ta_seconds: float = 0.0  # Ta of eq. (9): one weight averaging (scale, copy, reset)
-    th0_seconds: float = 0.0  # Dask: fixed head/scheduler cost per round
-    th1_seconds: float = 0.0  # Dask: head/scheduler cost per task in a round
-    tc_seconds: float = 0.0  # Dask/numpy: fixed cost of one gradient call (one shard)
-    tq_seconds: float = 0.0  # Dask: shortest gradient phase (message batching; ~0 without)
-    call_rows: tuple = ()  # rows of one gradient call at which the call curve was timed
-    call_seconds: tuple = ()  # that call, back to back in one process (the serial program)
-    call_task_seconds: tuple = ()  # a ppt-grad task of that one call in real rounds (or ())
-    call_more_seconds: tuple = ()  # each further call of such a task (or ())
-    call_shared_factor: tuple = ()  # tasks' time factor when all workers compute at once (or ())
-    tl0_seconds: float = 0.0  # streamed: a loop's own cost of a round beyond compute and update (p = 1)
-    tl1_seconds: float = 0.0  # streamed: latency of one link message a loop sends
-    tlw_seconds_per_weight: float = 0.0  # streamed: per value a loop sends
-    stream_lag_ratio: float = 0.0  # streamed, p >= 2: the wait for the slowest loop per second of gradient
-    stream_rows: tuple = ()  # rows of one call at which streamed rounds' gradient phase was timed
-    stream_first_seconds: tuple = ()  # a loop's first call of a round, in real streamed rounds
-    stream_more_seconds: tuple = ()  # each further call of that round (or ())
-    stream_shared_factor: tuple = ()  # gradient phase's factor with all workers computing (or ())
-
-    def __post_init__(self):
-        check_curves(self)
-        for f in (f for f in dataclasses.fields(self) if f.name not in CALL_CURVE + STREAM_CURVE):
-            value = getattr(self, f.name)
-            number = isinstance(value, (int, float, np.integer, np.floating))
-            if isinstance(value, bool) or not (number and np.isfinite(value) and value >= 0):
-                raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
-
-
-STREAM_TERMS = ("tl0_seconds", "tl1_seconds", "tlw_seconds_per_weight")
-
-
-def has_stream_terms(c) -> bool:
-    """Whether the streamed exchange was calibrated (any of ``STREAM_TERMS`` > 0): without,
-    streamed rounds are charged the one-hop graph's terms (:func:`round_parts` says so)."""
-    return any(getattr(c, n) > 0 for n in STREAM_TERMS)
 
 
 def count_weights(layers, biases: bool = True) -> int:
@@ -144,12 +92,6 @@ def count_weights(layers, biases: bool = True) -> int:
     if len(layers) < 2 or min(layers) < 1:
         raise ValueError(f"layers must be >= 2 positive sizes, got {layers!r}")
     return sum(a * z + (z if biases else 0) for a, z in zip(layers[:-1], layers[1:]))
-
-
-def _constants(c) -> Constants:
-    if not isinstance(c, Constants):
-        raise ValueError(f"c must be a perfmodel.Constants, got {type(c).__name__}")
-    return c
 
 
 def _out(x):
@@ -165,7 +107,7 @@ def call_seconds(rows, c: Constants):
     the timed row counts, 001's line through the nearest timed call outside them
     (:func:`ppt_dask.perf.curves.along`). Broadcasts ``rows`` (>= 0; 0 rows cost nothing).
     """
-    return _out(curves.call_seconds(rows, _constants(c)))
+    return _out(curves.call_seconds(rows, check_constants(c)))
 
 
 def task_seconds(rows, calls, c: Constants, workers=1, *, streamed: bool = False):
@@ -176,7 +118,7 @@ def task_seconds(rows, calls, c: Constants, workers=1, *, streamed: bool = False
     (:func:`ppt_dask.perf.curves.task_seconds`). Without a call curve, ``calls (tc + rows
     (Tf + Tb))``. Broadcasts all three.
     """
-    return _out(curves.task_seconds(rows, calls, _constants(c), workers, streamed))
+    return _out(curves.task_seconds(rows, calls, check_constants(c), workers, streamed))
 
 
 def oversubscription(workers, cores=None):
@@ -196,7 +138,7 @@ def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
     p = 1 communicates nothing, so ``Tr(1) = 0`` (eq. (4) would give Ti). Broadcasts
     ``p`` against ``n_weights``.
     """
-    c = _constants(c)
+    c = check_constants(c)
     levels = np.asarray(tree_levels(p, fan_in))
     w = check_int_array_at_least("n_weights", n_weights, 1)
     tr = c.tw_seconds_per_weight * w * levels + c.ti_seconds
@@ -222,7 +164,7 @@ def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
     >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**4, c), 6)  # one host: shared memory
     (0.0004, 0.00028)
     """
-    c = _constants(c)
+    c = check_constants(c)
     p = check_int_array_at_least("p", p, 1)
     w = check_int_array_at_least("n_weights", n_weights, 1)
     p, w = np.broadcast_arrays(p, w)
@@ -262,7 +204,7 @@ def lag_seconds(p, compute, c: Constants):
     loops is slower still (the largest of more phases), which one ratio for every p >= 2
     does not follow. 0 for one loop. Broadcasts ``p`` and ``compute``.
     """
-    c = _constants(c)
+    c = check_constants(c)
     p = check_int_array_at_least("p", p, 1)
     return _out(np.where(p > 1, c.stream_lag_ratio * np.asarray(compute, dtype=float), 0.0))
 
@@ -273,7 +215,7 @@ def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None, exchange: str 
     Not in 001 (MPI has no head); calibrate with :func:`ppt_dask.perf.fit.fit_head`.
     ``exchange`` is the round graph whose tasks are counted ("stream" counts the one-hop graph's).
     """
-    c = _constants(c)
+    c = check_constants(c)
     graph = exchange if exchange in EXCHANGES else "auto"
     tasks = np.asarray(tasks_per_round(p, fan_in, n_shards, graph))
     return _out(c.th0_seconds + c.th1_seconds * tasks)
@@ -334,7 +276,7 @@ def compute_seconds(p, block, c: Constants, n_shards=None, *, streamed: bool = F
     :func:`oversubscription`. A round graph's phase is at least ``tq`` (the scheduler's message
     batching); a streamed loop's is not. Broadcasts ``p`` and ``block``.
     """
-    c = _constants(c)
+    c = check_constants(c)
     workers, patterns, calls = calls_per_round(p, block, n_shards, reproducible)
     busy = np.asarray(task_seconds(patterns / calls, calls, c, workers, streamed=streamed))
     busy = busy * oversubscription(workers, cores)
@@ -356,7 +298,7 @@ def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=
     (its compute curve and ``tq`` too) because the constants have no streamed exchange (001's
     own, or an older calibration). ``reproducible``: ``ppt.train``'s (:func:`calls_per_round`).
     """
-    c = _constants(c)
+    c = check_constants(c)
     workers, _ = layout(p, n_shards)
     s = np.asarray(streamed(p, fan_in, n_shards, exchange))
     links = has_stream_terms(c)
@@ -413,7 +355,7 @@ def sequential_epoch_seconds(block, n_patterns, c: Constants, *, n_test: int = 0
 
     ``tc`` (0 in 001) is the fixed cost of the one gradient call per block; with a call
     curve, ``n Tb + n Tf + (n/b) tc`` becomes ``(n/b) call(b)`` (:func:`call_seconds`)."""
-    c = _constants(c)
+    c = check_constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     train = n / b * np.asarray(call_seconds(b, c))
     return _out(train + m * c.tf_seconds + n / b * (c.tu_seconds + c.tm_seconds)
@@ -432,7 +374,7 @@ def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int 
     and the test patterns take :func:`oversubscription` times longer when the p workers
     share fewer ``cores``. Broadcasts ``p`` and ``block``.
     """
-    c = _constants(c)
+    c = check_constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     workers, _ = layout(p, n_shards)
     test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds) * oversubscription(workers, cores)
@@ -475,7 +417,7 @@ def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Consta
     charges ``n/b`` local updates (not ``n/(p b)``) and ``n/a`` averages (a counted over
     all workers); we follow the paper. Broadcasts ``p``, ``block`` and ``interval``.
     """
-    c = _constants(c)
+    c = check_constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     a = check_int_array_at_least("interval", interval, 1)
     workers, _ = layout(p, n_shards)
@@ -495,31 +437,3 @@ def averaging_speedup(p, block, interval, n_patterns, n_weights, c: Constants, *
     return _out(np.asarray(seq) / np.asarray(averaging_epoch_seconds(
         p, block, interval, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
         n_shards=n_shards)))
-
-
-# ---------------------------------------------------------------- data files
-
-def constants_to_dict(c: Constants) -> dict:
-    """The JSON form of :class:`Constants`: field name -> seconds (a plain dict)."""
-    return dataclasses.asdict(_constants(c))
-
-
-def constants_from_dict(values: dict) -> Constants:
-    """:class:`Constants` from a dict of its fields (for example a user's JSON file for a
-    cluster they do not have yet). The six constants of 001's Tables II/III are
-    required, the rest default to 0; an unknown name raises ``ValueError``.
-
-    >>> constants_from_dict({"tf_seconds": 1e-4, "tb_seconds": 2e-4, "tu_seconds": 0,
-    ...                      "tm_seconds": 0, "ts_seconds": 0, "to_seconds": 0}).tb_seconds
-    0.0002
-    """
-    if not isinstance(values, dict):
-        raise ValueError(f"constants must be a JSON object of seconds, got {type(values).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(Constants)}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise ValueError(f"unknown constants {unknown}; valid names: {sorted(fields)}")
-    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in values]
-    if missing:
-        raise ValueError(f"missing constants {missing} (seconds; 001 Tables II/III)")
-    return Constants(**values)
