@@ -94,6 +94,8 @@ def main():
         return loss / (steps * spec["batch"])
 
     def test_accuracy():
+        if not spec.get("checks", True):  # graphs/round_cpu.py: the steps' CPU alone
+            return 0.0
         counts = np.array([n_wrong(layers, X_test, y_test), len(y_test)], dtype=np.float64)
         comm.Allreduce(MPI.IN_PLACE, counts, op=MPI.SUM)
         return 1.0 - counts[0] / counts[1]
@@ -104,10 +106,12 @@ def main():
     comm.Barrier()
     run = c.race(spec, train_epoch, test_accuracy, agree)
     rss = comm.gather(c.peak_rss_mib())
+    cpu = comm.gather(time.process_time())  # each rank's CPU seconds (graphs/round_cpu.py)
     if rank == 0:
         c.write_result(out, spec, run, None, rss, processes=size, mpi=MPI.Get_library_version().split("\n")[0],
                        step_ms=1e3 * clock["steps"] / max(clock["n"], 1),
-                       gradient_ms=1e3 * clock["gradient"] / max(clock["n"], 1))
+                       gradient_ms=1e3 * clock["gradient"] / max(clock["n"], 1),
+                       cpu_seconds=cpu, steps=clock["n"])
 
 
 if __name__ == "__main__":

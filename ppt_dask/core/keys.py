@@ -26,7 +26,7 @@ PHASES = "ppt-phases"  # the entry of a finished task's metadata with its own ti
 # What a streamed loop times in each of its rounds, in the order they run: waiting for the other
 # workers' sums, adding them, the optimizer step, the shards' gradients (or local steps),
 # sending its sums, waiting for the head to read (ppt_dask.engine.rounds.stream)
-LOOP_PHASES = ("idle", "reduce", "update", "gradient", "transfer", "head")
+LOOP_PHASES = ("idle", "reduce", "update", "gradient", "transfer", "head", "evaluate")
 
 _KEY = re.compile(r"^(ppt-[a-z]+)-(.+)$")
 _RUN = re.compile(r"^([0-9a-f]{8})-(.+)$")

@@ -127,3 +127,92 @@ class ErrorEstimate:
     @property
     def rate(self) -> float:
         return self.wrong / self.seen if self.seen else math.nan
+
+
+@dataclass
+class RoundRule:
+    """The stopping rule as every loop of a synchronous run applies it, round after round.
+
+    Every loop of a synchronous run holds the same reduced stats each round, so each can keep
+    the same :class:`ErrorEstimate` and decide the same thing at the same round, as the ranks of
+    an MPI program do: the estimate of the paper's rule, then a verification of the weights the
+    round started from, whose counts ride with the next round's sums (each loop counts its part
+    of the verification set). The head's copy of the rule (:mod:`ppt_dask.engine.roundloop`)
+    decides alike for the rounds it runs itself.
+
+    Parameters
+    ----------
+    rounds_per_epoch : float
+        Rounds that make one pass over the training set.
+    target_error : float or None
+        The target (None: no verification, the rule only watches for divergence).
+    window_patterns : float
+        The estimate's window (``Stop.window_epochs`` times the training rows).
+    check_every : float
+        Epochs between two verifications.
+    screen : bool
+        Verify only once the estimate is at or below the target (``Stop.screen``).
+    exact_stats : bool
+        A round's stats cover the whole training set (learning by epoch): its error is the
+        verification where no test set is given, and the estimate is always full.
+    next_check : float
+        The epoch from which the next verification may run (``-inf``: the first screened round).
+    verify_apart : bool
+        A verification set apart from the training rows is given (a test set): verifications
+        count on it even where a round's stats cover the training set.
+    seen : sequence of (n_wrong, n)
+        This try's rounds so far, oldest first (the estimate's window is filled from them).
+
+    Examples
+    --------
+    >>> rule = RoundRule(rounds_per_epoch=2, target_error=0.1, window_patterns=10, check_every=1,
+    ...                  screen=True, exact_stats=False, next_check=float("-inf"))
+    >>> rule.after(0, loss_sum=3.0, n_wrong=5, n=5)   # estimate 1.0: nothing to verify
+    'go'
+    >>> rule.after(1, loss_sum=1.0, n_wrong=0, n=5)   # estimate 0.5
+    'go'
+    >>> rule.after(2, loss_sum=1.0, n_wrong=0, n=5)   # estimate 0.0: verify the weights round 2 began from
+    'check'
+    >>> rule.after(3, loss_sum=float("nan"), n_wrong=0, n=5)
+    'diverged'
+    """
+
+    rounds_per_epoch: float
+    target_error: float | None
+    window_patterns: float
+    check_every: float
+    screen: bool
+    exact_stats: bool
+    next_check: float
+    verify_apart: bool = False
+    seen: tuple = ()
+
+    def __post_init__(self):
+        self.estimate = ErrorEstimate(self.window_patterns)
+        for n_wrong, n in self.seen:
+            self.estimate.add(n_wrong, n)
+        self.seen = ()
+
+    def epoch(self, r: int) -> float:
+        return (r + 1) / self.rounds_per_epoch
+
+    def after(self, r: int, loss_sum: float, n_wrong: float, n: float) -> str:
+        """Round ``r``'s verdict from its reduced stats: ``"diverged"`` (its loss is not finite:
+        keep the weights it began from), ``"check"`` (verify the weights it began from), else
+        ``"go"``. The estimate takes the round's counts."""
+        if not math.isfinite(loss_sum):
+            return "diverged"
+        self.estimate.add(n_wrong, n)
+        target = self.target_error
+        if target is None:
+            return "go"
+        screened = (self.estimate.full or self.exact_stats) and self.estimate.rate <= target
+        due = self.epoch(r) >= self.next_check - 1e-9 or (self.screen and self.exact_stats)
+        if (screened or not self.screen) and due:
+            self.next_check = self.epoch(r) + self.check_every
+            return "check"
+        return "go"
+
+    def learned(self, n_wrong: float, n: float) -> bool:
+        """Whether a verification's counts meet the target."""
+        return self.target_error is not None and n > 0 and n_wrong / n <= self.target_error

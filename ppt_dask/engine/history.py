@@ -52,18 +52,28 @@ class History(MutableSequence):
 
     def _write(self, i: int, record: dict) -> None:
         extra = {}
-        for name in self._present:
-            self._present[name][i] = False
+        columns, present = self._columns, self._present
+        for name in present:
+            if name not in record:
+                present[name][i] = False
         for name, value in record.items():
+            column = columns.get(name)
+            kind = type(value)  # the usual case, a float or an int of its column: no ABC checks
+            if column is not None and (kind is float and column.dtype.kind == "f"
+                                       or kind is int and column.dtype.kind == "i"):
+                column[i] = value
+                present[name][i] = True
+                continue
             self._fields.setdefault(name, None)
             kind = _kind(value)
-            if name not in self._columns and kind is not None:
-                self._columns[name] = np.zeros(self._capacity, dtype=kind)
-                self._present[name] = np.zeros(self._capacity, dtype=bool)
-            column = self._columns.get(name)
+            if column is None and kind is not None:
+                column = columns[name] = np.zeros(self._capacity, dtype=kind)
+                present[name] = np.zeros(self._capacity, dtype=bool)
             if column is not None and _fits(value, column.dtype):
-                column[i], self._present[name][i] = value, True
+                column[i], present[name][i] = value, True
             else:  # not a number of this column's kind (None, say): kept beside, for this round
+                if name in present:
+                    present[name][i] = False
                 extra[name] = value
         if extra:
             self._extra[i] = extra

@@ -146,6 +146,8 @@ class Result:
         """An asynchronous run's share of each worker slot's gradients dropped as too stale
         (or not sent to a peer that read too slowly), over its last try; None for a
         synchronous run (:func:`ppt_dask.algorithms.asynchronous.dropped_shares`)."""
+        if not getattr(self.strategy, "asynchronous", False):  # the history's dicts are not built for nothing
+            return None
         last = self.settings.get("tries", 1) - 1
         return asynchronous.dropped_shares([r for r in self.history if r.get("try", 0) == last])
 

@@ -34,14 +34,14 @@ except ImportError:  # pragma: no cover - a distributed to come moved it
 from ppt_dask.algorithms import strategies
 from ppt_dask.core import keys
 from ppt_dask.core.model import Network
-from ppt_dask.core.stopping import ErrorEstimate, Stop
+from ppt_dask.core.stopping import ErrorEstimate, RoundRule, Stop
 from ppt_dask.engine import loopenv, waits
 from ppt_dask.engine.history import History
 from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.placement.schemes import check_scheme
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
-from ppt_dask.engine.rounds import choose, graph
+from ppt_dask.engine.rounds import choose, graph, watched
 from ppt_dask.engine.rounds.sharedreduce import SharedFull
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
@@ -51,6 +51,10 @@ MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
 # rounds of one 25-row step (6-8 ms on 2 cores), one every 25 rounds took 28% of the run's time.
 KEEP_ROUNDS = 25
 KEEP_SHARE = 0.05
+# Loops that read by time (ppt_dask.engine.rounds.watched) hand the head a copy with a read at
+# most this often: a lost worker is recovered from a surviving loop's state, the copy is for a
+# lost head (the checkpoint) and the loss of every loop.
+KEEP_EVERY_SECONDS = 1.0
 
 
 @dataclass
@@ -130,8 +134,9 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
     while True:
         engine = None
         try:
-            engine = _engine(run, kept)
-            end = _rounds(run, attempt, engine, kept)
+            engine = _engine(run, kept, attempt)
+            end = (_watch(run, attempt, engine) if isinstance(engine, watched.WatchedRounds)
+                   else _rounds(run, attempt, engine, kept))
             if isinstance(end, End):
                 end.state = waits.round_result(end.state, run.shards)  # before the round futures are cancelled
                 return end
@@ -198,7 +203,7 @@ def _salvage(run: Run, attempt: int, engine) -> Kept | None:
     return Kept(state.round, state, len(run.history) - len(mine) + state.round - mine[0]["round"] + 1)
 
 
-def _engine(run: Run, kept: Kept):
+def _engine(run: Run, kept: Kept, attempt: int = 0):
     """The round graph of a new generation, starting from the kept state."""
     plan = graph.make_plan(run.shards.worker_blocks(), run.shards.n_shards, run.fan_in,
                            whole=run.reproducible == "same-p")
@@ -209,9 +214,30 @@ def _engine(run: Run, kept: Kept):
     run.used_allreduce = _allreduce(run, plan)
     run.last_kept, run.kept_at = kept, time.perf_counter()
     del run.history[kept.n_history:]
+    rule = _loop_rule(run, attempt)
     return choose.start(run.used_exchange, run.shards.client, plan, run.shards.futures, run.strategy, run.net,
                         keys.generation(run.run_id, run.gen), kept.state, kept.round + 1, run.max_rounds - 1,
-                        run.used_allreduce, home=run.shards.workers[0])
+                        run.used_allreduce, home=run.shards.workers[0], rule=rule,
+                        verify=run.stop.test if rule is not None and rule.verify_apart else None,
+                        homes=run.shards.slot_workers())
+
+
+def _loop_rule(run: Run, attempt: int) -> RoundRule | None:
+    """The stopping rule for loops that apply it themselves (:mod:`ppt_dask.engine.rounds.watched`),
+    or None where the head applies it: not a synchronous streamed run, a call-back that may end
+    the run at any round (``on_round``), snapshots or copies at fixed rounds, a verification
+    set placed on the workers."""
+    if (run.used_exchange != "stream" or getattr(run.strategy, "asynchronous", False)
+            or getattr(run.strategy, "shard_models", False) or run.on_round is not None or run.snapshot_rounds
+            or run.checkpoint_every is not None or not (run.stop.test is None or isinstance(run.stop.test, tuple))):
+        return None
+    stop, mine = run.stop, [h for h in run.history if h["try"] == attempt]
+    next_check = (-math.inf if stop.screen else mine[-1]["epoch"] + stop.check_every if mine
+                  else stop.check_every)
+    return RoundRule(run.rounds_per_epoch, stop.target_error, stop.window_epochs * run.shards.n_rows,
+                     stop.check_every, stop.screen, run.strategy.exact_stats, next_check,
+                     verify_apart=stop.test is not None,
+                     seen=tuple((h["error_rate"] * h["patterns"], h["patterns"]) for h in mine))
 
 
 def _allreduce(run: Run, plan) -> str | None:
@@ -300,6 +326,77 @@ def _rounds(run: Run, attempt: int, engine, kept: Kept) -> End | Grow:
     return End(engine.state_after(run.max_rounds - 1), run.max_rounds - 1, Outcome.MAX_EPOCHS)
 
 
+def _watch(run: Run, attempt: int, engine) -> End | Grow:
+    """The head's side of loops that stop themselves (:mod:`ppt_dask.engine.rounds.watched`): read
+    their records by time, keep the history, the progress and the breakdown, keep a copy of the
+    state now and then (it rides with a read), and end where the loops ended."""
+    shards = run.shards
+    wait = functools.partial(waits.round_result, shards=shards)
+    estimate = ErrorEstimate(run.stop.window_epochs * shards.n_rows)
+    for h in run.history:
+        if h["try"] == attempt:
+            estimate.add(h["error_rate"] * h["patterns"], h["patterns"])
+    last_done = time.perf_counter()
+    while True:
+        rounds, end, latest, busy = engine.watch(wait, state=_keep_due(run, None))
+        now = time.perf_counter()
+        _take_notes(run, engine, rounds[0][0] if rounds else None, now)
+        if end is not None:
+            rounds = [(r, rows) for r, rows in rounds if r <= end["last"]]
+        if rounds:  # the head's time of the read, a share a round
+            run.head_seconds += busy
+        for r, rows in rounds:
+            row = rows[0]
+            record = _record(run, attempt, r, row[:3], estimate, (now - last_done) / len(rounds), busy / len(rounds))
+            if row[watched.CHECK_N] > 0:  # this round's weights were verified (NaN: not)
+                record["verified_error_rate"] = float(row[watched.CHECK_WRONG] / row[watched.CHECK_N])
+            run.history.append(record)
+            if run.progress is not None:
+                run.progress(record)
+            run.diag.round_done({**record, "loops": engine.loop_timings(rows)})
+        last_done = now
+        if rounds:
+            engine.release(rounds[-1][0])
+        if end is not None:
+            return _watched_end(run, end)
+        if latest is not None and latest[0] + 1 < run.max_rounds:
+            t1 = time.perf_counter()
+            kept = Kept(latest[0], latest[1], len(run.history) - (rounds[-1][0] - latest[0]) if rounds else
+                        len(run.history))
+            run.last_kept = kept
+            if run.on_keep is not None:
+                run.on_keep(kept.state, kept.round, attempt, run.history[:kept.n_history])
+            run.kept_at = time.perf_counter()
+            run.keep_seconds = run.kept_at - t1
+            if shards.can_grow and shards.joined_workers():  # use new workers from here on
+                if shards.lost_workers():  # a lost worker's restarted process, not a new worker:
+                    raise waits.WorkerLost("a worker left and another joined")  # the lost slot takes it
+                return Grow(kept)
+
+
+def _watched_end(run: Run, end: dict) -> End:
+    """The End of loops that ended themselves; a verification of the last round, which no
+    later round carried, made here."""
+    if end.get("check") is not None:
+        c, before = end["check"]
+        record = run.history[-1]
+        record["verified_error_rate"] = _verify(run, watched.Done(before), record)
+        run.history[-1] = record
+        if record["verified_error_rate"] <= run.stop.target_error:
+            return End(watched.Done(before), c - 1, Outcome.TARGET_ERROR)
+    return End(watched.Done(end["state"]), end["round"], Outcome(end["outcome"]), end.get("where"))
+
+
+def _take_notes(run: Run, engine, first, now: float) -> None:
+    """What the loops set in their workers (said once) and the events they noted."""
+    if engine.worker_settings:
+        run.worker_settings.update(engine.worker_settings)
+        engine.worker_settings.clear()
+        loopenv.log_once(run.worker_settings, run.said)
+    for event in engine.take_events():  # refused connections
+        run.events.append({**event, "round": first, "elapsed_seconds": now - run.t_start})
+
+
 def _record(run: Run, attempt: int, r: int, stats, estimate, wall: float, head: float) -> dict:
     loss_sum, n_wrong, n = (float(v) for v in stats)
     estimate.add(n_wrong, n)
@@ -341,11 +438,13 @@ def _check(run: Run, attempt: int, engine, r: int, record: dict, estimate,
     return None
 
 
-def _keep_due(run: Run, r: int) -> bool:
+def _keep_due(run: Run, r: int | None) -> bool:
     """Whether the head keeps a copy of the state after round ``r``: every
     ``checkpoint_every`` rounds, or (None) by :data:`KEEP_ROUNDS` and :data:`KEEP_SHARE`."""
     if run.checkpoint_every is not None:
         return (r + 1) % run.checkpoint_every == 0
+    if r is None:  # loops read by time: a copy with the next read, by the time since the last
+        return time.perf_counter() - run.kept_at >= max(KEEP_EVERY_SECONDS, run.keep_seconds / KEEP_SHARE)
     return (r - run.last_kept.round >= KEEP_ROUNDS
             and time.perf_counter() - run.kept_at >= run.keep_seconds / KEEP_SHARE)
 

@@ -15,9 +15,14 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import numpy as np
 from distributed import get_worker
 
 AHEAD = 32  # rounds a loop may run past the last round the head has read (at most)
+# Rounds a loop that keeps compact records (:meth:`Mailbox.record`) may run past the head's
+# last read: a row of a few floats a round, 64k rounds about 6 MB. The head reads by time
+# (every ~0.2 s), so this bounds a head that stopped reading, not the usual case.
+RECORDS_AHEAD = 1 << 16
 WAIT_SECONDS = 600.0  # the longest a loop or the head waits for one round of another slot
 
 BOXES: dict = {}  # the mailboxes living in this process, by name
@@ -53,6 +58,12 @@ class Mailbox:
         self.settings: dict | None = None
         self._settings_given = False
         self._notes: list = []  # what the loop noted for the run's log (refused connections), not yet read
+        # compact records (a loop whose head reads by time): a row per round from _rows_first on
+        self._rows = np.zeros((0, 0))
+        self._rows_first = first
+        self._rows_n = 0
+        self.latest: tuple | None = None  # (round, state after it): the newest, for the head's copies
+        self._end: dict | None = None  # how the loop ended its rounds itself (the stopping rule)
         with BOXES_LOCK:
             BOXES[name] = self
 
@@ -61,7 +72,8 @@ class Mailbox:
         wait only once it is the round that wait needs: the worker's event loop is not woken
         (and does not take the GIL from the loop) for every round of a batch."""
         self._lock.notify_all()
-        if self._loop is not None and (r is None or self._untils and r >= min(self._untils)):
+        if (self._loop is not None and not self._loop.is_closed()  # a worker closing: nobody waits
+                and (r is None or self._untils and r >= min(self._untils))):
             self._loop.call_soon_threadsafe(self._event.set)
 
     # -- from the other slots' loops --
@@ -150,6 +162,39 @@ class Mailbox:
                 return self._kept[r][1], None if before is None else before[1]
         return await self._wait(ready, timeout, f"{self.name}'s round {r}", until=r)
 
+    async def watch(self, since: int, seconds: float, release: int | None = None, state: bool = False,
+                    timeout: float = WAIT_SECONDS) -> dict:
+        """The compact records of the rounds from ``since`` on that the loop has run, once there is
+        one, waiting at most ``seconds`` more for others to gather (or for the loop's end), so the
+        head reads by time, not by round. ``release``: the rounds before it are read (the loop may
+        run on). ``state``: also the newest ``(round, state)`` the loop holds, for the head's copy.
+        The reply: ``{"first": round, "rows": array, "end": dict or None, "latest": ...}``."""
+        if release is not None:
+            self.release(release)
+        loop = asyncio.get_running_loop()
+        soon = loop.time() + seconds
+
+        def some():
+            if self._end is not None or self._rows_first + self._rows_n > since:
+                return True
+
+        def ready():
+            if self._end is not None or (self._rows_first + self._rows_n > since and loop.time() >= soon):
+                return True
+
+        await self._wait(some, timeout, f"{self.name}'s round {since}", until=since)
+        if seconds > 0 and self._end is None:
+            try:
+                await self._wait(ready, seconds, f"{self.name}'s rounds", until=1 << 62)
+            except TimeoutError:
+                pass
+        with self._lock:
+            latest = self.latest if state else None
+            at = max(since, self._rows_first) - self._rows_first
+            rows = self._rows[at:self._rows_n].copy()
+            return {"worker": self.worker, **self.settings_once(), "notes": self.take_notes(),
+                    "first": self._rows_first + at, "rows": rows, "end": self._end, "latest": latest}
+
     # -- from the slot's own loop (the same process) --
     def take(self, r: int, slots, timeout: float) -> list:
         """The other ``slots``' messages of round ``r``, waiting for them."""
@@ -180,6 +225,36 @@ class Mailbox:
                 raise Stopped(self.name)
             self._kept[r] = (log, value, timing)
             self._changed(r)
+
+    def record(self, r: int, row) -> None:
+        """Leave round ``r``'s compact record (a row of floats: its stats, its timing), after
+        :meth:`wait_room`. Rows come in round order; the head reads them by time (:meth:`watch`)
+        and the loop is not waited for: a row is written under the lock, nobody is woken."""
+        with self._lock:
+            if self._stopped:
+                raise Stopped(self.name)
+            if self._rows_n == len(self._rows) or self._rows.shape[1] != len(row):
+                self._grow_rows(len(row))
+            self._rows[self._rows_n] = row
+            self._rows_n += 1
+            if self._untils and r >= min(self._untils):  # the head waits for this round: wake it
+                self._changed(r)
+
+    def _grow_rows(self, width: int) -> None:
+        """Room for more rows (called with the lock held); the rows the head has read go."""
+        gone = max(0, min(self._released, self._rows_first + self._rows_n) - self._rows_first)
+        kept = self._rows[gone:self._rows_n]
+        grown = np.zeros((max(64, 2 * len(kept)), width))
+        if len(kept):
+            grown[:len(kept)] = kept
+        self._rows, self._rows_first, self._rows_n = grown, self._rows_first + gone, len(kept)
+
+    def end(self, how: dict) -> None:
+        """The loop ended its rounds itself (``how``: the outcome, the round, the state): the
+        head's :meth:`watch` answers at once with it."""
+        with self._lock:
+            self._end = how
+            self._changed()
 
     def note(self, event: dict) -> None:
         """Leave ``event`` for the run's log (read with the next stats)."""

@@ -126,6 +126,10 @@ class ShardSet:
         """Per worker holding shards: (resource label, first shard, stop shard)."""
         return [(self.label(w), a, b) for w, (a, b) in enumerate(self.blocks) if b > a]
 
+    def slot_workers(self) -> list[str]:
+        """The address of each worker of :meth:`worker_blocks`, in the same order."""
+        return [self.workers[w] for w, (a, b) in enumerate(self.blocks) if b > a]
+
     def colocated(self, need: int = 0) -> bool:
         """Whether the workers of :meth:`worker_blocks` share one host's memory with ``need``
         bytes free (:func:`ppt_dask.engine.placement.sharedmem.colocated`)."""

@@ -13,7 +13,7 @@ import numpy as np
 from ppt_dask.core import allreduce
 from ppt_dask.engine import waits
 from ppt_dask.engine.placement.cluster import scheduler_identity
-from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync
+from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync, watched
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
 # The one-hop graph (exchange "all") combines by recursive doubling from this many workers on,
@@ -83,14 +83,22 @@ def choose_graph(plan: graph.Plan) -> str:
 
 
 def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net, tag: str, state,
-          first: int, last: int, allreduce: str = "auto", home: str | None = None):
+          first: int, last: int, allreduce: str = "auto", home: str | None = None, rule=None, verify=None,
+          homes: list | None = None):
     """The rounds of one generation (``tag``) from ``state``, the state before round ``first``;
     ``last`` is the run's last round (the streamed rounds run up to it by themselves);
     ``allreduce`` the streamed exchange's algorithm (:func:`ppt_dask.core.allreduce.choose`);
-    ``home`` the worker that holds the start state (:func:`place_state`; None: the scheduler's choice)."""
+    ``home`` the worker that holds the start state (:func:`place_state`; None: the scheduler's choice);
+    ``rule``: the stopping rule synchronous streamed loops apply themselves (with ``verify``, the
+    verification set, cut among the slots' workers ``homes``: :mod:`ppt_dask.engine.rounds.watched`)."""
     start_state = place_state(client, state, home)
     if exchange == "stream" and getattr(strategy, "asynchronous", False):
         return streamasync.AsyncRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last)
+    if exchange == "stream" and rule is not None:  # each slot's part of the verification set on its worker
+        parts = None if verify is None else [place_state(client, part, home)
+                                             for part, home in zip(watched.cut(verify, net, len(homes)), homes)]
+        return watched.WatchedRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last,
+                                     rule, parts, allreduce)
     if exchange == "stream":
         kind = "local" if getattr(strategy, "shard_models", False) else "sync"
         return stream.StreamRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state,

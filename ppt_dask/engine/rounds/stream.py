@@ -240,11 +240,14 @@ class StreamRounds(LoopsHead):
         self.timings.clear()
 
 
-def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tuple[list, list]:
+def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None, rule=None,
+                verify=None) -> tuple[list, list]:
     """A mailbox (``box_class(name, first, rounds.ahead)``, the slot's first of ``box_firsts``)
     and a loop task on each block's worker of ``rounds`` (streamed rounds of any kind: their
     client, plan, tag, strategy, net, first and last round, start state and shards); the
-    (actor future, actor) pairs and the loops' futures."""
+    (actor future, actor) pairs and the loops' futures. ``rule``: the stopping rule the loops
+    apply themselves, with ``verify`` each slot's part of the verification set (a future, or
+    None: its shards) (:mod:`ppt_dask.engine.rounds.watched`)."""
     labels = [label for label, *_ in rounds.plan.blocks]
     futures = [rounds.client.submit(box_class, f"{rounds.tag}-s{slot}", box_firsts[slot], rounds.ahead, actor=True,
                                     key=f"mailbox-{rounds.tag}-s{slot}", resources={label: 1})
@@ -260,10 +263,11 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None) -> tu
                           rounds.plan.n_shards, rounds.plan.whole, kind=kind, slot=slot,
                           box=f"{rounds.tag}-s{slot}",
                           n_loops=len(labels), allreduce=getattr(rounds, "allreduce", None) or "auto",
-                          subtrees=subtrees, secret=secret, loop=loop)
+                          subtrees=subtrees, secret=secret, loop=loop, rule=rule)
         peers = {other: actor for other, (_f, actor) in enumerate(boxes) if other != slot}
         loops.append(rounds.client.submit(
             stream_task, step, rounds.first, rounds.last_round, rounds.start_state, rounds.shard_futures[a:b], peers,
+            None if verify is None else verify[slot],
             key=(keys.round_name(keys.LOOP, rounds.tag, rounds.first), slot), resources={label: 1}, pure=False))
     return boxes, loops
 

@@ -23,7 +23,7 @@ from ppt_dask.core import allreduce, keys
 from ppt_dask.engine import loopenv
 from ppt_dask.engine.placement.links import LinkLost, Links
 from ppt_dask.engine.placement.mailbox import BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
-from ppt_dask.engine.rounds import taskmeta
+from ppt_dask.engine.rounds import taskmeta, watchloop
 from ppt_dask.engine.rounds.allreduce import Allreduce
 from ppt_dask.engine.rounds.steps import (
     SlotStep,
@@ -55,13 +55,18 @@ class StreamStep(SlotStep):
     # the loop of a kind defined elsewhere (ppt_dask.engine.rounds.streamasync), called as the two
     # here are: loop(step, first, last, start, shards, links, box, seconds)
     loop: Any = None
+    # the stopping rule the loops apply themselves (ppt_dask.core.stopping.RoundRule; the head
+    # reads their compact records by time, ppt_dask.engine.rounds.watched), None: the head applies it
+    rule: Any = None
 
 
-def stream_task(step: StreamStep, first: int, last: int, start, shards: list, peers: dict) -> dict:
+def stream_task(step: StreamStep, first: int, last: int, start, shards: list, peers: dict, verify=None) -> dict:
     """Rounds ``first..last`` of one worker slot's shards, from the start state ``start``.
 
-    ``peers`` maps every other slot to its mailbox (an actor). Returns the seconds spent in
-    each phase, also attached to the task's metadata."""
+    ``peers`` maps every other slot to its mailbox (an actor); ``verify``: the slot's part of
+    the verification set, ``(X, y)``, where the loops apply the stopping rule themselves
+    (``step.rule``). Returns the seconds spent in each phase, also attached to the task's
+    metadata."""
     with BOXES_LOCK:
         box = BOXES.get(step.box)
     if box is None:  # stopped before this task began
@@ -79,7 +84,12 @@ def stream_task(step: StreamStep, first: int, last: int, start, shards: list, pe
             box.settings = settings
             links = _links(step, box, peers)
             loop = step.loop or (_sync_loop if step.kind == "sync" else _local_loop)
-            loop(step, first, last, start, shards, links, box, seconds)
+            if step.rule is not None:  # the loops stop themselves; the head reads by time
+                loop = watchloop.watched_loop
+            if step.rule is not None:
+                loop(step, first, last, start, shards, links, box, seconds, verify)
+            else:
+                loop(step, first, last, start, shards, links, box, seconds)
         linger = step.wait  # the last round ran: the others read what this loop sent, then close
     except Stopped:
         linger = STOPPED_LINGER
