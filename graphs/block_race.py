@@ -18,7 +18,9 @@ order rotates), ratios taken repeat by repeat against the contender named, then 
   0.9 --dtype float32 --reproducible R`` (graphs/peers/ppt_dask_cli.py: its own LocalCluster, its
   stopping rule, whose checks count) against the mpi4py program (graphs/peers/mpi_allreduce.py:
   ``mpiexec -n P``, each rank the gradient sum over its 200 / P rows of a step, one ``Allreduce``,
-  the same momentum step, a test check after every epoch).
+  the same momentum step; each step the same 200 rows as ppt_dask's 8 shards give, and ppt_dask's
+  stopping rule: the windowed error estimate, then a test check, again every epoch, not only at
+  an epoch's end, so that both need the same epochs).
 * **A small CNN, block 128** (``graphs/small_cnn.py``'s ``torch_example_cnn``, lr 0.05, momentum 0.9),
   2 epochs: ``ppt-dask train mnist --model graphs.small_cnn:torch_example_cnn --workers P --strategy
   block --block 128 --lr 0.05 --momentum 0.9 --epochs 2 --target-error 0 --reproducible R`` (a
@@ -77,7 +79,10 @@ def mnist_contenders(args) -> list[dict]:
     out = []
     for p in args.workers:
         out.append(dict(name=f"mpi4py-p{p}", label=f"mpi4py Allreduce, np = {p}", p=p, threads=1,
-                        script="mpi_allreduce.py", launcher=("mpiexec", "-n", str(p)), needs=("mpi4py",)))
+                        script="mpi_allreduce.py", launcher=("mpiexec", "-n", str(p)), needs=("mpi4py",),
+                        # the rows of each step and the stopping rule of ppt_dask's run (its 8 shards,
+                        # Stop's defaults): it converges as ppt_dask does, epoch for epoch
+                        spec=dict(shards=args.shards)))
         for promise in args.promises:
             flags = [*cli, "--reproducible", promise]
             out.append(dict(name=f"ppt_dask-p{p}-{promise}", label=f"ppt-dask --workers {p} --reproducible {promise}",

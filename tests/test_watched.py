@@ -16,6 +16,7 @@ import ppt_dask as ppt
 from ppt_dask.core.stopping import RoundRule
 from ppt_dask.engine.placement import mailbox
 from ppt_dask.engine.rounds import watched
+from ppt_dask.testing import Slowed
 
 
 def _run(client, workers, data, strategy, stop, head_rule: bool, net=None):
@@ -124,3 +125,57 @@ def test_the_rule_counts_as_the_head_does():
     assert verdicts == ["go", "go", "check", "go", "check", "go"]
     assert rule.after(6, float("inf"), 0, 4) == "diverged"
     assert rule.learned(1, 4) and not rule.learned(2, 4)
+
+
+@pytest.fixture(scope="module")
+def client3():
+    """Three worker processes of their own, with nannies: one of them is stopped and restarted."""
+    client = ppt.connect(n_workers=3, dashboard_address=None)
+    client.wait_for_workers(3, timeout=60)
+    yield client
+    ppt.cluster.close(client)
+
+
+@pytest.mark.slow
+def test_a_worker_that_hangs_is_named_restarted_and_the_run_ends_as_undisturbed(client3):
+    """One of three workers' processes SIGSTOPped mid-run, never resumed (the loop's worker alive
+    to the scheduler, its sockets open, silent): within the run's bound the head names it,
+    restarts it, and the run ends with the weights of the undisturbed run (the serial path of
+    the same three slots), instead of waiting ten minutes."""
+    import os
+    import signal
+
+    from ppt_dask.algorithms.serial import train_serial
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((600, 6))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64)
+    net = ppt.MLP((6, 8, 2), hidden="tanh", output="softmax")
+    strategy = Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=60), seconds=0.01)
+    rounds = 120
+    expected, _ = train_serial(net, X, y, strategy.inner, rounds=rounds, n_shards=6, seed=1, reproducible="same-p",
+                               workers=3)
+    pids = client3.run(os.getpid)
+    shards = ppt.enter_data(client3, X, y, n_shards=6)
+    victim = shards.slot_workers()[1]
+    stopped = []
+
+    def progress(record):
+        if record["round"] >= 30 and not stopped:
+            os.kill(pids[victim], signal.SIGSTOP)
+            stopped.append(pids[victim])
+    try:
+        with pytest.warns(RuntimeWarning, match=f"made no progress .*worker {victim} \\(slot 1\\)"):
+            result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=rounds / 10), seed=1, progress=progress,
+                               hang_seconds=3.0)
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)  # restarted already, or not: nothing stopped is left behind
+            except ProcessLookupError:
+                pass
+        ppt.exit_data(shards)
+    assert stopped and result.settings["recoveries"] >= 1
+    assert victim in result.settings["events"][0]["error"]
+    assert [r["round"] for r in result.history] == list(range(rounds))
+    assert result.params.tobytes() == expected.tobytes()

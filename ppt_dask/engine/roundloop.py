@@ -111,6 +111,7 @@ class Run:
     run_id: str
     t_start: float
     reproducible: str | None = None  # "any-p", "same-p" (a pass a worker slot), None (asynchronous)
+    hang_seconds: float = watched.HANG_SECONDS  # a loop without progress this long is hung (watched rounds)
     history: History = field(default_factory=History)  # Result.history: a record a round, as columns
     snapshots: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
@@ -135,6 +136,8 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
         engine = None
         try:
             engine = _engine(run, kept, attempt)
+            if isinstance(engine, watched.WatchedRounds):
+                engine.hang_seconds = run.hang_seconds
             end = (_watch(run, attempt, engine) if isinstance(engine, watched.WatchedRounds)
                    else _rounds(run, attempt, engine, kept))
             if isinstance(end, End):

@@ -31,7 +31,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
           on_round: Callable[[dict], bool | None] | None = None, snapshot_epochs: tuple = (),
           checkpoint_dir=None, checkpoint_every: int | None = None, resume: bool = False,
           initial_state=None, exchange: str = "auto", allreduce: str = "auto",
-          reproducible: str | None = None, recorder: Callable | None = None) -> Result:
+          reproducible: str | None = None, hang_seconds: float = 30.0,
+          recorder: Callable | None = None) -> Result:
     """Train ``net`` on the placed ``shards`` with ``strategy`` until ``stop``.
 
     Each worker runs one loop over the rounds for its shards; the loops add their sums
@@ -119,6 +120,13 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         shard: the same bits on any number of workers at no cost); the asynchronous strategy
         promises neither, and either value is refused for it. ``Result.settings["reproducible"]``
         says what the run promised.
+    hang_seconds : float
+        A synchronous streamed run's loop that makes no progress for this long (or for 200 of
+        the run's median rounds, if that is longer) while the others wait for it is hung: a
+        stopped process, a stuck read, a call that never returns. The head names it (a
+        ``RuntimeWarning`` and the run's ``recovered`` event), restarts its worker through
+        the worker's nanny (so it cannot rejoin half-way) and goes on as from a lost worker,
+        to the same weights where the run promised them.
     recorder : callable, optional
         ``recorder(client, run_id, settings)`` makes the run's watcher: its
         ``round_done(record)`` sees every round (on streamed rounds with each loop's timing of
@@ -157,6 +165,8 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
         "restarts": stop.restarts, "on_round": on_round, "snapshot_epochs": tuple(snapshot_epochs),
         "initial_state": initial_state})
     fan_in = check_int_at_least("fan_in", fan_in, 2)
+    if isinstance(hang_seconds, bool) or not isinstance(hang_seconds, (int, float)) or not hang_seconds > 0:
+        raise ValueError(f"hang_seconds must be a positive number of seconds, got {hang_seconds!r}")
     pipeline = check_int_at_least("pipeline", pipeline, 0)
     if checkpoint_every is not None:
         checkpoint_every = check_int_at_least("checkpoint_every", checkpoint_every, 1)
@@ -194,7 +204,7 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
                {max(1, round(e * rounds_per_epoch)) - 1: e for e in snapshot_epochs},
                checkpoint_every, meta, progress, on_round,
                checkpoint.Writer(checkpoint_dir, meta) if checkpoint_dir else None, diag, run_id,
-               time.perf_counter(), reproducible=promise)
+               time.perf_counter(), reproducible=promise, hang_seconds=float(hang_seconds))
 
     try:
         return _tries(run, saved, initial_state, params, seed)

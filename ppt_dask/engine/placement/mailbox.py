@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 from distributed import get_worker
@@ -64,6 +65,8 @@ class Mailbox:
         self._rows_n = 0
         self.latest: tuple | None = None  # (round, state after it): the newest, for the head's copies
         self._end: dict | None = None  # how the loop ended its rounds itself (the stopping rule)
+        # where the loop is: (round, phase, since): the head asks when the rounds stop coming (a hang)
+        self.where: tuple = (first, "start", time.perf_counter())
         with BOXES_LOCK:
             BOXES[name] = self
 
@@ -194,6 +197,13 @@ class Mailbox:
             rows = self._rows[at:self._rows_n].copy()
             return {"worker": self.worker, **self.settings_once(), "notes": self.take_notes(),
                     "first": self._rows_first + at, "rows": rows, "end": self._end, "latest": latest}
+
+    def progress(self) -> dict:
+        """Where the loop is (``round``, ``phase``: "gradient", "exchange" ...) and for how many
+        ``seconds`` it has been there; ``ended`` once it ended its rounds."""
+        r, phase, since = self.where
+        return {"round": r, "phase": phase, "seconds": time.perf_counter() - since, "ended": self._end is not None,
+                "worker": self.worker}
 
     # -- from the slot's own loop (the same process) --
     def take(self, r: int, slots, timeout: float) -> list:

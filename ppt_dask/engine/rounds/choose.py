@@ -98,7 +98,7 @@ def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net,
         parts = None if verify is None else [place_state(client, part, home)
                                              for part, home in zip(watched.cut(verify, net, len(homes)), homes)]
         return watched.WatchedRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last,
-                                     rule, parts, allreduce)
+                                     rule, parts, allreduce, homes)
     if exchange == "stream":
         kind = "local" if getattr(strategy, "shard_models", False) else "sync"
         return stream.StreamRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state,

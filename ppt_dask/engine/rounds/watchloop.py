@@ -41,13 +41,16 @@ def watched_loop(step, first: int, last: int, start, shards: list, links, box: M
         state, counts, held = start, NO_COUNTS, None  # held: (its row, its round, the state it began from)
         began = t0 = time.perf_counter()
         for r in range(first, last + 1):
+            box.where = (r, "gradient", t0)  # what the head asks when the rounds stop coming
             partial = _with_counts(sync_partial(step, state, shards, r), counts)
             t1 = time.perf_counter()
+            box.where = (r, "exchange", t1)
             sent = exchange.start(r, partial)
             t2 = time.perf_counter()
             phases = {"idle": 0.0, "reduce": 0.0, "transfer": t2 - t1}
             total, more = exchange.finish(r, phases)
             t3 = time.perf_counter()
+            box.where = (r, "evaluate", t3)
             stats, checked = total[-1][:3], total[-1][3:]
             _timing(row, t0 - began, sent + more, gradient=t1 - t0, transfer=phases["transfer"],
                     idle=phases["idle"], reduce=(t3 - t1) - phases["idle"] - phases["transfer"])
@@ -70,6 +73,7 @@ def watched_loop(step, first: int, last: int, start, shards: list, links, box: M
             elif verdict == "check":  # this slot's counts ride with the next round's sums
                 counts = _count(step.net, state.params, parts)
             t4 = time.perf_counter()
+            box.where = (r, "update", t4)
             before, state = state, total_update(step, state, total, stats)
             t5 = time.perf_counter()
             box.wait_room(r, step.wait)
