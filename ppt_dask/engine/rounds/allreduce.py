@@ -78,7 +78,7 @@ class Allreduce:
                 self.links.expect(self.subtrees * (node + ARRAY_SLACK * len(self._layout)) + SLACK_BYTES)
             if self.algorithm == "shared" and self.links is not None:
                 self._shared = SharedReduce(self.links, self.slot, self.p, self.fan_in, self.n_shards, self._layout,
-                                            self._take)
+                                            self._take, self.wait, self.stopped)
         if self._shared is not None:
             return self._shared.start(r, partial)
         if self.links is None:

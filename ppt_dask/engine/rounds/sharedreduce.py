@@ -45,6 +45,8 @@ are enough (synchronous rounds, one round in flight, need one).
 from __future__ import annotations
 
 import math
+import os
+import platform
 import time
 
 import numpy as np
@@ -54,6 +56,20 @@ from ppt_dask.engine.placement.inboxes import LinkLost
 from ppt_dask.engine.placement.sharedmem import ALIGN, SHM_DIR, Segment, SharedMemoryFull, aligned, sweep
 
 RING = 2  # rounds a segment holds (see above)
+# Each segment begins with a cache line of flags, [sums, part]: round r + 1 once the loop's sums
+# (or, for an adder, its part of the total) of round r are in place. A loop waits for the flags
+# it needs by looking at them: SPINS looks that give the core away between them (sched_yield:
+# another process on the core runs), then a nap of NAP_SECONDS between looks, and every
+# LOOK_SECONDS whether the run stopped or a link broke (a peer gone closes its socket). The
+# tokens this replaces cost each loop a system call a round to send and a wake-up to receive:
+# at 2 loops on 2 cores, about as much CPU as the rest of the exchange. x86 keeps the order of
+# a process's stores, so a flag seen means the bytes before it are there; other machines keep
+# the tokens (FLAGS below).
+HEADER = 64
+SPINS = 200
+NAP_SECONDS = 50e-6
+LOOK_SECONDS = 0.01
+FLAGS = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
 
 
 def segment_bytes(p: int, nbytes: int, subtrees: int = 1) -> int:
@@ -66,7 +82,7 @@ def segment_bytes(p: int, nbytes: int, subtrees: int = 1) -> int:
     3
     """
     k = allreduce.adders(p, nbytes)
-    return RING * (p * subtrees * (int(nbytes) + 4 * ALIGN) + int(nbytes) + k * 4 * ALIGN)
+    return RING * (p * subtrees * (int(nbytes) + 4 * ALIGN) + int(nbytes) + k * 4 * ALIGN) + p * HEADER
 
 
 class SharedLost(LinkLost):
@@ -89,8 +105,10 @@ class SharedReduce:
     a time (elementwise: the same bits). A segment's place of a round holds the loop's nodes,
     then its part of the total (each run's part on whole cache lines)."""
 
-    def __init__(self, links, slot: int, n_loops: int, fan_in: int, n_shards: int, layout: list, take):
+    def __init__(self, links, slot: int, n_loops: int, fan_in: int, n_shards: int, layout: list, take,
+                 wait: float = 600.0, stopped=lambda: None):
         self.links, self.slot, self.p = links, slot, n_loops
+        self.wait, self.stopped = wait, stopped
         self.fan_in, self.n_shards, self.layout = fan_in, n_shards, layout
         self._take = take
         self.runs = allreduce.runs_of(layout)
@@ -115,7 +133,9 @@ class SharedReduce:
         self._mine: Segment | None = None
         self._segments: dict = {}  # slot -> (its segment, its nodes): every loop's, this one's too
         self._cache: dict = {}  # (slot, ring place, what) -> views
+        self._flags: dict = {}  # slot -> its segment's flags [sums, part] (FLAGS)
         self._unlinked = False
+        self.flags = FLAGS
 
     # -- the segments --
     def _place_bytes(self, slot: int, n_nodes: int) -> int:
@@ -125,7 +145,7 @@ class SharedReduce:
         """Make this loop's segment, send its name and nodes to every other loop, map theirs."""
         sweep()  # the stale segments of processes that died (a loop killed in a generation's first round)
         try:
-            self._mine = Segment(nbytes=RING * self._place_bytes(self.slot, len(nodes)))
+            self._mine = Segment(nbytes=HEADER + RING * self._place_bytes(self.slot, len(nodes)))
         except SharedMemoryFull as exc:  # the others hear it (no name): every loop's error says so
             self.links.send((("segment", 0), (None, nodes)))
             raise SharedFull(f"worker slot {self.slot}: {exc.strerror}") from exc
@@ -139,11 +159,12 @@ class SharedReduce:
                 raise SharedFull(f"worker slot {j}: {SHM_DIR} had no room for its segment")
             their_nodes = tuple(tuple(int(x) for x in node) for node in their_nodes)
             try:
-                segment = Segment(str(name), nbytes=RING * self._place_bytes(j, len(their_nodes)))
+                segment = Segment(str(name), nbytes=HEADER + RING * self._place_bytes(j, len(their_nodes)))
             except (OSError, ValueError) as exc:  # BadSegment among them
                 raise SharedLost(f"worker slot {self.slot} could not map slot {j}'s shared memory {name!r}: "
                                  f"{exc!r} (its loop ended or was lost)") from exc
             self._segments[j] = (segment, their_nodes)
+        self._flags = {j: segment.array(0, (2,), np.int64) for j, (segment, _n) in self._segments.items()}
 
     def _sums(self, j: int, r: int, index: int) -> tuple:
         """The run vectors of node ``index`` of slot ``j``'s sums of round ``r``."""
@@ -151,7 +172,7 @@ class SharedReduce:
         views = self._cache.get(key)
         if views is None:
             segment, nodes = self._segments[j]
-            base = (r % RING) * self._place_bytes(j, len(nodes)) + index * self.node_bytes
+            base = HEADER + (r % RING) * self._place_bytes(j, len(nodes)) + index * self.node_bytes
             views = self._cache[key] = tuple(segment.array(base + off, (n,), dtype) for off, n, dtype in self._runs)
         return views
 
@@ -161,7 +182,7 @@ class SharedReduce:
         views = self._cache.get(key)
         if views is None:
             segment, nodes = self._segments[j]
-            base = (r % RING) * self._place_bytes(j, len(nodes)) + len(nodes) * self.node_bytes
+            base = HEADER + (r % RING) * self._place_bytes(j, len(nodes)) + len(nodes) * self.node_bytes
             offsets = self._part_at[j][0]
             views = self._cache[key] = tuple(
                 segment.array(base + at, (cut[j][1] - cut[j][0],), dtype)
@@ -181,6 +202,9 @@ class SharedReduce:
                     a = np.asarray(value[i]).reshape(-1)
                     flat[at:at + a.size] = a
                     at += a.size
+        if self.flags:
+            self._flags[self.slot][0] = r + 1  # after the sums: seen, they are there
+            return len(partial) * self.node_bytes
         sent = self.links.send((("shm", r), None), self._adders) if self._adders else 0
         return sent + len(partial) * self.node_bytes
 
@@ -189,16 +213,20 @@ class SharedReduce:
         it waited (``idle``) and added and copied (``reduce``) go into ``phases``."""
         me, sent, added = self.slot, 0, 0.0
         if me < self.k:  # an adder: its part of every loop's sums, along the tree
-            self._take(("shm", r), phases)
+            self._wait(("shm", r), phases, [j for j in self._segments if j != me], 0, r + 1)
             t0 = time.perf_counter()
             parts = [{node: tuple(v[c[me][0]:c[me][1]] for v, c in zip(self._sums(j, r, index), self.cuts))
                       for index, node in enumerate(nodes)} for j, (_segment, nodes) in sorted(self._segments.items())]
             for view, a in zip(self._part(me, r), allreduce.tree_sum(parts, self.fan_in, self.n_shards)):
                 view[:] = a
             added = time.perf_counter() - t0
-            sent = self.links.send((("part", r), None)) + self._part_at[me][1]
+            if self.flags:
+                self._flags[me][1] = r + 1
+                sent = self._part_at[me][1]
+            else:
+                sent = self.links.send((("part", r), None)) + self._part_at[me][1]
         if self._adders:
-            self._take(("part", r), phases, self._adders)
+            self._wait(("part", r), phases, self._adders, 1, r + 1)
         if not self._unlinked:  # every loop mapped it: each had sent its first token before
             self._mine.unlink()
             self._unlinked = True
@@ -207,9 +235,40 @@ class SharedReduce:
         _add(phases, "reduce", added + time.perf_counter() - t1)
         return allreduce.split(flats, self.layout), sent
 
+    def _wait(self, tag, phases: dict, slots: list, flag: int, value: int) -> None:
+        """Wait until every loop of ``slots`` has raised its ``flag`` to ``value`` (FLAGS), or
+        has sent its token ``tag``; the wait is ``idle``."""
+        if not self.flags:
+            self._take(tag, phases, slots)
+            return
+        t0 = time.perf_counter()
+        flags = [self._flags[j] for j in slots]
+        looks, deadline, next_look = 0, None, 0.0
+        while not all(f[flag] >= value for f in flags):
+            looks += 1
+            if looks < SPINS:
+                os.sched_yield()
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.wait
+            if now >= next_look:  # the run stopped, or a peer's link broke (its process gone)
+                self.stopped()
+                self.links.poll()
+                if self.links.lost & set(slots):
+                    raise LinkLost(f"worker slot {self.slot} lost its link to slot(s) "
+                                   f"{sorted(self.links.lost & set(slots))} while it waited for round {value - 1}")
+                if now >= deadline:
+                    raise LinkLost(f"worker slot {self.slot}: round {value - 1} of slot(s) {slots} did not come "
+                                   f"within {self.wait} s")
+                next_look = now + LOOK_SECONDS
+            time.sleep(NAP_SECONDS)
+        _add(phases, "idle", time.perf_counter() - t0)
+
     def close(self) -> None:
         """Unlink this loop's segment (if not yet) and unmap every segment."""
         self._cache.clear()  # the views go before the mappings
+        self._flags = {}
         for segment, _nodes in self._segments.values():  # this loop's own among them: unlinked
             segment.close()
         self._mine, self._segments = None, {}
