@@ -160,3 +160,27 @@ def test_a_run_longer_than_the_windows_keeps_bounded_records_on_head_and_schedul
     assert total == rounds and window <= held <= 2 * window and 0 < bins <= max(2, window // 5)
     assert nbytes <= bound == _bound(window, max(2, window // 5), 2)
     assert events == 1  # the run's announcement only: the rounds went to the collector's handler
+
+
+def test_a_block_of_rounds_keeps_what_a_record_a_round_keeps():
+    """RoundLog.add_block (the head's batch of streamed rounds, columns) against RoundLog.add of
+    the same rounds as dicts: the same records in full and the same bins, across folds."""
+    from ppt_dask.core.roundblock import Block
+
+    rng, n, p = random.Random(3), 90, 3
+    records = [record(r, loops=p, rng=rng) for r in range(n)]
+    for rec in records:  # one phase order a block (the sync loops')
+        for loop in rec["loops"]:
+            loop["phases"] = {name: loop["phases"].get(name, 0.001) for name in SYNC_PHASES}
+    by_dict, by_block = RoundLog(window=16, max_bins=5), RoundLog(window=16, max_bins=5)
+    by_dict.extend(records)
+    for a in range(0, n, 25):  # blocks of 25 rounds, the last one short
+        part = records[a:a + 25]
+        nums = np.array([[math.nan if rec[k] is None else rec[k] for k in NUMBERS] for rec in part])
+        loops = np.array([[[loop["at"], loop["bytes"], *loop["phases"].values()] for loop in rec["loops"]]
+                          for rec in part])
+        by_block.extend([Block(0, [rec["round"] for rec in part], nums, loops,
+                               [loop["worker"] for loop in part[0]["loops"]], SYNC_PHASES)])
+    assert by_block.records() == by_dict.records()
+    np.testing.assert_array_equal(by_block.bins, by_dict.bins)
+    assert by_block.total == by_dict.total == n

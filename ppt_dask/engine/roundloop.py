@@ -348,15 +348,21 @@ def _watch(run: Run, attempt: int, engine) -> End | Grow:
             rounds = [(r, rows) for r, rows in rounds if r <= end["last"]]
         if rounds:  # the head's time of the read, a share a round
             run.head_seconds += busy
+        records = []
         for r, rows in rounds:
             row = rows[0]
             record = _record(run, attempt, r, row[:3], estimate, (now - last_done) / len(rounds), busy / len(rounds))
             if row[watched.CHECK_N] > 0:  # this round's weights were verified (NaN: not)
                 record["verified_error_rate"] = float(row[watched.CHECK_WRONG] / row[watched.CHECK_N])
             run.history.append(record)
+            records.append(record)
             if run.progress is not None:
                 run.progress(record)
-            run.diag.round_done({**record, "loops": engine.loop_timings(rows)})
+        if records and hasattr(run.diag, "rounds_done"):  # the batch at once: a row a loop and round
+            run.diag.rounds_done(engine.block(run.gen, records, [rows for _r, rows in rounds]))
+        else:
+            for record, (_r, rows) in zip(records, rounds):
+                run.diag.round_done({**record, "loops": engine.loop_timings(rows)})
         last_done = now
         if rounds:
             engine.release(rounds[-1][0])

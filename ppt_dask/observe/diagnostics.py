@@ -358,6 +358,17 @@ class Recorder:
         self.rounds += 1
         self.seconds += time.perf_counter() - t0
 
+    def rounds_done(self, block) -> None:
+        """A block of streamed rounds (:class:`ppt_dask.observe.roundlog.Block`) as the head read
+        them: the same as :meth:`round_done` of each, with a row a loop and round, not a dict."""
+        t0 = time.perf_counter()
+        self.heads.add_block(block)
+        self._batch.append(block)
+        if t0 - self._last >= self.flush_seconds:
+            self.flush()
+        self.rounds += len(block.rounds)
+        self.seconds += time.perf_counter() - t0
+
     def flush(self) -> None:
         if self._batch:
             # one opaque frame: sent as a list of dicts, the comm walked every value twice on the

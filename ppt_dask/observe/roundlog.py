@@ -27,9 +27,10 @@ import math
 
 import numpy as np
 
+from ppt_dask.core.roundblock import Block
 from ppt_dask.observe.phases import _PRIORITY, PHASES
 
-NUMBERS = ("epoch", "loss", "error_rate", "error_estimate", "patterns", "wall_seconds", "head_seconds")
+NUMBERS = Block.NUMBERS  # the head's numbers of a round, a column each
 WINDOW = 1000  # rounds kept in full (at least; up to twice as many before a fold)
 MAX_BINS = 500  # bins the older rounds fold into
 MAX_PHASES = 8  # phases a loop times a round (six today: ppt_dask.engine.rounds.streamloops)
@@ -96,8 +97,50 @@ class RoundLog:
         self.total += 1
 
     def extend(self, records) -> None:
+        """Records (dicts, as :meth:`add` takes) and blocks of rounds (:class:`Block`), in order."""
         for record in records:
-            self.add(record)
+            if isinstance(record, Block):
+                self.add_block(record)
+            else:
+                self.add(record)
+
+    def add_block(self, block: Block) -> None:
+        """A block of consecutive rounds at once (the head's batch of streamed rounds): the same
+        content as a record a round with its ``loops``, without a dict a loop and round."""
+        n, p = block.loops.shape[:2]
+        workers = [_index(self.workers, self._worker_index, w) for w in block.workers]
+        order = _index(self.orders, self._order_index, tuple(block.phases))
+        if len(block.phases) > MAX_PHASES:
+            raise ValueError(f"a loop timed {len(block.phases)} phases; a RoundLog keeps {MAX_PHASES}")
+        done = 0
+        while done < n:
+            if self.n == len(self.ids):
+                self._fold(self.window)
+            take = min(n - done, len(self.ids) - self.n)
+            i, part = self.n, slice(done, done + take)
+            self.ids[i:i + take, 0] = block.gen
+            self.ids[i:i + take, 1] = block.rounds[part]
+            self.nums[i:i + take] = block.nums[part]
+            self.n_loops[i:i + take] = p
+            rows = np.zeros((take, p, 4 + MAX_PHASES))
+            rows[:, :, _W] = workers
+            rows[:, :, _ORDER] = order
+            rows[:, :, _AT] = block.loops[part, :, 0]
+            rows[:, :, _BYTES] = block.loops[part, :, 1]
+            rows[:, :, 4:4 + len(block.phases)] = block.loops[part, :, 2:]
+            self._add_rows(rows.reshape(take * p, -1))
+            self.n += take
+            self.total += take
+            done += take
+
+    def _add_rows(self, rows: np.ndarray) -> None:
+        need = self.n_loop_rows + len(rows)
+        if need > len(self.loops):
+            grown = np.zeros((max(need, 2 * len(self.loops), 64), self.loops.shape[1]))
+            grown[:self.n_loop_rows] = self.loops[:self.n_loop_rows]
+            self.loops = grown
+        self.loops[self.n_loop_rows:need] = rows
+        self.n_loop_rows = need
 
     def _add_loops(self, loops: list) -> None:
         need = self.n_loop_rows + len(loops)

@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from ppt_dask.core import keys
+from ppt_dask.core.roundblock import Block
 from ppt_dask.engine.placement.mailbox import RECORDS_AHEAD, Mailbox
 from ppt_dask.engine.rounds.stream import ASK_ERRORS, StreamRounds, loop_timing, raise_loop_error, start_loops
 from ppt_dask.engine.rounds.watchloop import _PHASE, AT, BYTES, CHECK_N, CHECK_WRONG, PHASE0  # noqa: F401 (roundloop)
@@ -146,6 +148,14 @@ class WatchedRounds(StreamRounds):
                 hung.append((j, where["worker"], f"round {where['round']}, {where['phase']} for "
                                                  f"{where['seconds']:.0f} s"))
         return hung
+
+    def block(self, gen: int, records: list, rows: list):
+        """The rounds of ``records`` (the head's records) with every loop's ``rows`` as one
+        block for the run's recorder (:class:`ppt_dask.observe.roundlog.Block`)."""
+        stacked = np.asarray(rows)  # (rounds, loops, columns)
+        loops = np.concatenate((stacked[:, :, [AT, BYTES]], stacked[:, :, PHASE0:]), axis=2)
+        nums = np.array([[record[name] for name in Block.NUMBERS] for record in records], dtype=float)
+        return Block(gen, [record["round"] for record in records], nums, loops, self.workers, keys.LOOP_PHASES)
 
     def loop_timings(self, rows: list) -> list:
         """Each loop's timing of a round (``rows``: its row per slot, None where not read yet)."""
