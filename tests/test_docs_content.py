@@ -245,7 +245,7 @@ def site(tmp_path_factory) -> Path:
     if importlib.util.find_spec("sphinx") is None or importlib.util.find_spec("myst_nb") is None:
         system.missing("building the documentation needs the [docs] extra (pip install '.[docs]')")
     out = tmp_path_factory.mktemp("docs") / "html"
-    command = [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(DOCS), str(out)]
+    command = [sys.executable, "-m", "sphinx", "-n", "-W", "-q", "-b", "html", str(DOCS), str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
