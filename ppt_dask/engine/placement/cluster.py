@@ -76,8 +76,8 @@ QUIET_TIMERS = {  # key: (ours, distributed's default)
 
 
 def quiet_timers() -> dict:
-    """:data:`ppt_dask.engine.placement.cluster.QUIET_TIMERS` where the configuration holds distributed's default (a value the
-    user set stays)."""
+    """:data:`ppt_dask.engine.placement.cluster.QUIET_TIMERS` where the configuration holds
+    distributed's default (a value the user set stays)."""
     return {key: ours for key, (ours, default) in QUIET_TIMERS.items() if dask.config.get(key, default) == default}
 
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^/\s]+$")
