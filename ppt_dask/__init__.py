@@ -59,8 +59,9 @@ _MODULES = {
     "cluster": "ppt_dask.engine.placement.cluster",
     "datasets": "ppt_dask.data.datasets",
     "strategies": "ppt_dask.algorithms.strategies",
-    "validation": "ppt_dask.core.validation",
 }
+# not public: ppt_dask.core.validation (the checks of every entry point, named in their
+# errors; its check_* helpers are the package's own, free to change)
 
 __all__ = sorted([*_EXPORTS, *_MODULES])
 
@@ -86,7 +87,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.strategies import PPT, Average, Sync
     from ppt_dask.api import train
-    from ppt_dask.core import validation
     from ppt_dask.core.model import Network
     from ppt_dask.core.network import MLP
     from ppt_dask.core.optimizers import SGD
