@@ -10,6 +10,7 @@ names ``any-p``, the setting that promises it, and the page links to the stateme
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -47,6 +48,10 @@ def _pages() -> dict[str, str]:
     pages = {p.relative_to(ROOT).as_posix(): p.read_text() for p in [ROOT / "README.md", *DOCS.rglob("*.md")]
              if "_build" not in p.parts and p != CONCEPTS}
     pages["ppt.train's docstring"] = ppt_dask.train.__doc__
+    pages["help(ppt_dask)"] = ppt_dask.__doc__
+    pages["ppt.Network's docstring"] = ppt_dask.Network.__doc__
+    torchnet = ROOT / "ppt_dask" / "nets" / "torchnet.py"  # read, not imported: torch is an extra
+    pages["ppt.TorchNet's module docstring"] = ast.get_docstring(ast.parse(torchnet.read_text()))
     train = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
     pages["ppt-dask train --help"] = train.format_help()
     return pages
@@ -68,5 +73,5 @@ def test_a_page_that_promises_bits_names_the_setting_and_links_the_statement(nam
     wrong = [s for s in found if _ANY.search(s) and "any-p" not in s]
     assert not wrong, (f"{name} promises the same bits on any number of workers without naming any-p "
                        f"(the default for Sync promises the same number only; see docs/guide/concepts.md): {wrong}")
-    if found and not name.startswith("ppt-dask"):  # the command line's help is plain text: no links
+    if found and name.startswith(("ppt.train", "README", "docs")):  # help texts and the other docstrings: no links
         assert _LINK.search(text), f"{name} states what a seeded run repeats without a link to Concepts: {found}"
