@@ -1,6 +1,6 @@
-"""Sphinx configuration of the ppt_dask documentation: ``sphinx-build -W -b html docs docs/_build/html``.
+"""Sphinx configuration of the ppt_dask documentation: ``sphinx-build -n -W -b html docs docs/_build/html``.
 
-The README's command, ``pip install ".[docs]" && sphinx-build -W -b html docs docs/_build/html``,
+The README's command, ``pip install ".[docs]" && sphinx-build -n -W -b html docs docs/_build/html``,
 builds it in a fresh environment without PyTorch: autodoc imports ``ppt.TorchNet``'s module
 with torch mocked (``autodoc_mock_imports``), as the reference needs its signature and
 docstrings, never torch itself (its CPU wheel is about 200 MB, the default one on Linux
@@ -59,6 +59,14 @@ napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
 napoleon_use_param = False  # types as text (their words, n_features ..., are not cross-references)
+
+# `sphinx-build -n` (nitpicky, .ci/run): every cross-reference resolves, or the build fails.
+# A name of the package without a page of its own shows as code, a type's words as text
+# (docs/_ext/pptdocs.py); these names of other packages cannot resolve in an offline build
+# (no intersphinx), so they are shown as code without a link:
+nitpick_ignore = [
+    ("py:func", "asyncssh.connect"),  # asyncssh's documentation, not fetched offline
+]
 
 # the notebooks as they are stored (python notebooks/run.py keeps their outputs): never run here
 nb_execution_mode = "off"

@@ -15,6 +15,7 @@ import datetime
 import math
 import os
 import platform
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -87,6 +88,18 @@ def command() -> str:
 
 # ---- tables ----------------------------------------------------------------------------
 
+# the sources by their authors in what the tables show (the scripts and the CSV columns keep
+# the papers' file numbers: paper001_blocks.py, "001 p=2"); the Concepts page lists them
+AUTHORS = {"000": "Dahl et al. (2008)", "001": "Mörchen (2004)", "002": "Sobreira and Carneiro (2024)",
+           "003": "the Stack Exchange thread (2015)", "004": "Alowaisheq and Dhami"}
+_PAPER_NUMBER = re.compile(r"(?<![\w.,/-])(00[0-4])(?![\w.])")
+
+
+def by_authors(text: str) -> str:
+    """``text`` with each paper's file number ("000 s", "001's Table VII") as its authors."""
+    return _PAPER_NUMBER.sub(lambda m: AUTHORS[m.group(1)], text)
+
+
 def cell(value) -> str:
     """A table cell: 3 significant digits for floats, blank for None/NaN."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -118,7 +131,7 @@ def write_table(out: Path, name: str, rows: list[dict], *, title: str, notes=(),
             f"Machine: {machine()}.  ", f"Command: `{command()}`"]
     text += ["", *[f"- {n}" for n in notes]] if notes else []
     path = out / f"{name}.md"
-    path.write_text("\n".join(text) + "\n")
+    path.write_text(by_authors("\n".join(text) + "\n"))
     print(f"wrote {path}", file=sys.stderr)
     return path
 

@@ -55,6 +55,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -190,8 +191,18 @@ def race(c: dict, lr: float, batch: int, cfg, work: Path, max_seconds: float, ta
     if proc.returncode or not out_path.exists():
         lines = [portable(line) for line in proc.stderr.strip().splitlines()] or ["no output"]
         print(f"  {c['name']} failed ({proc.returncode}):\n    " + "\n    ".join(lines[-12:]), file=sys.stderr)
-        return {**row, "reached": False, "stopped_because": f"error: {lines[-1]}", "stderr": lines[-40:]}
+        return {**row, "reached": False, "stopped_because": failed_because(lines[-1]), "stderr": lines[-40:]}
     return {**row, **json.loads(out_path.read_text())}
+
+
+_SIGNAL = re.compile(r"\b(SIG[A-Z]+)\b")
+
+
+def failed_because(last_line: str) -> str:
+    """The table's words for a contender that failed: the signal that ended a process (the
+    exception's class and traceback stay in the CSV's stderr), else its last line."""
+    signal = _SIGNAL.search(last_line)
+    return f"crashed ({signal.group(1)})" if signal else f"error: {last_line}"
 
 
 def say(r: dict) -> str:

@@ -427,7 +427,9 @@ def main(argv=None) -> int:
     cfg["SPEEDS"] = [v for r in rows for v in r["speeds"]]
     cfg["SPEED_AT_CALIBRATION"] = serial.at_calibration
     report = render(rows, cal, net, source, errors, busy, elapsed, cfg)
-    (args.out / "validate_model.md").write_text(report)
+    from common import by_authors  # graphs/, the script's own folder: the papers by their authors
+
+    (args.out / "validate_model.md").write_text(by_authors(report))
     with open(args.out / "validate_model.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -4,8 +4,10 @@ The head (this process) places the training set once as logical shards on the wo
 (:func:`enter_data`). :func:`train` then starts one long task per worker, a loop over the
 rounds: each round a loop computes its shards' gradients, adds its sums with the other
 loops' straight over links of their own (through shared memory on one machine), in the
-fixed order of a tree over the shards, and takes the step, so every worker holds the same
-weights, to the bit, on any number of workers. No task is scheduled per round: the head
+fixed order, and takes the step, so every worker holds bitwise the same weights as the
+others. What a seeded run repeats from one run to the next is ``train``'s ``reproducible``
+(by default for :class:`Sync` the same weights on the same number of workers; with "any-p"
+on any number). No task is scheduled per round: the head
 reads each batch of rounds' numbers from the loops' mailboxes, checks the stopping rule,
 keeps a copy of the weights now and then, and recovers from a lost worker.
 
@@ -59,8 +61,9 @@ _MODULES = {
     "cluster": "ppt_dask.engine.placement.cluster",
     "datasets": "ppt_dask.data.datasets",
     "strategies": "ppt_dask.algorithms.strategies",
-    "validation": "ppt_dask.core.validation",
 }
+# not public: ppt_dask.core.validation (the checks of every entry point, named in their
+# errors; its check_* helpers are the package's own, free to change)
 
 __all__ = sorted([*_EXPORTS, *_MODULES])
 
@@ -86,7 +89,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.algorithms.localsgd import LocalSGD
     from ppt_dask.algorithms.strategies import PPT, Average, Sync
     from ppt_dask.api import train
-    from ppt_dask.core import validation
     from ppt_dask.core.model import Network
     from ppt_dask.core.network import MLP
     from ppt_dask.core.optimizers import SGD

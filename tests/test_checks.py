@@ -29,7 +29,7 @@ def test_ci_runs_the_checks_and_every_test():
     # the docs built before the tests with exactly the README's command (warnings as errors),
     # in an environment of their own that holds the [docs] extra alone
     readme = (ROOT / "README.md").read_text()
-    command = 'pip install ".[docs]" && sphinx-build -W -b html docs docs/_build/html'
+    command = 'pip install ".[docs]" && sphinx-build -n -W -b html docs docs/_build/html'
     assert command in readme.replace("\n", " ") and command in ci
     assert ci.index(command) < ci.index("python -m pytest")
     run = next(line for line in ci.splitlines() if line.startswith("python -m pytest"))

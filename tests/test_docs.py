@@ -71,7 +71,8 @@ def site(tmp_path_factory) -> Path:
             (source / entry.name).symlink_to(entry)
     shutil.copytree(DOCS, source / "docs", symlinks=True, ignore=shutil.ignore_patterns("_build", "generated"))
     out = root / "html"
-    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(source / "docs"), str(out)]
+    command = [sys.executable, "-m", "sphinx", "-n", "-W", "--keep-going", "-q", "-b", "html",
+               str(source / "docs"), str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out

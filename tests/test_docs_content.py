@@ -245,7 +245,7 @@ def site(tmp_path_factory) -> Path:
     if importlib.util.find_spec("sphinx") is None or importlib.util.find_spec("myst_nb") is None:
         system.missing("building the documentation needs the [docs] extra (pip install '.[docs]')")
     out = tmp_path_factory.mktemp("docs") / "html"
-    command = [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(DOCS), str(out)]
+    command = [sys.executable, "-m", "sphinx", "-n", "-W", "-q", "-b", "html", str(DOCS), str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
@@ -341,3 +341,89 @@ def test_reference_pages_show_what_users_pass_and_read(site):
         assert f"class ppt_dask. {name} (" not in text, f"ppt.{name}'s page shows a constructor"
     assert "repair" not in _main_text(site / "generated" / "ppt_dask.ShardSet.html")
     assert "local_round" not in _main_text(site / "generated" / "ppt_dask.LocalSGD.html")
+
+
+# ---- the live page's words ----------------------------------------------------------------
+
+
+def _phase_rows() -> list[list[str]]:
+    """The rows of the phase table in time.md's "Reading the live page" (cells, code marks off)."""
+    text = (DOCS / "guide" / "time.md").read_text()
+    section = text[text.index("## Reading the live page"):]
+    section = section[:section.index("\n## ", 10)]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip().strip("`") for cell in row.strip("|").split("|")] for row in rows]
+
+
+def test_reading_the_live_page_defines_each_phase_once_with_the_pages_legend():
+    """Every phase of the breakdown is a row, once; its legend entries are the page's own
+    (ppt_dask.observe.dashboard's labels of the stack that holds the phase)."""
+    from ppt_dask.observe.breakdown import STACKS
+    from ppt_dask.observe.dashboard import LABELS, PREDICTED_LABEL, STREAM_LABELS
+    from ppt_dask.observe.phases import PHASES
+
+    rows = _phase_rows()
+    phases = [row[0] for row in rows]
+    assert sorted(phases) == sorted(PHASES) and len(phases) == len(set(phases)), phases
+    stack_of = {phase: stack for stack, members in STACKS for phase in members}
+    for phase, streamed, graphs, what in rows:
+        stack = stack_of[phase]
+        assert streamed == (STREAM_LABELS[stack] or "(none)"), (phase, streamed, STREAM_LABELS[stack])
+        assert graphs == LABELS[stack], (phase, graphs, LABELS[stack])
+        assert what, phase
+    text = (DOCS / "guide" / "time.md").read_text()
+    assert f"`{PREDICTED_LABEL}`" in text
+    for words in ("not computing gradients", "median round", "median head submit", "sent per round"):
+        assert words in text, words  # the summary line's figures, each explained
+
+
+def test_the_live_page_pictures_exist_and_are_shown_at_their_size():
+    from PIL import Image
+
+    text = (DOCS / "guide" / "time.md").read_text()
+    for name, width in re.findall(r"```\{figure\} \.\./_static/(\S+)\n(?::alt:[^\n]*\n)?:width: (\S+)", text):
+        picture = DOCS / "_static" / name
+        assert picture.exists(), name
+        if width.endswith("px"):
+            assert Image.open(picture).size[0] == int(width[:-2]), (name, width)
+
+
+# ---- the Benchmarks page's plots -------------------------------------------------------------
+
+_IMAGE = re.compile(r"^```\{(?:image|figure)\} (\S+)\n", re.M)
+
+
+def test_the_benchmarks_page_shows_at_least_four_plots_of_graphs_out_above_its_tables():
+    text = (DOCS / "benchmarks.md").read_text()
+    images = _IMAGE.findall(text)
+    assert len(images) >= 4, images
+    for image in images:
+        assert Path(image).parts[:3] == ("..", "graphs", "out") and (DOCS / image).exists(), image
+    first_table = min(text.index(f"```{{include}} {p}") for p in _INCLUDE.findall(text) if not p.endswith("summary.md"))
+    assert all(text.index(image) < first_table for image in images)
+    assert text.index("## Summary") < text.index(images[0])
+
+
+def test_the_plots_and_the_summary_are_drawn_from_the_tables(tmp_path):
+    """graphs/plots.py on a copy of graphs/out draws every plot the page shows and writes the
+    summary the page includes, the same text as the one kept: nothing on them is typed by hand.
+    A table that is missing is skipped, saying so; a CPU-per-round table, once there, is drawn."""
+    if importlib.util.find_spec("matplotlib") is None:
+        system.missing("graphs/plots.py needs matplotlib (the [bench] extra)")
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(ROOT / "graphs" / "out", out, ignore=shutil.ignore_patterns("*.png", "summary.md"))
+    (out / "round_cpu.md").unlink(missing_ok=True)
+    done = subprocess.run([sys.executable, str(ROOT / "graphs" / "plots.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "round_cpu.md: not in" in done.stderr and "skipped" in done.stderr
+    assert (out / "summary.md").read_text() == (ROOT / "graphs" / "out" / "summary.md").read_text()
+    for image in _IMAGE.findall((DOCS / "benchmarks.md").read_text()):
+        assert (out / Path(image).name).exists(), image
+    (out / "round_cpu.md").write_text("| p | head CPU ms | worker CPU ms |\n|---|---|---|\n| 1 | 0.1 | 2.0 |\n"
+                                      "| 2 | 0.1 | 1.1 |\n")
+    done = subprocess.run([sys.executable, str(ROOT / "graphs" / "plots.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and (out / "plot_round_cpu.png").exists(), done.stderr

@@ -4,6 +4,16 @@
   from, each under a label. Wherever a page, a docstring or a notebook names one the way
   that section does ("Dahl et al. (2008)", "Mörchen (2004)" ...), the words become a link
   to its entry: one list of the names here, so no page can cite a paper without its link.
+* **Internal names as code.** A docstring may name a module or function of the package that
+  the reference does not document (it documents ``ppt_dask.__all__``), for the source's
+  readers: where that name exists in the package it shows as code, not as a link; a name
+  that does not exist (a typo, a renamed function) stays a warning, an error under
+  ``sphinx-build -n -W``.
+* **Types as text.** The parameters' types are text (``napoleon_use_param = False`` in
+  conf.py: their words, ``ndarray of shape (n, n_classes)``, are no cross-references); so are
+  the words of an ``Attributes`` or ``Returns`` type that name nothing Sphinx knows (napoleon
+  writes those types as typed fields, whose words Sphinx tries as class names). A type word
+  that names a public class still links to its page.
 * **BokehJS once.** A notebook that shows a bokeh plot stores the whole library (1.3 MB)
   in its first plot's output, and each gallery page would carry a copy. The build drops
   that output and links one copy of the installed bokeh's library (a core dependency, the
@@ -12,6 +22,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 from pathlib import Path
@@ -61,6 +72,39 @@ def link_papers(app, doctree, docname):
         text.parent.replace(text, [p for p in pieces if not (isinstance(p, nodes.Text) and not p)])
 
 
+def _exists(target: str) -> bool:
+    """Whether ``target`` (``ppt_dask.a.b`` or ``ppt_dask.a.B.c``) names something of the package."""
+    if not target.startswith("ppt_dask."):
+        return False
+    parts = target.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def _a_type_word(node, contnode) -> bool:
+    """A word of a typed field's type (plain text; a role such as :class:`x` shows code)."""
+    return node.get("reftype") == "class" and isinstance(contnode, nodes.Text)
+
+
+def internal_as_code(app, env, node, contnode):
+    """A reference to a name of the package that has no page of its own: its code text; the
+    word of a type: its text."""
+    if node.get("refdomain") != "py":
+        return None
+    if _exists(node.get("reftarget", "")) or _a_type_word(node, contnode):
+        return contnode
+    return None
+
+
 _BOKEH_LOAD = "_bokeh_onload_callbacks"  # in the library's loader, never in a plot's own script
 
 
@@ -91,6 +135,7 @@ def copy_bokeh(app, exception):
 
 def setup(app):
     app.connect("doctree-resolved", link_papers)
+    app.connect("missing-reference", internal_as_code)
     app.connect("doctree-read", drop_bokeh_loaders)
     app.connect("html-page-context", link_bokeh)
     app.connect("build-finished", copy_bokeh)

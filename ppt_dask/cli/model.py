@@ -1,4 +1,4 @@
-"""``ppt-dask model``: calibrate 001's run-time model, predict speedup, recommend a layout.
+"""``ppt-dask model``: calibrate the run-time model of Mörchen (2004), predict speedup, recommend a layout.
 
     ppt-dask model calibrate mnist --workers 2 --block 1000 --out calib.json
     ppt-dask model predict --calibration calib.json --p 1,2,4,8,16,32,64 --block 100,1000,10000
@@ -7,7 +7,7 @@
 
 ``calibrate`` measures the constants on the cluster (a LocalCluster it starts, or
 ``--scheduler``) and writes them with the sizes they hold for; ``predict`` prints
-speedups like 001's Table VII; ``recommend`` prints the block size and number of workers
+speedups like Mörchen (2004)'s Table VII; ``recommend`` prints the block size and number of workers
 of least time per epoch and the smallest block that gives any speedup, and the workers x
 threads per worker the calibrated machine's cores hold (:mod:`ppt_dask.perf.threads`). ``--constants``
 takes a JSON object of :class:`ppt_dask.perf.model.Constants` fields (seconds) for a
@@ -61,7 +61,7 @@ def _cores(text: str):
 
 def add_model_parser(subparsers) -> None:
     """Add ``model calibrate | predict | recommend`` to the ``ppt-dask`` subcommands."""
-    m = subparsers.add_parser("model", help="run-time model of 001: calibrate, predict, recommend")
+    m = subparsers.add_parser("model", help="run-time model (Mörchen 2004): calibrate, predict, recommend")
     msub = m.add_subparsers(dest="model_command", required=True)
 
     c = msub.add_parser("calibrate", help="measure the constants on a cluster, write JSON")
@@ -96,7 +96,7 @@ def add_model_parser(subparsers) -> None:
         src.add_argument("--calibration", metavar="JSON", help="from `ppt-dask model calibrate`")
         src.add_argument("--constants", metavar="JSON", help="Constants fields in seconds, by hand")
         q.add_argument("--n-patterns", type=_positive, default=None, help="training patterns n")
-        q.add_argument("--n-test", type=int, default=None, help="test patterns m (001's Ts term)")
+        q.add_argument("--n-test", type=int, default=None, help="test patterns m (the model's Ts term)")
         q.add_argument("--network", type=_int_list, default=None,
                        help="layer widths, e.g. 784,64,64,10 (sets w; time constants stay as given)")
         q.add_argument("--n-weights", type=_positive, default=None, help="w directly (instead of --network)")
@@ -238,13 +238,13 @@ def _predict(args, s: dict) -> int:
     epoch = np.asarray(perfmodel.epoch_seconds(ps[None, :], blocks[:, None], n, s["w"], s["c"], **kw))
     print(problem_line(s))
     print(rounds_line(s, ps, blocks))
-    print("\nPredicted speedup S(p), 001 eq. (7) (like 001 Table VII)")
+    print("\nPredicted speedup S(p), eq. (7) of Mörchen (2004) (like its Table VII)")
     print(grid_table(blocks, ps, speed, "{:.2f}"))
-    print("\nPredicted efficiency E(p) = S(p)/p, 001 eq. (8)")
+    print("\nPredicted efficiency E(p) = S(p)/p, eq. (8) of Mörchen (2004)")
     print(grid_table(blocks, ps, speed / ps[None, :], "{:.2f}"))
     print("\nPredicted seconds per round (one weight update)")
     print(grid_table(blocks, ps, rnd, "{:.4g}"))
-    print("\nPredicted seconds per epoch (001's iteration)")
+    print("\nPredicted seconds per epoch (an iteration of Mörchen (2004))")
     print(grid_table(blocks, ps, epoch, "{:.4g}"))
     write_json(args.json, {"problem": problem(s), "p": ps.tolist(), "block": blocks.tolist(),
                        "speedup": speed.tolist(), "round_seconds": rnd.tolist(),
@@ -266,13 +266,13 @@ def _recommend(args, s: dict) -> int:
     print(rounds_line(s, np.arange(1, args.p_max + 1), blocks))
     print(f"\nrecommended: block {best.block} on {best.p} workers: {best.epoch_seconds:.4g} s per epoch, "
           f"speedup {best.speedup:.2f}, efficiency {best.efficiency:.2f}")
-    print("(larger blocks always cost less per epoch but converge slower, 001 sec. VI: "
+    print("(larger blocks always cost less per epoch but converge slower, Mörchen (2004) sec. VI: "
           "pass --blocks to limit the choice)")
     print(f"\nbest number of workers for each block (p <= {args.p_max})")
     print("| block | workers | s/epoch | speedup |\n|---:|---:|---:|---:|")
     for b, p, t, sp in zip(blocks, p_best, t_best, s_best):
         print(f"| {b} | {p} | {t:.4g} | {sp:.2f} |")
-    print("\nsmallest block with any speedup (S > 1), like 001's 'no speedup below block 50'")
+    print("\nsmallest block with any speedup (S > 1), like Mörchen (2004)'s 'no speedup below block 50'")
     print("| workers | smallest block |\n|---:|---:|")
     for p, b in smallest.items():
         print(f"| {p} | {'none up to n' if b is None else b} |")
@@ -286,7 +286,7 @@ def _recommend(args, s: dict) -> int:
 
 
 def _workers_by_threads(s: dict, blocks) -> dict | None:
-    """Print the workers x threads the cores hold (seed 002's hybrid), the best and why; the
+    """Print the workers x threads the cores hold (the hybrid of Sobreira and Carneiro (2024)), the best and why; the
     numbers for --json (None where the calibration cannot say)."""
     from ppt_dask.perf import threads as perfthreads
 
@@ -298,7 +298,8 @@ def _workers_by_threads(s: dict, blocks) -> dict | None:
     kw = {k: v for k, v in model_kw(s).items() if k != "cores"}
     options = perfthreads.layouts(s["n"], s["w"], s["c"], cores, timed, blocks, **kw)
     best = options[0]
-    print(f"\nworkers x threads on {cores} cores (seed 002's hybrid: threads inside each worker), block {best.block}")
+    print(f"\nworkers x threads on {cores} cores (the hybrid of Sobreira and Carneiro (2024): threads inside "
+          f"each worker), block {best.block}")
     print("| threads per worker | workers | s/epoch | gradient call x 1 thread |\n|---:|---:|---:|---:|")
     for t in sorted({o.threads for o in options}):
         o = min((o for o in options if o.threads == t and o.block == best.block), key=lambda o: o.epoch_seconds)

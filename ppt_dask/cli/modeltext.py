@@ -94,7 +94,7 @@ def rounds_line(s: dict, ps, blocks) -> str:
         rows = rows[rows >= 1]
         if rows.min() < timed[0] or rows.max() > timed[1]:
             line += (f"; the gradient was timed for calls of {timed[0]}..{timed[1]} rows, calls of "
-                     f"{int(rows.min())}..{int(rows.max())} asked: outside, 001's per-pattern line Tf + Tb")
+                     f"{int(rows.min())}..{int(rows.max())} asked: outside, the per-pattern line Tf + Tb")
     return line + "."
 
 

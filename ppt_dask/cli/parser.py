@@ -77,19 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
 def _strategy_flags(t) -> None:
     """``train``: the strategy and its own settings."""
     t.add_argument("--strategy", choices=["epoch", "block", "ppt", "average", "local", "async"], default=None,
-                   help="epoch: full batch; block: --block patterns per update (001); ppt: random "
-                        "local epochs (000); average: weight averaging (001, 004); local: local SGD, "
+                   help="epoch: full batch; block: --block patterns per update (Mörchen 2004); ppt: random "
+                        "local epochs (Dahl et al. 2008); average: weight averaging (Mörchen; Alowaisheq and "
+                        "Dhami); local: local SGD, "
                         "the average applied one round late (overlapped); async: a replica per worker, "
                         "no barrier, bounded staleness")
     t.add_argument("--block", type=_int_at_least(1), default=None,
                    help="patterns per update (block; async: per worker's update), or the local mini-batch "
                         "(average, local)")
     t.add_argument("--local-epoch", type=_int_at_least(1), default=None,
-                   help="ppt: patterns each shard draws per round (000's local epoch size)")
+                   help="ppt: patterns each shard draws per round (the local epoch size of Dahl et al. 2008)")
     t.add_argument("--replicate", action=argparse.BooleanOptionalAction, default=None,
-                   help="ppt: every worker holds the whole set and draws from all of it (000)")
+                   help="ppt: every worker holds the whole set and draws from all of it (as Dahl et al. 2008)")
     t.add_argument("--interval", type=_int_at_least(1), default=None,
-                   help="average, local: patterns per shard between averages (001's a)")
+                   help="average, local: patterns per shard between averages (the a of Mörchen 2004)")
     t.add_argument("--pull", type=_positive_float, default=None,
                    help="local: the share of the gap to the (one round late) average a shard closes, in (0, 1]")
     t.add_argument("--compensate", action=argparse.BooleanOptionalAction, default=None,
@@ -99,9 +100,10 @@ def _strategy_flags(t) -> None:
                    help="local: report the running mean of the averages, the old mean weighted EMA "
                         "in [0, 1) (0: the last average)")
     t.add_argument("--local-epochs", type=_positive_float, default=None,
-                   help="average: passes over each shard between averages (004: 5)")
+                   help="average: passes over each shard between averages (Alowaisheq and Dhami: 5)")
     t.add_argument("--sample-fraction", type=_positive_float, default=None,
-                   help="average: each local step draws this fraction of the shard with replacement (004: 0.9)")
+                   help="average: each local step draws this fraction of the shard with replacement "
+                        "(Alowaisheq and Dhami: 0.9)")
     t.add_argument("--momentum-policy", choices=["reset", "average"], default=None,
                    help="average: the velocity across averages")
     t.add_argument("--staleness", type=_int_at_least(0), default=None,
@@ -116,12 +118,12 @@ def _strategy_flags(t) -> None:
 
 
 def _stop_flags(t) -> None:
-    """``train``: when a run stops, restarts, checkpoints and 004's repeated splits."""
+    """``train``: when a run stops, restarts, checkpoints and the repeated splits of Alowaisheq and Dhami."""
     t.add_argument("--restarts", type=_int_at_least(0), default=0,
-                   help="tries from new random weights when one ends without learning (000)")
+                   help="tries from new random weights when one ends without learning (as Dahl et al. 2008)")
     t.add_argument("--window-epochs", type=_positive_float, default=None,
                    help="with a target error: the error estimate covers the last k*n patterns "
-                        "(000's k; default 1; mnist: 0.4)")
+                        "(the k of Dahl et al. 2008; default 1; mnist: 0.4)")
     t.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="write a checkpoint (atomically) with each of the head's copies of the state and at the end")
     t.add_argument("--checkpoint-every", type=_int_at_least(1), default=None,
@@ -129,7 +131,8 @@ def _stop_flags(t) -> None:
                         "worker dies; default 25, fewer copies where one would take over 5%% of the run's time)")
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     t.add_argument("--splits", type=_int_at_least(1), default=None,
-                   help="repeat on N random 70/30 splits; report mean and spread of test accuracy (004)")
+                   help="repeat on N random 70/30 splits; report mean and spread of test accuracy "
+                        "(as Alowaisheq and Dhami)")
     t.add_argument("--split-epochs", default=None,
                    help="with --splits: epochs at which to measure test accuracy (default 100,200,250,500)")
     t.add_argument("--epochs", type=_positive_float, default=None)
@@ -138,7 +141,7 @@ def _stop_flags(t) -> None:
                    help="epochs between two verifications of the target on the test set (default: 1; mnist: 0.2)")
     t.add_argument("--screen", choices=["on", "off"], default=None,
                    help="on: verify only once the training-error estimate is at or below the target "
-                        "(000's rule); off: verify every --check-every epochs (default: on)")
+                        "(the rule of Dahl et al. 2008); off: verify every --check-every epochs (default: on)")
 
 
 def _network_flags(t) -> None:

@@ -9,7 +9,7 @@ cluster is the local one) and prints at the end the predicted and the measured m
 into the run's settings, so the live page (``/ppt``) draws it as a line over the bars and the
 report keeps it beside the measured median.
 
-The model is of synchronous rounds (001 eq. (5)): ``--calibration`` applies to ``--strategy
+The model is of synchronous rounds (eq. (5) of Mörchen (2004)): ``--calibration`` applies to ``--strategy
 block`` and ``epoch`` and is refused for the others with one line; a cached calibration is
 used only where it applies.
 """
@@ -131,7 +131,7 @@ def predict(beside, *, workers: int, block: int, n_shards: int, fan_in: int, exc
     timed = curves.measured_rows(c, streamed=bool(parts["streamed"]) and not parts["graph_for_stream"])
     rows = float(perfmodel.round_rows(workers, block, n_shards, reproducible))
     if timed and not timed[0] <= rows <= timed[1]:
-        beside.rounds += (f"; calls of {rows:.0f} rows, outside the {timed[0]}..{timed[1]} timed: 001's "
+        beside.rounds += (f"; calls of {rows:.0f} rows, outside the {timed[0]}..{timed[1]} timed: the "
                           "per-pattern line there")
     return beside
 

@@ -118,7 +118,7 @@ class Network(Protocol):
 
     A network is sent to the workers by pickling (it travels in every task, so keep it
     small: weights belong in ``params``), and must compute the same bits wherever it runs
-    for the runs to be bitwise the same on any number of workers.
+    for a seeded run to repeat its weights (``train``'s ``reproducible``).
 
     Examples
     --------

@@ -159,8 +159,8 @@ class MLP:
 
     @property
     def task(self) -> str:
-        """What the output layer solves: "classification" (softmax), "binary" or
-        "multilabel" (sigmoid, one output or more), "regression" (linear)."""
+        """What the output layer solves, "classification" (softmax), "binary" or
+        "multilabel" (sigmoid, one output or more) or "regression" (linear)."""
         if self.output == "softmax":
             return "classification"
         if self.output == "sigmoid":
@@ -286,7 +286,7 @@ class MLP:
         Returns
         -------
         grad_sum : ndarray, shape (n_params,), dtype ``self.dtype``
-            As in :meth:`loss_and_grad`.
+            As in :meth:`ppt_dask.core.network.MLP.loss_and_grad`.
         stats : ndarray, shape (3,), float64
             ``[loss_sum, n_wrong, n]``; ``n_wrong`` counts the misclassified
             patterns (see :meth:`stats`). Shards' stats add up.

@@ -127,7 +127,7 @@ DTYPES = ("float32", "float64")  # what the network, the shards and the estimato
 
 
 def check_dtype(name: str, value, allow_none: bool = False):
-    """``value`` if it is one of :data:`DTYPES` (or None when ``allow_none``), else a
+    """``value`` if it is one of :data:`ppt_dask.core.validation.DTYPES` (or None when ``allow_none``), else a
     ValueError naming ``name`` and the choices."""
     if (value is None and allow_none) or (isinstance(value, str) and value in DTYPES):
         return value

@@ -354,13 +354,23 @@ DATASETS = {
 
 
 def from_table(path, target=None, **kwargs):
-    """A table (CSV, Parquet) or ``.npz`` of one's own, read on the Dask workers: what
-    :func:`ppt_dask.enter_data` takes (``data.X``, ``data.y``), with its classes, scaling
-    and test rows. See :func:`ppt_dask.data.tables.from_table` for the parameters; tables
-    need the ``[tables]`` extra (pandas, pyarrow)."""
     from ppt_dask.data import tables  # its readers load dask when they run, not here
 
     return tables.from_table(path, target, **kwargs)
+
+
+def _from_table_doc() -> str:
+    """``from_table``'s docstring: the reader's own, with its parameters (the module that
+    holds it has no page in the reference), under a line of what it is for here."""
+    from ppt_dask.data import tables  # numpy and the package only: no dask at import
+
+    return ("A table (CSV, Parquet) or ``.npz`` of one's own, read on the Dask workers: what\n"
+            "    :func:`ppt_dask.enter_data` takes (``data.X``, ``data.y``), with its classes, scaling\n"
+            "    and test rows. Tables need the ``[tables]`` extra (pandas, pyarrow).\n\n"
+            + tables.from_table.__doc__.split("\n", 1)[1].lstrip("\n"))
+
+
+from_table.__doc__ = _from_table_doc()
 
 
 def from_arrays(x, y, **kwargs):

@@ -181,7 +181,7 @@ def start(
         long without any task. None turns the net off.
     watch_session : bool
         The scheduler and the nannies close when their ssh session ends, so a cluster does
-        not outlive the process that started it (see :func:`dask_setup`).
+        not outlive the process that started it (see :func:`ppt_dask.deploy.ssh.dask_setup`).
     timeout : float
         Seconds to wait for the workers to connect.
 

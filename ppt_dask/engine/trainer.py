@@ -38,8 +38,9 @@ def train(net: Network, shards: ShardSet, strategy, stop: Stop = Stop(), *, seed
     Each worker runs one loop over the rounds for its shards; the loops add their sums
     straight to each other along the fixed shard tree, and the head reads each round's
     numbers from the loops' mailboxes, checks ``stop``, keeps a copy of the weights now
-    and then and recovers from a lost worker. A seeded synchronous run gives the same
-    weights, to the bit, on any number of workers.
+    and then and recovers from a lost worker. What a seeded run repeats bit for bit is
+    ``reproducible`` below (the user guide states both promises once:
+    :ref:`Reproducibility <concepts-reproducibility>`).
 
     Parameters
     ----------

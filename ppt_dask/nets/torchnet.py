@@ -32,9 +32,10 @@ Decisions (refusals are one line, before any cluster work; see :mod:`ppt_dask.ne
   threads on ``t`` cores runs each step on all of them (the OpenMP threads inside MPI ranks of
   Sobreira and Carneiro (2024)), and ``t`` workers of one thread do not fight over the cores. ``threads=k`` sets
   ``k`` in every process; None leaves torch's setting alone. The threads are set in the
-  thread that computes, before each pass (OpenMP keeps a count per thread). Runs are bitwise
-  the same on any number of workers when every worker has the same threads (torch splits
-  its sums by the thread count), and the same as the serial path run with those threads.
+  thread that computes, before each pass (OpenMP keeps a count per thread). What a seeded
+  run repeats bit for bit (``train``'s ``reproducible``: the same number of workers, or with
+  "any-p" any number) holds when every worker has the same threads (torch splits its sums by
+  the thread count), and so does the match with the serial path run with those threads.
 * **Deterministic kernels.** With ``deterministic=True`` (the default) those processes run
   torch's deterministic kernels where it has them, a warning where it has none
   (``torch.set_deterministic_debug_mode("warn")``, which is

@@ -83,8 +83,8 @@ QUIET_TIMERS = {  # key: (ours, distributed's default)
 
 
 def quiet_timers() -> dict:
-    """:data:`QUIET_TIMERS` where the configuration holds distributed's default (a value the
-    user set stays)."""
+    """:data:`ppt_dask.engine.placement.cluster.QUIET_TIMERS` where the configuration holds
+    distributed's default (a value the user set stays)."""
     return {key: ours for key, (ours, default) in QUIET_TIMERS.items() if dask.config.get(key, default) == default}
 
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^/\s]+$")
@@ -181,7 +181,7 @@ def connect(
         ``tcp://host:8786``, ``tls://host:8786`` ... When None, start a LocalCluster of
         ``n_workers`` worker processes. Its workers sample running tasks for the
         dashboard's Profile page every 100 ms and tick their event loops every 100 ms
-        (distributed: 10 and 20 ms; :data:`QUIET_TIMERS`); a ``dask.config`` value the
+        (distributed: 10 and 20 ms; :data:`ppt_dask.engine.placement.cluster.QUIET_TIMERS`); a ``dask.config`` value the
         caller sets for either wins.
     n_workers : int, optional
         The LocalCluster's workers (default: one per core). Not with ``address``.

@@ -329,7 +329,7 @@ class Model:
 
 
 def save_result(result, path, classes=None, summary=None, preprocessing=None) -> str:
-    """Write a finished run (:class:`ppt_dask.Result`) as a model file; see :meth:`Model.save`.
+    """Write a finished run (:class:`ppt_dask.Result`) as a model file; see :meth:`ppt_dask.Model.save`.
 
     ``classes`` are the labels of the outputs when they are not the trainer's 0..k-1;
     ``summary`` replaces ``result.summary()`` (the command line adds the data set's name);
@@ -341,7 +341,7 @@ def save_result(result, path, classes=None, summary=None, preprocessing=None) ->
 
 
 def load_model(path, module=None) -> Model:
-    """Read a model file written by ``Result.save`` or :meth:`Model.save`.
+    """Read a model file written by ``Result.save`` or :meth:`ppt_dask.Model.save`.
 
     Parameters
     ----------
