@@ -319,7 +319,7 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
                            resume=args.resume, exchange=args.exchange, reproducible=args.reproducible,
-                           recorder=recorder,
+                           recorder=recorder, hang_seconds=args.hang_seconds,
                            pipeline=args.pipeline, progress=watch, on_round=s.get("on_round"))
         if isinstance(stop.test, ppt.ShardSet):  # a table's test rows, placed on the workers
             s["test_r2"] = owndata.test_r2(net, stop.test, result.params, data)

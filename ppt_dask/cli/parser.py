@@ -169,6 +169,10 @@ def _network_flags(t) -> None:
                         "of workers, through a lost worker and --resume (a worker's rows of a round in one "
                         "pass: the default for epoch, block, ppt); any-p, the same weights on any number of "
                         "workers (every logical shard on its own: average and local always)")
+    t.add_argument("--hang-seconds", type=_positive_float, default=30.0,
+                   help="a worker whose loop makes no progress this long while the others wait for it "
+                        "(a stopped process, a stuck read) is named, restarted, and the run goes on as from "
+                        "a lost worker (synchronous streamed runs; default 30, or 200 median rounds if longer)")
     t.add_argument("--fan-in", type=_int_at_least(2), default=2, help="children per reduce task")
     t.add_argument("--pipeline", type=_int_at_least(0), default=1, help="rounds submitted ahead")
     t.add_argument("--seed", type=_int_at_least(0), default=0)

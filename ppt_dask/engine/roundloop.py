@@ -41,7 +41,7 @@ from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.placement.schemes import check_scheme
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
-from ppt_dask.engine.rounds import choose, graph, watched
+from ppt_dask.engine.rounds import choose, graph, liveness, watched
 from ppt_dask.engine.rounds.sharedreduce import SharedFull
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
@@ -111,7 +111,7 @@ class Run:
     run_id: str
     t_start: float
     reproducible: str | None = None  # "any-p", "same-p" (a pass a worker slot), None (asynchronous)
-    hang_seconds: float = watched.HANG_SECONDS  # a loop without progress this long is hung (watched rounds)
+    hang_seconds: float = liveness.HANG_SECONDS  # a streamed loop without progress this long is hung
     history: History = field(default_factory=History)  # Result.history: a record a round, as columns
     snapshots: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
@@ -136,7 +136,7 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
         engine = None
         try:
             engine = _engine(run, kept, attempt)
-            if isinstance(engine, watched.WatchedRounds):
+            if hasattr(engine, "hang_seconds"):  # streamed loops: a hung one is named and restarted
                 engine.hang_seconds = run.hang_seconds
             end = (_watch(run, attempt, engine) if isinstance(engine, watched.WatchedRounds)
                    else _rounds(run, attempt, engine, kept))
@@ -339,7 +339,7 @@ def _watch(run: Run, attempt: int, engine) -> End | Grow:
     for h in run.history:
         if h["try"] == attempt:
             estimate.add(h["error_rate"] * h["patterns"], h["patterns"])
-    last_done = time.perf_counter()
+    last_done, last_round = time.perf_counter(), engine.first - 1
     while True:
         rounds, end, latest, busy = engine.watch(wait, state=_keep_due(run, None))
         now = time.perf_counter()
@@ -366,12 +366,13 @@ def _watch(run: Run, attempt: int, engine) -> End | Grow:
         last_done = now
         if rounds:
             engine.release(rounds[-1][0])
+            last_round = rounds[-1][0]
         if end is not None:
             return _watched_end(run, end)
         if latest is not None and latest[0] + 1 < run.max_rounds:
             t1 = time.perf_counter()
-            kept = Kept(latest[0], latest[1], len(run.history) - (rounds[-1][0] - latest[0]) if rounds else
-                        len(run.history))
+            newest = rounds[-1][0] if rounds else last_round  # the history's last round
+            kept = Kept(latest[0], latest[1], len(run.history) - (newest - latest[0]))
             run.last_kept = kept
             if run.on_keep is not None:
                 run.on_keep(kept.state, kept.round, attempt, run.history[:kept.n_history])

@@ -55,6 +55,7 @@ from ppt_dask.core import keys
 from ppt_dask.engine.placement.handshake import new_secret
 from ppt_dask.engine.placement.links import LinkLost
 from ppt_dask.engine.placement.mailbox import AHEAD, WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.rounds.liveness import Liveness
 from ppt_dask.engine.rounds.steps import local_state
 from ppt_dask.engine.rounds.streamloops import StreamStep, stream_task
 
@@ -145,7 +146,7 @@ class LoopsHead:
         return events
 
 
-class StreamRounds(LoopsHead):
+class StreamRounds(LoopsHead, Liveness):
     """The head's side of the streamed rounds for one generation of a run.
 
     Same interface as the round graphs (:mod:`ppt_dask.engine.rounds.choose`); the loops start at the
@@ -170,6 +171,9 @@ class StreamRounds(LoopsHead):
         self.worker_settings: dict = {}
         self.events: list = []  # what the loops noted for the run's log, until the trainer takes it
         self.ahead = rounds_ahead(start_value, kind, max(b - a for _label, a, b, _nodes in plan.blocks))
+        self.round_seconds: list = []  # the rounds' wall times seen (Liveness.bound)
+        self.workers: list = [None] * len(plan.blocks)  # each slot's worker, as its mailbox says
+        self.homes: list = [None] * len(plan.blocks)
         self.max_batch = self.ahead // 2  # a batch the head waits for fits in what a loop may keep
 
     def _start(self) -> None:
@@ -186,10 +190,13 @@ class StreamRounds(LoopsHead):
     def read_stats(self, first: int, last: int, wait) -> list:
         # the release the head asked for since its last read rides on this call
         release, self.pending_release = self.pending_release, None
-        replies = self._ask("stats", first, last, release, wait=wait)
-        for reply in replies:
+        replies = self._ask("stats", first, last, release, wait=lambda call: self._alive(call, wait))
+        for j, reply in enumerate(replies):
             self.note_settings(reply)
             self.events += reply.get("notes", [])
+            self.workers[j] = reply["worker"]
+        self.round_seconds += [sum(timing[1].values()) for _log, timing in replies[0]["rounds"]]
+        del self.round_seconds[:-1000]
         for i, r in enumerate(range(first, last + 1)):
             self.timings[r] = [loop_timing(reply["worker"], *reply["rounds"][i][1]) for reply in replies]
         if self.kind == "sync":  # every loop holds the same total: slot 0's

@@ -163,13 +163,16 @@ def _sync_loop(step: StreamStep, first: int, last: int, start, shards: list, lin
         state = start
         began = t0 = time.perf_counter()
         for r in range(first, last + 1):
+            box.where = (r, "gradient", t0)  # what the head asks when the rounds stop coming (a hang)
             partial = sync_partial(step, state, shards, r)
             t1 = time.perf_counter()
+            box.where = (r, "exchange", t1)
             sent = exchange.start(r, partial)
             t2 = time.perf_counter()
             phases = {"gradient": t1 - t0, "transfer": t2 - t1, "idle": 0.0, "reduce": 0.0}
             total, more = exchange.finish(r, phases)
             t4 = time.perf_counter()
+            box.where = (r, "update", t4)
             # what the exchange's own timers left between them counts as adding: the phases tile the round
             phases["reduce"] += (t4 - t2) - (phases["idle"] + phases["reduce"] + phases["transfer"] - (t2 - t1))
             state = sync_update(step, state, total)
@@ -189,6 +192,7 @@ def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, li
     with _exchange(step, links, box) as exchange:
         began = t0 = time.perf_counter()
         for r in range(first, last + 1):
+            box.where = (r, "exchange", t0)  # taking round r - 2's total: waiting for the others
             phases = {"idle": 0.0, "reduce": 0.0, "transfer": 0.0}
             more = 0
             if r - 2 >= first:  # round r - 2's, started two rounds ago: a loop waits only for one that lags
@@ -197,8 +201,10 @@ def _local_loop(step: StreamStep, first: int, last: int, start, shards: list, li
             else:  # the generation's first two rounds: the averages of the start state
                 average = start_average(start, r)
             t2 = time.perf_counter()
+            box.where = (r, "gradient", t2)
             models, partial, mean = local_round(step, models, average, mean, shards, r)
             t3 = time.perf_counter()
+            box.where = (r, "exchange", t3)
             sent = exchange.start(r, partial)
             t4 = time.perf_counter()
             box.wait_room(r, step.wait)

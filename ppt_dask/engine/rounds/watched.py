@@ -34,15 +34,6 @@ from ppt_dask.engine.rounds.stream import ASK_ERRORS, StreamRounds, loop_timing,
 from ppt_dask.engine.rounds.watchloop import _PHASE, AT, BYTES, CHECK_N, CHECK_WRONG, PHASE0  # noqa: F401 (roundloop)
 
 READ_SECONDS = 0.2  # how long the head lets a loop's records gather between two reads
-# A loop that makes no progress for this long (or HANG_ROUNDS of its run's median round, if
-# longer) while the others wait is hung (a process stopped, a stuck read, user code that never
-# returns): the head names it, restarts its worker and the run goes on as from a lost worker.
-# A round of MNIST block 200 is about 1 ms, of block 1000 on 8 workers of 2 cores 15 ms, a
-# CNN's round on 1 thread 50 ms: 30 s is far beyond a slow round and far below the ten minutes
-# a silent worker stalled a run before the head looked.
-HANG_SECONDS = 30.0
-HANG_ROUNDS = 200
-PROBE_SECONDS = 5.0  # how long the head waits for a loop's mailbox to say where the loop is
 
 
 class WatchedRounds(StreamRounds):
@@ -54,12 +45,11 @@ class WatchedRounds(StreamRounds):
         super().__init__(client, plan, shard_futures, strategy, net, tag, start_state, first, start_value,
                          last_round, kind="sync", allreduce=allreduce)
         self.rule, self.verify = rule, verify  # verify: each slot's part of the verification set (futures)
-        self.hang_seconds = HANG_SECONDS  # the run's bound (ppt.train(hang_seconds=...))
-        self.homes = list(homes or [None] * len(plan.blocks))  # each slot's worker
-        self.round_seconds: list = []  # the rounds' wall times seen, for the bound
+        self.homes = list(homes or [None] * len(plan.blocks))  # each slot's worker (Liveness)
         self.ahead = RECORDS_AHEAD
         self.since = [first] * len(plan.blocks)  # per slot: the first round not yet read
         self.rows: dict = {}  # round -> each slot's row, until every slot's is in
+        self._copy: tuple | None = None  # slot 0's newest (round, state), until its round is complete
         self.workers: list = [None] * len(plan.blocks)
 
     def _start(self) -> None:
@@ -87,6 +77,11 @@ class WatchedRounds(StreamRounds):
             waited += extra
         complete = min(self.since)  # rounds every loop has recorded
         rounds = [(r, self.rows.pop(r)) for r in sorted(r for r in self.rows if r < complete)]
+        # a copy of the state goes with the rounds up to its own: held until they are all in
+        self._copy = latest if latest is not None else self._copy
+        latest = None
+        if self._copy is not None and self._copy[0] < complete:
+            latest, self._copy = self._copy, None
         self.round_seconds += [float(rows[0][PHASE0:].sum()) for _r, rows in rounds]
         del self.round_seconds[:-1000]
         return rounds, end, latest, time.perf_counter() - t0 - waited
@@ -110,44 +105,6 @@ class WatchedRounds(StreamRounds):
                 self.rows.setdefault(reply["first"] + i, [None] * n)[j] = row
             self.since[j] = max(self.since[j], reply["first"] + len(reply["rows"]))
         return replies, waited
-
-    def bound(self) -> float:
-        """How long a loop may make no progress before it is taken for hung: the run's bound,
-        or :data:`HANG_ROUNDS` of its median round if that is longer."""
-        if not self.round_seconds:
-            return self.hang_seconds
-        return max(self.hang_seconds, HANG_ROUNDS * float(np.median(self.round_seconds[-1000:])))
-
-    def _alive(self, call, wait):
-        """``wait(call)``, asking the loops where they are whenever :meth:`bound` passes with no
-        answer: a hung loop's worker is restarted and the run recovers as from a lost worker
-        (:class:`ppt_dask.engine.waits.WorkerLost` naming it); loops that all still work or
-        wait for each other are waited for again."""
-        while True:
-            try:
-                return wait(call, timeout=self.bound())
-            except TimeoutError:
-                hung = self._hung()
-                if hung:
-                    raise _restart(self.client, hung, self.bound()) from None
-
-    def _hung(self) -> list:
-        """The slots whose loops make no progress while the others wait: a mailbox that does not
-        answer (its worker's process stopped), or a loop in a phase other than the exchange for
-        longer than :meth:`bound`; ``[(slot, worker, what)]``."""
-        bound, hung, answers = self.bound(), [], []
-        calls = [(j, actor.progress()) for j, (f, actor) in enumerate(self.boxes) if f.status == "finished"]
-        for j, call in calls:
-            try:
-                answers.append((j, call.result(timeout=PROBE_SECONDS)))
-            except Exception as exc:  # noqa: BLE001 - no answer in time: its process does not run
-                hung.append((j, self.workers[j] or self.homes[j],
-                             f"its worker did not answer in {PROBE_SECONDS:.0f} s ({type(exc).__name__})"))
-        for j, where in answers:
-            if not where["ended"] and where["phase"] != "exchange" and where["seconds"] > bound:
-                hung.append((j, where["worker"], f"round {where['round']}, {where['phase']} for "
-                                                 f"{where['seconds']:.0f} s"))
-        return hung
 
     def block(self, gen: int, records: list, rows: list):
         """The rounds of ``records`` (the head's records) with every loop's ``rows`` as one
@@ -190,8 +147,6 @@ def cut(verify: tuple, net, parts: int) -> list[tuple]:
     return [(X[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-
-
 class Done:
     """A value the head already holds, read as a round's future is (``result``)."""
 
@@ -200,22 +155,3 @@ class Done:
 
     def result(self, timeout: float | None = None):
         return self.value
-
-
-def _restart(client, hung: list, bound: float):
-    """Restart the hung loops' workers (their nannies kill and start them again: a stopped
-    process cannot rejoin half-way), warn naming them, and return the
-    :class:`ppt_dask.engine.waits.WorkerLost` the run recovers from."""
-    import warnings
-
-    from ppt_dask.engine import waits
-
-    words = "; ".join(f"worker {worker} (slot {j}): {what}" for j, worker, what in hung)
-    warnings.warn(f"a loop made no progress for over {bound:.0f} s while the others waited, {words}: its worker "
-                  f"is restarted and the run goes on as from a lost worker", RuntimeWarning, stacklevel=3)
-    addresses = [worker for _j, worker, _what in hung if worker]
-    try:
-        client.restart_workers(addresses, timeout=max(30.0, bound), raise_for_error=False)
-    except Exception:  # noqa: BLE001 - a worker without a nanny: the scheduler drops it when its heartbeats stop
-        pass
-    return waits.Unanswered(addresses, [RuntimeError(f"hung: {words}")])
