@@ -153,8 +153,9 @@ def memory(args, address: str, scheduler_pid: int) -> list[dict]:
         shards = ppt.enter_data(client, data.X, data.y, n_shards=8, dtype="float32")
         net = ppt.MLP((784, 64, 64, 10), hidden="tanh", output="softmax", dtype="float32")
         epochs = args.memory_rounds * 200 / len(data.X)
+        # progress, not on_round: a call-back that may stop the run at any round makes the head apply the rule
         result = ppt.train(net, shards, ppt.Sync(lr=0.1, momentum=0.9, block=200), ppt.Stop(max_epochs=epochs),
-                           on_round=sample)
+                           progress=sample)
         ppt.exit_data(shards)
     finally:
         client.close()

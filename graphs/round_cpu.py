@@ -161,12 +161,13 @@ def main() -> None:
             mpi = mpi_cpu(args, folder, p) if args.mpi and p <= 8 else None
             got = ppt_cpu(args, folder, env, p)
             base = rows[0] if rows else None
-            rows.append({"p": f"{p}{'*' if p > cores else ''}", "worker ms": got["worker"],
-                         "worker max ms": got["worker max"], "mpi4py rank ms": mpi,
+            rows.append({"p": f"{p}{'*' if p > cores else ''}", "worker CPU ms": got["worker"],
+                         "busiest worker CPU ms": got["worker max"], "mpi4py rank CPU ms": mpi,
                          "worker / mpi4py": got["worker"] / mpi if mpi else None,
-                         "worker / own p = 1": got["worker"] / base["worker ms"] if base else 1.0,
-                         "head ms": got["head"], "scheduler ms": got["scheduler"], "nannies ms": got["nannies"],
-                         "head + scheduler + nannies ms": got["head"] + got["scheduler"] + got["nannies"],
+                         "worker / own p = 1": got["worker"] / base["worker CPU ms"] if base else 1.0,
+                         "head CPU ms": got["head"], "scheduler CPU ms": got["scheduler"],
+                         "nannies CPU ms": got["nannies"],
+                         "head + scheduler + nannies CPU ms": got["head"] + got["scheduler"] + got["nannies"],
                          "repeats": args.repeats})
     common.write_table(args.out, "round_cpu", rows, title="CPU a round of each process, synchronous SGD block 200 "
                        "(MNIST 784-64-64-10, float32), beside an mpi4py rank's CPU a step",
