@@ -271,13 +271,29 @@ def connect(
             scheduler_kwargs=scheduler_kwargs,
             **cluster_kwargs,
         )
-    client = Client(cluster, security=security)
+    client = OwnClient(cluster, security=security)
     client._ppt_owns_cluster = True  # close() of the client also closes the cluster
     if processes:  # their scheduler is in this process: a failed heartbeat means we are closing
         client.register_plugin(_QuietHeartbeats())
     if batch_interval is not None:
         messages.fast_messages(client, batch_interval)
     return client
+
+
+class OwnClient(Client):
+    """The client of a LocalCluster that :func:`connect` started: its :meth:`close` closes
+    that cluster too (its scheduler and worker processes), as a client started without an
+    address does. ``Client(cluster).close()`` leaves the cluster running; in a notebook,
+    each ``connect`` then left its worker processes behind."""
+
+    def close(self, *args, **kwargs):
+        cluster = self.cluster
+        try:
+            return super().close(*args, **kwargs)
+        finally:
+            status = getattr(getattr(cluster, "status", None), "name", "")
+            if cluster is not None and status not in ("closed", "closing"):
+                cluster.close()
 
 
 def scheduler_identity(client: Client) -> dict:
