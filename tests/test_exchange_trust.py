@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from test_shm_kills import held
 
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
@@ -292,7 +293,7 @@ def _kill_at_first_segment(makers: set, victim: int, timeout: float = 120.0):
     def watch():
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = _segments_of(makers)
+            found = _segments_of(makers) | held(makers)  # named (before) or held by its writer, unnamed
             if found:
                 os.kill(victim, signal.SIGKILL)
                 seen["segments"] = found
