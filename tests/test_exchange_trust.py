@@ -235,7 +235,9 @@ def test_forty_dripping_strangers_on_every_loops_listener_cost_no_recovery_and_a
     for e in (e for e in events if e["event"] == "refused"):  # the first ones named, the rest counted in one
         more = e["why"].split(" more refused", 1)[0]
         per_slot[e["slot"]] = per_slot.get(e["slot"], 0) + (int(more) if more.isdigit() else 1)
-    assert len(drips) == 3 * 40 and per_slot == {0: 40, 1: 40, 2: 40}, (per_slot, events)
+    # slots 0-2 for sure; slot 3's listener too when the dripper found it before slot 3 linked
+    assert {0, 1, 2} <= set(per_slot) and set(per_slot.values()) == {40}, (per_slot, events)
+    assert len(drips) == 40 * len(per_slot), (len(drips), per_slot)
 
 
 # ---- kills: nothing of a run left in /dev/shm -------------------------------------------
@@ -266,7 +268,7 @@ def client3():
     cluster for good (distributed's "Cannot remove replica ... in state 'long-running'", when
     the scheduler drops a replica of the start state a loop still reads), so no test inherits
     what another's kill did."""
-    client = ppt.connect(n_workers=3, dashboard_address=None)
+    client = ppt.connect(n_workers=3, dashboard_address=None, security=False)  # a head of another process joins it
     client.wait_for_workers(3, timeout=120)
     yield client
     ppt.cluster.close(client)
