@@ -303,7 +303,7 @@ class Gate:
         with self._lock:
             pending = list(self._pending.values())
         for entry in pending:
-            entry.shut("still in its handshake when the link-up ended")
+            entry.shut("closed: still in its handshake when the link-up ended")
 
 
 def _name(address) -> str:
