@@ -21,7 +21,8 @@ maintained elsewhere, p loops a round, each with partial sums of 55,050 float32 
 * ``links in Dask tasks`` and ``comm tcp in Dask tasks``: this script's loop in Dask worker tasks
   (a LocalCluster of single-threaded workers), over ours and over distributed's comms;
 * ``comm tcp`` / ``comm tls``: distributed's comms (``distributed.comm.connect``/``listen``,
-  :class:`ppt_dask.engine.placement.commlinks.CommLinks`), TLS with ``Security.temporary()``; UCX where
+  ``graphs/commlinks.py``, not part of the package: distributed unpickles during its
+  comm handshake, before a stranger could be refused), TLS with ``Security.temporary()``; UCX where
   distributed-ucxx is installed;
 * ``gloo send/recv``: torch.distributed's gloo, ``isend``/``irecv`` of flat uint8 tensors
   carrying the messages (``graphs/carriers.py``, as MPI's), and gloo's own ``all_reduce`` beside, for reference;
@@ -155,7 +156,7 @@ def _made(kind: str, slot: int, security, secret: bytes):
     if kind.startswith("links"):
         from ppt_dask.engine.placement.links import Links
         return Links(slot, "tls://127.0.0.1:1" if "tls" in kind else "tcp://127.0.0.1:1", security, secret=secret)
-    from ppt_dask.engine.placement.commlinks import CommLinks
+    from commlinks import CommLinks  # graphs/commlinks.py: this script's, not the package's
     scheme = {"ucx": "ucxx"}.get(kind.split()[1], kind.split()[1])
     return CommLinks(slot, f"{scheme}://127.0.0.1:1", security, secret=secret)
 
@@ -273,7 +274,8 @@ def _task(kind: str, slot: int, p: int, plan: dict, tag: str) -> dict:
     meet through Variables (the scheduler), then run as in a process of their own."""
     from distributed import Variable, get_worker
     worker = get_worker()
-    from ppt_dask.engine.placement.commlinks import CommLinks
+    from commlinks import CommLinks  # graphs/commlinks.py: this script's, not the package's
+
     from ppt_dask.engine.placement.links import Links
     if kind.startswith("links"):
         links = Links(slot, worker.address, worker.security, secret=plan["secret"])

@@ -72,7 +72,9 @@ def one_blas_thread():
 def client4():
     """Four single-threaded worker *processes* (oversubscribed on two cores: fine for
     correctness); tests choose 1, 2 or 4 of them through ``enter_data(workers=...)``."""
-    client = ppt.connect(n_workers=4, dashboard_address=None)
+    # plain tcp (security=False): its address is handed to command lines in other processes
+    # (scheduler_address), which the default's TLS credentials, held in this process, would refuse
+    client = ppt.connect(n_workers=4, dashboard_address=None, security=False)
     client.wait_for_workers(4, timeout=60)
     yield client
     ppt.cluster.close(client)

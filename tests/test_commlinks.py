@@ -1,17 +1,23 @@
-"""The loops' links over distributed's comms (ppt_dask/engine/placement/commlinks.py): our allreduce
-over them between threads gives bitwise the serial tree's total, as over our own sockets
-(tests/test_allreduce.py). graphs/transports.py times them beside the other transports."""
+"""The loops' links over distributed's comms (graphs/commlinks.py, graphs/transports.py's transport: not
+part of the package, see its notes): our allreduce over them between threads gives bitwise the serial
+tree's total, as over our own sockets (tests/test_allreduce.py). graphs/transports.py times them
+beside the other transports. And the package has no listener on distributed's comms."""
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ppt_dask.core import tree
-from ppt_dask.engine.placement.commlinks import CommLinks, listen_address, payload_bytes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "graphs"))
+from commlinks import CommLinks, listen_address, payload_bytes  # noqa: E402  (graphs/commlinks.py)
+
 from ppt_dask.engine.placement.handshake import new_secret
 from ppt_dask.engine.placement.links import LinkLost
 from ppt_dask.engine.rounds.allreduce import Allreduce
@@ -182,3 +188,16 @@ def test_a_stranger_comm_is_refused_before_anything_of_it_is_deserialized(tmp_pa
         stranger.join(10)
         for link in links:
             link.close()
+
+
+def test_no_module_of_the_package_listens_on_distributeds_comms():
+    """distributed unpickles what a comm sends during its own handshake and reads, before any
+    check of ours could refuse a stranger (a local process created a file through the
+    package's CommLinks, which listened with ``distributed.comm.listen``): the package's loops
+    listen on sockets of their own (engine/placement/links.py) whose handshake comes first."""
+    import ppt_dask
+
+    root = Path(ppt_dask.__file__).parent
+    listening = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if "comm import listen" in p.read_text() or "comm.listen(" in p.read_text()]
+    assert listening == [], listening

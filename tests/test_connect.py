@@ -162,3 +162,82 @@ def test_a_local_clusters_timers_are_quieter_unless_the_user_set_them():
             assert set(client.run(_timers).values()) == {("5ms", "100ms")}
         finally:
             ppt.cluster.close(client)
+
+
+def test_closing_the_client_of_connect_ends_the_cluster_it_started():
+    """``client.close()`` (not ``ppt.cluster.close``) on the client of ``ppt.connect()``: the
+    worker processes of the LocalCluster it started (children of this process; their nannies
+    live in this process) are gone within 30 s. (Before: the client closed alone, and the workers lived on:
+    in a notebook, each ``connect`` left its processes behind.)"""
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    client = ppt.connect(n_workers=2, dashboard_address=None)
+    try:
+        client.wait_for_workers(2, timeout=60)
+        workers = set(client.run(os.getpid).values())
+        started = {p.pid for p in psutil.Process().children(recursive=True)} - before
+        assert len(workers) == 2 and workers <= started, (workers, started)
+        processes = [psutil.Process(pid) for pid in workers]
+        client.close()
+        _gone, alive = psutil.wait_procs(processes, timeout=30)
+        assert not alive, [" ".join(p.cmdline())[:100] for p in alive]
+    finally:
+        if client.cluster is not None:
+            client.cluster.close()  # where close() left it (the old behaviour): not leaked by the test
+
+
+STRANGER_CLIENT = r"""
+import sys
+from distributed import Client
+address, path = sys.argv[1], sys.argv[2]
+try:
+    client = Client(address, timeout=5)
+    client.run_on_scheduler(lambda: open(path, "w").close())
+except Exception as exc:
+    print(type(exc).__name__, str(exc)[:200])
+    sys.exit(3)
+"""
+
+
+def test_the_default_cluster_refuses_a_local_strangers_client_and_its_loops_still_link(tmp_path):
+    """``ppt.connect()`` starts worker processes on TLS with credentials of its own: another
+    process's plain ``Client`` (as another local user would make), to the address as it is and
+    to the same port over tcp, is refused and runs nothing on the scheduler; a raw tcp
+    connection gets no Dask handshake. The loops of a run still link (their links take the
+    workers' TLS) and learn what the serial path learns. (Before: tcp://127.0.0.1, no
+    security: the stranger's client ran its code on the scheduler.)"""
+    import numpy as np
+
+    from ppt_dask.algorithms.serial import train_serial
+
+    client = ppt.connect(n_workers=2, dashboard_address=None)
+    try:
+        address = client.scheduler.address
+        port = address.rsplit(":", 1)[1]
+        for target in (address, f"tcp://127.0.0.1:{port}"):
+            path = tmp_path / "created"
+            run = subprocess.run([sys.executable, "-c", STRANGER_CLIENT, target, str(path)], capture_output=True,
+                                 text=True, timeout=60)
+            assert run.returncode == 3 and not path.exists(), (target, run.stdout, run.stderr[-500:])
+        assert address.startswith("tls://127.0.0.1:"), address
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=10) as raw:
+            raw.sendall(b"\x00" * 64)  # what a plain comm's first frame looks like to a TLS listener
+            raw.settimeout(10)
+            try:
+                said = raw.recv(4096)
+            except (ConnectionResetError, TimeoutError):
+                said = b""
+            assert not said.startswith(b"\x00"), said  # a TLS alert or nothing, never a Dask message
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((160, 6))
+        y = (X[:, 0] > 0).astype(np.int64)
+        net = ppt.MLP((6, 8, 2), hidden="tanh", output="softmax")
+        sync = ppt.Sync(lr=0.3, block=40)
+        shards = ppt.enter_data(client, X, y, n_shards=2)
+        result = ppt.train(net, shards, sync, ppt.Stop(max_epochs=1), seed=1, recorder=None, progress=False)
+        ppt.exit_data(shards)
+        expected, _ = train_serial(net, X, y, sync, rounds=result.rounds, n_shards=2, seed=1)
+        assert result.settings["exchange"] == "stream" and result.params.tobytes() == expected.tobytes()
+    finally:
+        client.close()

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from test_shm_kills import held
 
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
@@ -188,6 +189,57 @@ def test_a_stranger_with_or_without_the_clusters_certificate_on_a_tls_cluster(tm
     assert len(refused) == len(plain) and all("TLS" in why or "closed" in why for why in refused), refused
 
 
+def _dripped_run(client, tmp_path, workers: int, per: int, every: float):
+    """A run of ``workers`` slots while a process of its own (tests/dripper.py) holds ``per``
+    connections on each of the first ``workers - 1`` loops' listeners, a byte on each every
+    ``every`` s (the last slot's loop held back until it holds them all, so the peers' own
+    connections come after the strangers'): the result and the strangers' connections."""
+    pids = list(client.run(os.getpid).values())
+    ready, done, out = tmp_path / "ready", tmp_path / "done", tmp_path / "drips.json"
+    X, y = _data()
+    shards = ppt.enter_data(client, X, y, n_shards=8, workers=ppt.cluster.worker_addresses(client)[:workers])
+    client.register_plugin(LateLoop(workers - 1, str(done)))
+    dripper = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "dripper.py"),
+                                ",".join(map(str, pids)), str(per), str(every), str(ready), str(done), str(out),
+                                str(workers - 1), "240"])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and dripper.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), "the dripper did not start"
+        result = ppt.train(NET, shards, SYNC, ppt.Stop(max_epochs=ROUNDS / SYNC.rounds_per_epoch(len(X))), seed=6)
+        assert done.exists(), "the dripper never held its connections on every listener"
+    finally:
+        dripper.terminate()
+        dripper.wait(30)
+        client.unregister_worker_plugin(LateLoop.name)
+        ppt.exit_data(shards)
+    return result, json.loads(out.read_text())
+
+
+@pytest.mark.timeout(300)
+def test_forty_dripping_strangers_on_every_loops_listener_cost_no_recovery_and_are_counted(client4, tmp_path):
+    """40 connections on each listener of slots 0-2 (more than the handshakes a listener runs
+    at once), one byte every 5 s, opened before slot 3's loop connects: the loops link at the
+    first try (no recovery: the newcomers shut the oldest strangers' handshakes), the run is
+    bitwise an undisturbed one, and its events count every stranger on every listener. (Before:
+    the strangers held every handshake, the peers' connections were closed, each generation's
+    link-up failed after 30 s and the run recovered again and again.)"""
+    result, drips = _dripped_run(client4, tmp_path, 4, per=40, every=5.0)
+    X, y = _data()
+    expected, _ = train_serial(NET, X, y, SYNC, rounds=ROUNDS, n_shards=8, seed=6, reproducible="same-p", workers=4)
+    events = result.settings["events"]
+    assert not [e for e in events if e["event"] == "recovered"], events
+    assert result.rounds == ROUNDS and result.params.tobytes() == expected.tobytes()
+    per_slot: dict = {}
+    for e in (e for e in events if e["event"] == "refused"):  # the first ones named, the rest counted in one
+        more = e["why"].split(" more refused", 1)[0]
+        per_slot[e["slot"]] = per_slot.get(e["slot"], 0) + (int(more) if more.isdigit() else 1)
+    # slots 0-2 for sure; slot 3's listener too when the dripper found it before slot 3 linked
+    assert {0, 1, 2} <= set(per_slot) and set(per_slot.values()) == {40}, (per_slot, events)
+    assert len(drips) == 40 * len(per_slot), (len(drips), per_slot)
+
+
 # ---- kills: nothing of a run left in /dev/shm -------------------------------------------
 
 HEAD = r"""
@@ -216,7 +268,7 @@ def client3():
     cluster for good (distributed's "Cannot remove replica ... in state 'long-running'", when
     the scheduler drops a replica of the start state a loop still reads), so no test inherits
     what another's kill did."""
-    client = ppt.connect(n_workers=3, dashboard_address=None)
+    client = ppt.connect(n_workers=3, dashboard_address=None, security=False)  # a head of another process joins it
     client.wait_for_workers(3, timeout=120)
     yield client
     ppt.cluster.close(client)
@@ -243,7 +295,7 @@ def _kill_at_first_segment(makers: set, victim: int, timeout: float = 120.0):
     def watch():
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = _segments_of(makers)
+            found = _segments_of(makers) | held(makers)  # named (before) or held by its writer, unnamed
             if found:
                 os.kill(victim, signal.SIGKILL)
                 seen["segments"] = found

@@ -219,3 +219,65 @@ def test_a_second_connection_for_a_slot_already_linked_is_refused():
         for sock in opened + list(gate.linked.values()):
             sock.close()
         listener.close()
+
+
+def test_forty_dripping_strangers_that_came_first_keep_no_loop_out(caplog):
+    """40 connections on loop 0's listener before its peers connect, each sending a byte every
+    second (:class:`dripper.Dripper`): more than the handshakes allowed at once. Each newcomer
+    shuts the oldest unproved handshake, so the peers link; every stranger is refused, counted
+    per source host, and the log says it once for the listener, not once per connection.
+    (Before: the strangers held every handshake, each read's timeout starting again with each
+    byte, and the listener closed the peers' connections: no link within the timeout.)"""
+    from dripper import Dripper
+
+    secret = new_secret()
+    links = [Links(i, "tcp://127.0.0.1:1", secret=secret) for i in range(3)]
+    host, port = links[0].address.partition("://")[2].rsplit(":", 1)
+    try:
+        with Dripper(host, int(port), per=40, every=1.0) as strangers, caplog.at_level("WARNING"):
+            assert _connect_all(links, timeout=20) == []
+            assert set(links[0].incoming) == {1, 2}
+            assert links[0].refused_total == 40 and dict(links[0].refused_counts) == {"127.0.0.1": 40}
+            named = {peer for peer, _why in links[0].refused}
+            assert len(links[0].refused) == handshake.MAX_NAMED + 1  # the first named, the rest counted
+            assert named & strangers.names and "24 more refused" in links[0].refused[-1][1]
+            assert links[0].refused_events() == [{"from": links[0].refused[0][0], "why": links[0].refused[0][1],
+                                                  "count": 40}]
+        said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(said) == 1 and "worker slot 0 refused 40 connections" in said[0], said
+    finally:
+        for link in links:
+            link.close()
+
+
+def test_a_stranger_that_drips_is_shut_at_its_handshakes_deadline_not_each_reads(monkeypatch):
+    """A connection that sends a byte every 0.3 s has one deadline for its whole handshake
+    (here 1 s, :data:`handshake.HANDSHAKE_SECONDS`): refused for sending too little within it,
+    while the listener goes on waiting for its peers. (Before: each byte started the read's
+    timeout again, and the stranger held its handshake until it had sent a whole hello.)"""
+    import time
+
+    from dripper import Dripper
+
+    monkeypatch.setattr(handshake, "HANDSHAKE_SECONDS", 1.0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    gate = handshake.Gate(listener, new_secret(), 0, {1}, time.monotonic() + 30)
+    linker = threading.Thread(target=gate.run)
+    linker.start()
+    try:
+        with Dripper(*listener.getsockname()[:2], per=1, every=0.3):
+            waited = time.monotonic() + 25
+            while not gate.refused and time.monotonic() < waited:
+                time.sleep(0.05)
+            assert gate.refused and gate.refused[0][1] == "sent too little within 1 s", gate.refused
+        sock = socket.create_connection(listener.getsockname(), timeout=10)  # the peer links all the same
+        handshake.answer(sock, gate.secret, 1, 0)
+        linker.join(20)
+        assert not linker.is_alive() and set(gate.linked) == {1}
+        sock.close()
+    finally:
+        gate.deadline = 0
+        linker.join(20)
+        for s in gate.linked.values():
+            s.close()
+        listener.close()

@@ -214,7 +214,8 @@ async def _heartbeat_to_nobody(dask_worker, filtered):
         for f in filters:
             logger.removeFilter(f)
     scheduler = dask_worker.scheduler
-    dask_worker.scheduler = dask_worker.rpc("tcp://127.0.0.1:9")
+    # the worker's own scheme: a tls:// worker (ppt.connect's default) refuses a plain tcp:// address outright
+    dask_worker.scheduler = dask_worker.rpc(f"{dask_worker.address.split('://', 1)[0]}://127.0.0.1:9")
     try:
         with dask.config.set({"distributed.comm.timeouts.connect": "0.3s"}):
             await dask_worker.heartbeat()

@@ -129,3 +129,16 @@ def test_the_cluster_is_not_started_when_a_host_fails(ssh_to):
     ssh_to({"h1": "run", "h2": "refused"})
     with pytest.raises(RuntimeError, match=r"^the ssh cluster was not started: h2: ssh: connection refused on port 22"):
         ssh._preflight(["h1", "h2"], None, None, timeout=120)
+
+
+def test_asyncssh_is_imported_without_the_warnings_of_its_dependencies():
+    """asyncssh imported the way the checks and the ssh cluster import it writes nothing on
+    stderr, with the newest releases (cryptography 51 warns ``DSA is deprecated`` from within
+    asyncssh's modules at its import: a line above ppt-dask's one-line errors, not ours)."""
+    import subprocess
+    import sys
+
+    code = ("from ppt_dask.deploy.preflight import import_asyncssh; import_asyncssh(); "
+            "import distributed.deploy.ssh, asyncssh")
+    run = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stderr == "", run.stderr

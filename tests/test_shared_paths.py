@@ -1,31 +1,24 @@
 """The shared-memory exchange's paths other than the plain run, through what they do today:
-another loop's segment gone before loop 0 maps it (a LinkLost: the run rolls back and ends
-bitwise as undisturbed), a /dev/shm too full for a segment (said when the segment is made,
-not with a SIGBUS at a write, and nothing left), the room check that sends the exchange
-through the sockets instead, and the examples of the docstrings that size it."""
+a /dev/shm too full for a segment (said when the segment is made, not with a SIGBUS at a
+write, and nothing left), the room check that sends the exchange through the sockets instead,
+and the examples of the docstrings that size it. (A segment's name taken away before a peer
+maps it is no longer a path: the loops' segments have no name past their making, see
+ppt_dask/engine/placement/sharedmem.py; a peer's segment that cannot be mapped is a lost
+link, tests/test_segments.py.)"""
 
 from __future__ import annotations
 
 import doctest
-import os
-import signal
 import subprocess
 import sys
-import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.cli import presets
 from ppt_dask.engine.placement import sharedmem
-from ppt_dask.engine.placement.inboxes import LinkLost
 from ppt_dask.engine.rounds import choose, graph, sharedreduce
-from ppt_dask.engine.rounds.sharedreduce import SharedLost
-from ppt_dask.testing import Slowed
 
 from conftest import own_shm
 
@@ -44,67 +37,6 @@ def test_the_docstrings_examples_run(function):
     assert tests and tests[0].examples
     result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(tests[0])
     assert result.failed == 0 and result.attempted == len(tests[0].examples)
-
-
-def _mapped(pid: int, folder: Path) -> set:
-    """The files of ``folder`` process ``pid`` maps now."""
-    with open(f"/proc/{pid}/maps") as maps:
-        return {line.split(None, 5)[-1].strip() for line in maps if str(folder) in line}
-
-
-@pytest.mark.slow  # 10-20 s (slot 1's gradients slowed 2 s): in CI's full run (.ci/run)
-def test_a_segment_gone_before_loop_0_maps_it_is_a_lost_link_and_the_run_rolls_back(client2):
-    """Slot 1's first segment is taken away (as a stray process with the same user could)
-    before loop 0 maps it: loop 0 cannot map it, a LinkLost, and the head rolls back and runs
-    the rounds again, ending bitwise as the serial path; nothing is left. Loop 0 is stopped
-    (SIGSTOP) once its segment of totals is there, so it cannot map slot 1's meanwhile; slot 1,
-    whose gradients take 2 s more, makes its segment after that, and the one loop 0's process
-    does not map is taken (its maps say which: no race with the loops' pace)."""
-    X, y = _data()
-    strategy = Slowed(ppt.Sync(lr=0.3, momentum=0.9, block=40), seconds=2.0, shards=(1,))
-    rounds = 3
-    expected, _ = train_serial(NET, X, y, strategy.inner, rounds=rounds, n_shards=2, seed=1)
-    shards = ppt.enter_data(client2, X, y, n_shards=2)
-    leader = shards.workers[0]
-    pid = client2.run(os.getpid, workers=[leader])[leader]
-    taken: dict = {}
-
-    def take_slot_1s_segment(folder: Path):
-        deadline = time.monotonic() + 120
-        try:
-            while not list(folder.iterdir()):  # loop 0's totals, made before any loop sends
-                assert time.monotonic() < deadline
-                time.sleep(0.001)
-            os.kill(pid, signal.SIGSTOP)
-            while not (theirs := {str(f) for f in folder.iterdir()} - _mapped(pid, folder)):
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            (gone,) = theirs
-            Path(gone).unlink()
-            taken["name"] = Path(gone).name
-        finally:
-            os.kill(pid, signal.SIGCONT)
-
-    try:
-        with own_shm(client2) as segments:
-            folder = Path(sharedmem.SHM_DIR)
-            thief = threading.Thread(target=take_slot_1s_segment, args=(folder,), daemon=True)
-            thief.start()
-            result = ppt.train(NET, shards, strategy, ppt.Stop(max_epochs=rounds / strategy.rounds_per_epoch(len(X))),
-                               seed=1, allreduce="shared")
-            thief.join(130)
-            left = segments()
-    finally:
-        ppt.exit_data(shards)
-    assert taken and result.settings["allreduce"] == "shared"
-    assert result.settings["recoveries"] >= 1
-    event = result.settings["events"][0]
-    # SharedLost: shared memory's own LinkLost (engine/rounds/sharedreduce.py), named in the event
-    assert issubclass(SharedLost, LinkLost)
-    assert event["event"] == "recovered" and "SharedLost" in event["error"] and taken["name"] in event["error"]
-    assert [r["round"] for r in result.history] == list(range(rounds))
-    assert result.params.tobytes() == expected.tobytes()
-    assert left == []
 
 
 FULL = """

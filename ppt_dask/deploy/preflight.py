@@ -9,7 +9,9 @@ before any process of the cluster is started:
     10.0.0.13: ssh: connection refused on port 22; 10.0.0.12: /usr/bin/python3 has no ppt_dask
 
 Nothing here imports dask; asyncssh (the ``deploy`` extra, which SSHCluster needs anyway)
-is imported when a check runs.
+is imported when a check runs, by :func:`import_asyncssh`: its import warns on stderr with
+recent releases of cryptography (``CryptographyDeprecationWarning: DSA is deprecated``, from
+asyncssh's own modules), a line that is not ours and would stand above our one-line errors.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import shlex
+import warnings
 
 from ppt_dask.core.validation import error_line
 
@@ -60,13 +63,29 @@ def _per_host(name: str, value, hosts: list[str]) -> list:
     return list(value)
 
 
+def import_asyncssh():
+    """``asyncssh``, imported with the known warnings of its import silenced: cryptography's
+    deprecation warnings raised from within asyncssh's modules (DSA, at cryptography 51), and
+    nothing else (a warning of another module, or of ours, still shows). Once imported, later
+    imports (SSHCluster's own) find it in ``sys.modules`` and warn no more."""
+    with warnings.catch_warnings():
+        try:
+            from cryptography.utils import CryptographyDeprecationWarning
+        except ImportError:  # an asyncssh without cryptography: nothing of it to silence
+            pass
+        else:
+            warnings.filterwarnings("ignore", category=CryptographyDeprecationWarning, module=r"asyncssh(\.|$)")
+        import asyncssh
+    return asyncssh
+
+
 async def _ask_all(asks: list, timeout: float) -> list:
     return await asyncio.gather(*(_ask(host, python, options, timeout) for host, python, options in asks))
 
 
 async def _ask(host: str, python: str, options: dict, timeout: float) -> tuple[str | None, str | None]:
     """``(the host's ppt_dask version, None)``, or ``(None, what went wrong there in a few words)``."""
-    import asyncssh
+    asyncssh = import_asyncssh()
 
     port = options.get("port", 22)
     try:

@@ -314,6 +314,10 @@ def _ssh_cluster(config, hosts, worker_hosts, connect_options, worker_options, s
     """SSHCluster started with ``config``; its failure says what to check, with the hosts' stderr."""
     from distributed.deploy.ssh import SSHCluster
 
+    from ppt_dask.deploy.preflight import import_asyncssh
+
+    import_asyncssh()  # imported here first, its known warnings silenced; SSHCluster then finds it imported
+
     remote_output = _RemoteOutput()
     ssh_logger = logging.getLogger("distributed.deploy.ssh")  # where SSHCluster logs remote stderr
     ssh_logger.addHandler(remote_output)

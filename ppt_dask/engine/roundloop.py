@@ -168,6 +168,9 @@ def one_try(run: Run, attempt: int, kept: Kept) -> End:
             if isinstance(exc, NoValidWorkerError) and not moved:
                 raise  # every slot has its worker: the task's restriction itself cannot be met
             run.last_kept = kept
+            if engine is not None and hasattr(engine, "take_events"):  # what the loops noted before the loss
+                run.events += [{**event, "round": kept.round + 1, "elapsed_seconds": time.perf_counter() - run.t_start}
+                               for event in engine.take_events()]
             run.events.append({"event": "recovered", "round": kept.round + 1 if engine is None else engine.submitted,
                                "rolled_back_to": kept.round,
                                "elapsed_seconds": time.perf_counter() - run.t_start,

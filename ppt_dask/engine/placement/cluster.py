@@ -147,6 +147,35 @@ def resolve_security(security, address: str | None = None):
     return security
 
 
+def local_security(security, processes: bool, cluster_kwargs: dict):
+    """The security of the LocalCluster that :func:`connect` starts.
+
+    By default (``security=None``) a cluster of worker processes listens on tcp ports of
+    127.0.0.1 that every local user can reach, and a Dask scheduler runs the code any client
+    sends it: so it uses TLS with credentials made for it alone (``Security.temporary()``: a
+    self-signed certificate and key made now, held in this process's memory and handed to
+    the workers it spawns, never written to a file), encryption required; a client without
+    them is refused. Not where the dask configuration sets TLS files (``distributed.comm.tls``:
+    the user's own), nor for a threads cluster (``processes=False``: in-process, nothing
+    listens) or one given a ``protocol``. ``security=False``: plain tcp, open to every local
+    process (for a cluster that other processes of the machine must reach by its address).
+    ``True``: temporary credentials as for the default, whatever the layout."""
+    if security is False:
+        return None
+    if security is None:
+        if not processes or "protocol" in cluster_kwargs or Security().tls_ca_file:
+            return None
+        security = True
+    if security is True:
+        try:
+            return Security.temporary()
+        except ImportError as exc:  # cryptography makes the certificate (a dependency of ppt_dask)
+            raise ImportError("ppt.connect() makes TLS credentials for the cluster it starts and needs the "
+                              "cryptography package for it: pip install cryptography (or security=False: "
+                              "a cluster open to every local process)") from exc
+    return security
+
+
 def check_address(address: str) -> str:
     """Reject what is not a Dask scheduler address, before any network work."""
     if not isinstance(address, str) or not address:
@@ -199,6 +228,9 @@ def connect(
     security : distributed.Security, path or bool, optional
         TLS settings: a ``Security``, or a directory made by ``deploy/make_certs.py`` (its CA
         and client certificate); None uses the dask configuration (``distributed.comm.tls``).
+        A LocalCluster of worker processes started here uses TLS by default, with credentials
+        made for it alone (:func:`local_security`: another local user's client is refused);
+        ``security=False`` starts it on plain tcp, open to every local process.
     timeout : float
         Seconds to wait for the scheduler before raising ``OSError`` (a ``tcp://`` address
         that does not answer like a Dask scheduler, an HTTP port for one, is named as such).
@@ -246,7 +278,7 @@ def connect(
         return client
     if batch_interval is not None:  # checked before a cluster starts
         messages.check_interval(batch_interval)
-    security = resolve_security(security)
+    security = local_security(resolve_security(security), processes, cluster_kwargs)
     n_workers = n_workers or os.cpu_count() or 1
     n_workers = check_int_at_least("n_workers", n_workers, 1)
     threads_per_worker = check_int_at_least("threads_per_worker", threads_per_worker, 1)
@@ -278,13 +310,29 @@ def connect(
             scheduler_kwargs=scheduler_kwargs,
             **cluster_kwargs,
         )
-    client = Client(cluster, security=security)
+    client = OwnClient(cluster, security=security)
     client._ppt_owns_cluster = True  # close() of the client also closes the cluster
     if processes:  # their scheduler is in this process: a failed heartbeat means we are closing
         client.register_plugin(_QuietHeartbeats())
     if batch_interval is not None:
         messages.fast_messages(client, batch_interval)
     return client
+
+
+class OwnClient(Client):
+    """The client of a LocalCluster that :func:`connect` started: its :meth:`close` closes
+    that cluster too (its scheduler and worker processes), as a client started without an
+    address does. ``Client(cluster).close()`` leaves the cluster running; in a notebook,
+    each ``connect`` then left its worker processes behind."""
+
+    def close(self, *args, **kwargs):
+        cluster = self.cluster
+        try:
+            return super().close(*args, **kwargs)
+        finally:
+            status = getattr(getattr(cluster, "status", None), "name", "")
+            if cluster is not None and status not in ("closed", "closing"):
+                cluster.close()
 
 
 def scheduler_identity(client: Client) -> dict:

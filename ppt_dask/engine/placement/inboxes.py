@@ -2,7 +2,7 @@
 
 Two carriers move the streamed loops' messages, :class:`ppt_dask.engine.placement.links.Links`
 (sockets of our own, read in the loop's thread) and
-:class:`ppt_dask.engine.placement.commlinks.CommLinks` (distributed's comms); they read
+``graphs/commlinks.py``'s CommLinks (distributed's comms, measured there); they read
 differently and keep what they read the same way (:class:`Inboxes`).
 """
 
@@ -17,7 +17,7 @@ class LinkLost(Exception):
 
 class Inboxes:
     """What a carrier of the loops' messages keeps of what it read, and how ``receive`` takes
-    it (:class:`ppt_dask.engine.placement.links.Links`, :class:`ppt_dask.engine.placement.commlinks.CommLinks` on
+    it (:class:`ppt_dask.engine.placement.links.Links`, ``graphs/commlinks.py``'s CommLinks on
     distributed's comms): per slot the whole messages not yet taken (``_inbox``), tagged ones
     by (slot, tag) (``_stash``), and the slots that closed their side (``ended``)."""
 

@@ -45,7 +45,7 @@ import ssl
 import struct
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 
 from ppt_dask.engine.placement import handshake
 from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost  # noqa: F401  (links.LinkLost)
@@ -198,7 +198,9 @@ class Links(Inboxes):
         self.outgoing: dict = {}  # slot -> the socket we write to that slot on
         self.lost: set = set()  # slots whose link broke (the asynchronous loops go on without them)
         self.ended: set = set()  # slots that closed their side: what they sent is all read
-        self.refused: list = []  # (peer address, why) of each connection refused while linking
+        self.refused: list = []  # (peer address, why) of the connections refused while linking (bounded)
+        self.refused_counts: Counter = Counter()  # source host -> connections refused while linking
+        self.refused_total = 0
         self.limit: int | None = None  # the most bytes a peer's message may take (expect)
         self._out: dict = {}  # slot -> _Out
         self._in: dict = {}  # slot -> bytes read and not yet a whole message
@@ -239,15 +241,16 @@ class Links(Inboxes):
         try:
             self.incoming = gate.run()
         finally:
-            self.refused.extend(gate.refused)
+            self._count_refused(gate)
             opener.join(max(deadline - time.monotonic(), 0.001))
             self.listener.close()
         missing = sorted(set(peers) - set(self.incoming))
         if opener.is_alive() or failed or missing:
             why = repr(failed[0]) if failed else f"slots {missing or sorted(set(peers) - set(self.outgoing))} " \
                                                  f"did not link within {timeout} s"
-            refused = f"; refused {self.refused[-3:]}" if self.refused else ""
-            raise LinkLost(f"worker slot {self.slot} could not link to the others: {why}{refused}")
+            # the count first: what reaches the run's events of a failed link-up is this line, cut short
+            refused = f" (refused {self.refused_total}: {self.refused[0][1]})" if self.refused else ""
+            raise LinkLost(f"worker slot {self.slot} could not link to the others{refused}: {why}")
         for slot, sock in self.incoming.items():
             sock.setblocking(False)
             self._in[slot], self._inbox[slot] = bytearray(), deque()
@@ -255,6 +258,28 @@ class Links(Inboxes):
         for slot, sock in self.outgoing.items():
             sock.setblocking(False)
             self._out[slot] = _Out()
+
+    def _count_refused(self, gate) -> None:
+        """What ``gate`` refused: named one by one up to :data:`handshake.MAX_NAMED`, then one
+        entry more that counts the rest (:attr:`refused`, the run's events); every one counted
+        per source host in :attr:`refused_counts`."""
+        self.refused_counts.update(gate.counts)
+        self.refused_total += gate.total
+        self.refused.extend(gate.refused)
+        rest = gate.total - len(gate.refused)
+        if rest > 0:
+            hosts = ", ".join(f"{n} from {host}" for host, n in gate.counts.most_common())
+            self.refused.append((",".join(sorted(gate.counts)), f"{rest} more refused, not named "
+                                 f"({gate.total} in all: {hosts})"))
+
+    def refused_events(self) -> list:
+        """The refusals as the run's events take them: ``{"from", "why", "count"}`` per source
+        host, with the first reason named there (bounded, however many connected)."""
+        first: dict = {}
+        for peer, why in self.refused:
+            first.setdefault(peer.rsplit(":", 1)[0], (peer, why))
+        return [{"from": first.get(host, (host, "?"))[0], "why": first.get(host, (host, "?"))[1], "count": n}
+                for host, n in self.refused_counts.most_common()]
 
     def _open(self, slot: int, address: str, deadline: float):
         """A socket to ``slot``'s loop, admitted there: tried again while the listener turns it

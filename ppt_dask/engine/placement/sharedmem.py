@@ -15,8 +15,17 @@ user, the creator's pid namespace and pid: a segment whose creator died before i
 unlinked (a SIGKILL, an OOM kill) is known as stale, and :func:`sweep` removes those at the
 next generation. A name from another loop is validated before it is opened (the pattern, no
 symbolic link, a regular file of this user, mode 0600, at least the size expected: a
-:class:`BadSegment` otherwise). Readers unlink nothing: the writer unlinks its segment as soon
-as every reader holds its mapping (the mapping outlives the name).
+:class:`BadSegment` otherwise). Readers unlink nothing.
+
+The loops' segments have no name in ``/dev/shm`` past the moment they are made
+(``Segment(nbytes=n, hidden=True)``): the writer unlinks the file right after creating it,
+before its pages are taken, and keeps it open; the others open it through the writer's
+descriptor (``/proc/<pid>/fd/<fd>``, the :attr:`Segment.handle` they are sent: the same user's
+processes only, and only while the writer holds it), checked to be that segment, and map it.
+The writer closes its descriptor once every reader has mapped it (the mappings outlive it).
+So whatever is killed, a worker or the head, at any round, nothing of a run stays in
+``/dev/shm``: the kernel frees the memory with the last mapping. A segment left named by a
+creator killed in the two system calls between creation and unlink is swept as before.
 :func:`identity` tells whether two processes map the same ``/dev/shm``: the same boot, the
 same tmpfs (two containers of one machine have a ``/dev/shm`` each) and the same user.
 """
@@ -151,20 +160,30 @@ def colocated(client, addresses: list, need: int = 0) -> bool:
 
 
 class Segment:
-    """A mapped file of ``/dev/shm``: ``Segment(nbytes=n)`` creates one (a new name),
-    ``Segment(name, nbytes=n)`` maps another process's, validated and of at least ``n``
-    bytes (:class:`BadSegment` otherwise). ``array(offset, shape, dtype)`` is a view of it."""
+    """A mapped file of ``/dev/shm``: ``Segment(nbytes=n)`` creates one (a new name; with
+    ``hidden=True`` unlinked at once and held open, see the module's notes),
+    ``Segment(name, nbytes=n)`` maps another process's, by its name or its :attr:`handle`,
+    validated and of at least ``n`` bytes (:class:`BadSegment` otherwise).
+    ``array(offset, shape, dtype)`` is a view of it."""
 
-    def __init__(self, name: str | None = None, nbytes: int | None = None):
+    def __init__(self, name: str | None = None, nbytes: int | None = None, *, hidden: bool = False):
         create = name is None
+        held = None
+        if not create and "@" in name:  # a handle: the name and the writer's descriptor
+            name, _, held = name.rpartition("@")
         self.name = new_name() if create else name
-        if not create and creator(self.name) is None:
+        if not create and (creator(self.name) is None or (held is not None and not held.isdigit())):
             raise BadSegment(f"{name!r} is not the name of a ppt_dask segment")
         self.path = os.path.join(SHM_DIR, self.name)
         self.owner = create
+        self._fd: int | None = None  # the writer's descriptor of a hidden segment, until its readers mapped it
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
         if create:
             fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            if hidden:  # no name from now on: nothing is left in /dev/shm whoever is killed
+                self.unlink()
+        elif held is not None:
+            fd = _open_held(self.name, int(held))
         else:
             fd = os.open(self.path, flags)
         try:
@@ -178,8 +197,17 @@ class Segment:
             if create:
                 self.unlink()
             raise
-        os.close(fd)
+        if create and hidden:
+            self._fd = fd
+        else:
+            os.close(fd)
         self.nbytes = len(self._map)
+
+    @property
+    def handle(self) -> str:
+        """What another process of this user maps the segment by: its name, and for a hidden
+        segment the writer's descriptor (``name@fd``)."""
+        return self.name if self._fd is None else f"{self.name}@{self._fd}"
 
     def array(self, offset: int, shape: tuple, dtype) -> np.ndarray:
         """A view of the segment's bytes from ``offset`` as an array of ``shape`` and ``dtype``."""
@@ -188,7 +216,11 @@ class Segment:
         return np.frombuffer(self._map, dtype=dtype, count=count, offset=offset).reshape(shape)
 
     def unlink(self) -> None:
-        """Take the name away (the mappings stay); a name already gone is no error."""
+        """Take the name away, and a hidden segment's descriptor (the mappings stay); a name
+        already gone is no error."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -203,6 +235,20 @@ class Segment:
             self._map.close()
         except BufferError:  # a view is still held: the mapping ends with it
             pass
+
+
+def _open_held(name: str, fd: int) -> int:
+    """The hidden segment ``name`` through its writer's descriptor ``fd``: opened only if that
+    descriptor is the segment of that name (:class:`BadSegment` otherwise; ``OSError`` when
+    the writer or its descriptor is gone)."""
+    who = creator(name)
+    if who is None or who[:2] != (os.getuid(), _pid_namespace()):
+        raise BadSegment(f"{name} is not a segment of this user and pid namespace")
+    link = f"/proc/{who[2]}/fd/{fd}"
+    expected = os.path.join(SHM_DIR, name)
+    if os.readlink(link) not in (f"{expected} (deleted)", expected):
+        raise BadSegment(f"{name}@{fd} is not that segment's descriptor")
+    return os.open(link, os.O_RDWR | os.O_CLOEXEC)
 
 
 def _take_pages(fd: int, nbytes: int) -> None:

@@ -22,15 +22,18 @@ loop's sums are in place (``("shm", r)``, to each adder), an adder's part of the
 (``("part", r)``, to each loop), whatever the size of the network.
 
 A generation's first round opens the segments: each loop sweeps the stale segments of dead
-processes (:func:`ppt_dask.engine.placement.sharedmem.sweep`), makes its own, sends its name
-and its tree nodes to every other loop, and maps theirs (validated; one that cannot be mapped
+processes (:func:`ppt_dask.engine.placement.sharedmem.sweep`), makes its own (hidden: no name
+in ``/dev/shm`` past its making, held open by its writer), sends its handle
+(:attr:`ppt_dask.engine.placement.sharedmem.Segment.handle`) and its tree nodes to every other
+loop, and maps theirs through it (validated; one that cannot be mapped
 or is short is a lost link, :class:`LinkLost`: the head rolls the run back as for a lost
 worker; a ``/dev/shm`` with no room, :class:`SharedFull`, told to every loop, is one too, and
 the head goes on with the socket algorithms). A loop sends its first ``("shm", r)`` token only
 once it has mapped every segment, and an adder sends its first ``("part", r)`` token only once
-it has every loop's, so a loop unlinks its own segment as soon as it has its first round's
-tokens: from then on nothing of the generation is left in ``/dev/shm`` whatever is killed, and
-what a kill leaves before that :func:`ppt_dask.engine.placement.sharedmem.sweep` removes.
+it has every loop's, so a loop closes its own segment's descriptor (``unlink``) as soon as it
+has its first round's tokens. Nothing of the generation is named in ``/dev/shm`` at any time,
+whatever is killed; a name left by a kill in the two system calls between a segment's making
+and its unlink, :func:`ppt_dask.engine.placement.sharedmem.sweep` removes.
 
 A segment holds ``RING`` rounds one after the other, so a local-SGD loop, which takes a
 round's total two rounds after it sent its sums, never overwrites what another loop has not
@@ -145,14 +148,14 @@ class SharedReduce:
         """Make this loop's segment, send its name and nodes to every other loop, map theirs."""
         sweep()  # the stale segments of processes that died (a loop killed in a generation's first round)
         try:
-            self._mine = Segment(nbytes=HEADER + RING * self._place_bytes(self.slot, len(nodes)))
+            self._mine = Segment(nbytes=HEADER + RING * self._place_bytes(self.slot, len(nodes)), hidden=True)
         except SharedMemoryFull as exc:  # the others hear it (no name): every loop's error says so
             self.links.send((("segment", 0), (None, nodes)))
             raise SharedFull(f"worker slot {self.slot}: {exc.strerror}") from exc
         except OSError as exc:
             raise SharedLost(f"worker slot {self.slot} could not make its shared memory: {exc!r}") from exc
         self._segments[self.slot] = (self._mine, nodes)
-        self.links.send((("segment", 0), (self._mine.name, nodes)))
+        self.links.send((("segment", 0), (self._mine.handle, nodes)))
         others = sorted(self.links.incoming)
         for j, (name, their_nodes) in zip(others, self._take(("segment", 0), phases, others)):
             if name is None:

@@ -80,6 +80,20 @@ class LaterState:
 ASK_ERRORS = (OSError, RuntimeError, Stopped, LinkLost)  # what a mailbox's answer may raise
 
 
+def notes_left(boxes: list, timeout: float = 5.0) -> list:
+    """What the loops noted for the run's log and no reply carried yet (the connections their
+    links refused when the link-up failed), from every mailbox that still answers."""
+    notes: list = []
+    for f, actor in boxes:
+        if f.status != "finished":
+            continue
+        try:
+            notes += actor.take_notes().result(timeout=timeout)
+        except Exception:  # noqa: BLE001 - its worker is gone: its notes with it
+            continue
+    return notes
+
+
 def raise_loop_error(exc: BaseException, boxes: list, loops: list) -> NoReturn:
     """Raise what a failed ask of the mailboxes (``boxes``: (actor future, actor) per slot)
     means: a lost worker as a lost task (the trainer rolls back and replays), a failed loop
@@ -185,6 +199,7 @@ class StreamRounds(LoopsHead, Liveness):
             calls = [getattr(actor, method)(*args) for _f, actor in boxes]
             return [wait(call) for call in calls]
         except ASK_ERRORS as exc:
+            self.events += notes_left(self.boxes)  # the refusals of a link-up that failed, say
             raise_loop_error(exc, self.boxes, self.loops)
 
     def read_stats(self, first: int, last: int, wait) -> list:

@@ -30,7 +30,14 @@ import numpy as np
 from ppt_dask.core import keys
 from ppt_dask.core.roundblock import Block
 from ppt_dask.engine.placement.mailbox import RECORDS_AHEAD, Mailbox
-from ppt_dask.engine.rounds.stream import ASK_ERRORS, StreamRounds, loop_timing, raise_loop_error, start_loops
+from ppt_dask.engine.rounds.stream import (
+    ASK_ERRORS,
+    StreamRounds,
+    loop_timing,
+    notes_left,
+    raise_loop_error,
+    start_loops,
+)
 from ppt_dask.engine.rounds.watchloop import _PHASE, AT, BYTES, CHECK_N, CHECK_WRONG, PHASE0  # noqa: F401 (roundloop)
 
 READ_SECONDS = 0.2  # how long the head lets a loop's records gather between two reads
@@ -94,6 +101,7 @@ class WatchedRounds(StreamRounds):
         try:
             replies = [self._alive(call, wait) for call in calls]
         except ASK_ERRORS as exc:
+            self.events += notes_left(self.boxes)  # the refusals of a link-up that failed, say
             raise_loop_error(exc, self.boxes, self.loops)
         waited = time.perf_counter() - t1
         n = len(self.boxes)

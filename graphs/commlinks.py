@@ -1,5 +1,6 @@
-"""The loops' links over distributed's comms: :class:`ppt_dask.engine.placement.links.Links`'s interface
-on ``distributed.comm.connect`` and ``listen`` (TCP, TLS, and UCX where it is installed).
+"""A measurement transport of graphs/transports.py, not part of ppt_dask (see below): the loops'
+links over distributed's comms, :class:`ppt_dask.engine.placement.links.Links`'s interface on
+``distributed.comm.connect`` and ``listen`` (TCP, TLS, and UCX where it is installed).
 
 :mod:`ppt_dask.engine.placement.links` is a transport of our own: plain sockets written and read in the
 loop's thread. This is the maintained alternative, measured beside it by
@@ -18,10 +19,14 @@ Each pair of loops has one comm per direction (the one a loop opened is written,
 accepted is read), so messages from a slot arrive in order. A message goes as
 ``distributed.protocol.to_serialize(message)``: pickled, its arrays as out-of-band frames.
 
-Every comm a loop accepts is admitted by the generation's secret before anything of it is
-deserialized (:mod:`ppt_dask.engine.placement.handshake`'s challenge-response, in plain
-msgpack messages: the listener reads with ``deserialize=False``, so a stranger's pickle is
-never loaded); a stray comm is closed and named in :attr:`CommLinks.refused`.
+Every comm a loop accepts answers the generation's secret before a message of it is taken
+(:mod:`ppt_dask.engine.placement.handshake`'s challenge-response, in msgpack messages read with
+``deserialize=False``); a stray comm is closed and named in :attr:`CommLinks.refused`. **That is
+not enough against a local stranger**: distributed unpickles ``__Pickled__`` frames during its
+own comm handshake and in the reads before ours, ``deserialize=False`` notwithstanding (a local
+process created a file through it). So this module is not part of ppt_dask: it lives here, a
+transport this script measures between processes of its own, and the package's loops talk
+over :mod:`ppt_dask.engine.placement.links` alone, whose handshake comes before any read.
 
 Carries the synchronous rounds' interface (``connect``, ``send``, ``send_each``,
 ``receive``, ``close``); the asynchronous loops' ``poll`` and ``backlog`` are not here.
