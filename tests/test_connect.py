@@ -147,19 +147,23 @@ def _timers() -> tuple:
 
 
 def test_a_local_clusters_timers_are_quieter_unless_the_user_set_them():
-    """The workers ppt.connect starts sample running tasks and tick their event loops every
-    100 ms (distributed: 10 and 20 ms), and a value the user configured is kept."""
+    """The workers ppt.connect starts sample running tasks, tick their event loops, sample their
+    process and their memory on the quieter timers of QUIET_TIMERS (each slower than
+    distributed's default), and a value the user configured is kept."""
     import dask
 
+    ours = tuple(mine for mine, _default in ppt.cluster.QUIET_TIMERS.values())
+    assert all(dask.utils.parse_timedelta(mine) > dask.utils.parse_timedelta(default)
+               for mine, default in ppt.cluster.QUIET_TIMERS.values())
     client = ppt.connect(n_workers=1, dashboard_address=None)
     try:
-        assert set(client.run(_timers).values()) == {("100ms", "100ms")}
+        assert set(client.run(_timers).values()) == {ours}
     finally:
         ppt.cluster.close(client)
     with dask.config.set({"distributed.worker.profile.interval": "5ms"}):
         client = ppt.connect(n_workers=1, dashboard_address=None)
         try:
-            assert set(client.run(_timers).values()) == {("5ms", "100ms")}
+            assert set(client.run(_timers).values()) == {("5ms", *ours[1:])}
         finally:
             ppt.cluster.close(client)
 
