@@ -95,7 +95,7 @@ def train_epochs(estimator, job: Job, net, shards, strategy, *, here: tuple | No
         else:
             on_round = curve.add if job.tol_rule else lambda record: curve.add(record) and False
             result = train_for(epochs, on_round, run.state)
-            _take(run, result)
+            _take(run, result, job.start_epoch)
     finally:
         if shown is not None:
             shown.close(result)
@@ -108,10 +108,10 @@ def train_epochs(estimator, job: Job, net, shards, strategy, *, here: tuple | No
     _say_how_it_ended(estimator, job, result, curve)
 
 
-def _take(run: FitRun, result) -> None:
+def _take(run: FitRun, result, start_epoch: float = 0.0) -> None:
     """A trainer's result into ``run``: weights, state, history (its epochs after the
-    ``run.losses`` of earlier calls), patterns."""
-    start = len(run.losses)
+    ``run.losses`` of earlier calls; ``start_epoch``: those its records count already), patterns."""
+    start = len(run.losses) - start_epoch
     run.params, run.state = result.params, result.state
     run.history += [{**r, "epoch": r.get("epoch", 0) + start} for r in result.history]
     run.patterns += int(sum(r.get("patterns", 0) for r in result.history))
