@@ -1,10 +1,11 @@
 """scikit-learn estimators over the distributed trainer: PPTClassifier, PPTRegressor.
 
 On scikit-learn's base classes (the ``[sklearn]`` extra, :mod:`ppt_dask.sklearn.contract`). The
-Dask client is looked up at ``fit`` time, never stored: the client of ``scheduler`` when
-given, else the current client (``distributed.get_client()``), else a LocalCluster started
-for this one ``fit`` and closed at its end (2-3 s of start-up on a small machine: start a
-client first, ``ppt.connect()``, to reuse a cluster and watch its dashboard). Each ``fit``
+Dask client is looked up at ``fit`` time, never stored (:mod:`ppt_dask.sklearn.placement`):
+inside a Dask task or a process that cannot start workers the fit trains in its own process;
+else on the cluster of ``scheduler``, or of the current client; without one, a fit on one
+shard trains in this process, any other on one LocalCluster shared by such fits
+(:mod:`ppt_dask.sklearn.shared`). Each ``fit``
 places the training set once as logical shards (:func:`ppt_dask.enter_data`: for dask
 arrays they are built on the workers, the data never comes here), trains, and releases
 them. Prediction runs with numpy on the pulled weights, or block by block on the cluster
@@ -81,6 +82,13 @@ _DOC = """
         ``fit`` stops when for more than ``n_iter_no_change`` consecutive epochs the mean
         training loss has not fallen below the best so far minus ``tol``.
     n_iter_no_change : int, default=10
+    early_stopping : bool, default=False
+        Set ``validation_fraction`` of the rows aside (seeded by ``random_state``, stratified
+        for the classifier) and stop when for more than ``n_iter_no_change`` epochs the
+        validation score (accuracy; R^2 for the regressor) has not risen above the best so
+        far plus ``tol``; the best epoch's weights are kept. Numpy or pandas data only.
+    validation_fraction : float, default=0.1
+        In (0, 1): the share of the rows set aside with ``early_stopping``.
     random_state : None, int, RandomState or Generator, default=None
         Seeds the initial weights and the strategies' draws. With an int, a fit gives the
         same weights on any number of workers for a given ``n_shards``.
@@ -146,7 +154,15 @@ _DOC = """
         Mean training loss of each epoch (without the L2 term); ``best_loss_`` its minimum.
         A list that draws itself in a notebook (:class:`ppt_dask.observe.display.LossCurve`).
     n_iter_ : int
-        Epochs trained; ``t_`` the training patterns processed.
+        Epochs trained by the last ``fit`` or ``partial_fit`` call (MLPClassifier's count);
+        ``t_`` the training patterns processed over all calls.
+    loss_ : float
+        The last epoch's mean training loss.
+    validation_scores_ : list of float
+        With ``early_stopping``: the validation score of each epoch; ``best_validation_score_``
+        their maximum, whose weights were kept.
+    placement_ : str
+        Where the last fit trained, in words: a cluster, or this process and why.
     n_features_in_, n_outputs_, n_layers_ : int
         ``n_layers_`` for the MLP only.
     row_shape_ : tuple of int
