@@ -7,6 +7,11 @@ It runs round by round, so that the estimator's ``on_round`` (the ``tol`` rule, 
 stopping) stops it where :func:`ppt_dask.train` would, and it returns what that returns
 (params, state, history, outcome). Pure numpy: what a joblib process, a thread or a Dask
 task can run without waiting on anything.
+
+The rounds run with ``BLAS_THREADS`` BLAS and OpenMP threads, as a worker of the default
+LocalCluster computes them (its nanny gives each worker one): the steps' products are small,
+and more threads only wait for each other. On scikit-learn's digits (1200 rows, 40 epochs of
+``PPTClassifier()``) on the 2-core machine: 0.24-0.27 s on one thread, 0.93-4.6 s on two.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ppt_dask.algorithms import localsgd
 from ppt_dask.core import model, tree
 from ppt_dask.engine.result import Outcome
+
+BLAS_THREADS = 1  # a default worker's (see the module's docstring)
 
 
 @dataclass
@@ -49,7 +57,13 @@ def _round(net, strategy, state, shards: list, fan_in: int):
     return state, state.stats
 
 
-def train_here(net, X: np.ndarray, y: np.ndarray, strategy, epochs: int, *, n_shards: int, seed: int,
+def train_here(*args, **kwargs) -> HereResult:
+    """:func:`_train_here` on ``BLAS_THREADS`` BLAS and OpenMP threads (put back after)."""
+    with threadpool_limits(limits=BLAS_THREADS):
+        return _train_here(*args, **kwargs)
+
+
+def _train_here(net, X: np.ndarray, y: np.ndarray, strategy, epochs: int, *, n_shards: int, seed: int,
                params=None, fan_in: int = 2, on_round=None, state=None) -> HereResult:
     """Train ``epochs`` epochs of ``strategy`` on ``n_shards`` shards of (X, y) here.
 
