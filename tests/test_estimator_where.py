@@ -69,7 +69,7 @@ def test_a_fit_in_this_process_gives_the_clusters_weights_bitwise(cluster_client
 @pytest.mark.timeout(150)
 def test_a_search_with_n_jobs_2_trains_in_lokys_processes():
     """joblib's loky workers cannot start a LocalCluster (its start method is not
-    multiprocessing's): a 6000-row fit there, which would want a cluster, trains in its
+    multiprocessing's): a two-shard fit there, which would want a cluster, trains in its
     process with a one-time warning, and the search gives the n_jobs=1 search's scores."""
     out = run_script("""
         import json, warnings
@@ -77,8 +77,9 @@ def test_a_search_with_n_jobs_2_trains_in_lokys_processes():
         from sklearn.model_selection import GridSearchCV
         import ppt_dask as ppt
         rng = np.random.default_rng(0)
-        X = rng.normal(size=(9000, 6)); y = (X[:, 0] + X[:, 1] > 0).astype(int)
-        est = ppt.PPTClassifier(hidden_layer_sizes=(8,), max_iter=2, random_state=0, n_shards=2)
+        X = rng.normal(size=(2000, 6)); y = (X[:, 0] + X[:, 1] > 0).astype(int)
+        est = ppt.PPTClassifier(hidden_layer_sizes=(8,), max_iter=10, learning_rate_init=0.3, random_state=0,
+                                n_shards=2)
         grid = {"alpha": [1e-4, 1e-2]}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -90,6 +91,7 @@ def test_a_search_with_n_jobs_2_trains_in_lokys_processes():
     assert out["two"] == out["one"] and min(out["two"]) > 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_the_process_warning_is_said_once_in_a_process_that_cannot_start_workers():
     out = run_script("""
@@ -99,7 +101,7 @@ def test_the_process_warning_is_said_once_in_a_process_that_cannot_start_workers
         def fit_twice():
             import ppt_dask as ppt
             rng = np.random.default_rng(0)
-            X = rng.normal(size=(9000, 4)); y = (X[:, 0] > 0).astype(int)
+            X = rng.normal(size=(2000, 4)); y = (X[:, 0] > 0).astype(int)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 for _ in range(2):
@@ -149,6 +151,7 @@ def test_dask_ml_incremental_under_a_client_and_without_one(cluster_client):
     assert alone.estimator_.n_iter_ == 1 and len(alone.estimator_.loss_curve_) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_fits_without_a_client_share_one_cluster_closed_at_exit():
     """Two fits that want a cluster (two shards) share one LocalCluster; a one-shard fit trains

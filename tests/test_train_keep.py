@@ -50,6 +50,7 @@ def test_an_id_column_is_said_and_keep_leaves_it_out_of_the_features(tmp_path, a
     assert json.loads((tmp_path / "kept.json").read_text())["network"][0] == 2  # a, b
 
 
+@pytest.mark.slow
 def test_a_unique_column_not_named_like_an_id_and_a_repeated_id_are_not_said(tmp_path, address):
     df = table().rename(columns={"id": "width"})
     df["code"] = np.arange(len(df)) % 7  # named like neither, repeated
