@@ -19,6 +19,7 @@ import pytest
 from sklearn.datasets import load_digits
 from sklearn.neural_network import MLPClassifier
 
+import ppt_dask as ppt
 from ppt_dask import PPTClassifier
 
 X_DIGITS, Y_DIGITS = load_digits(return_X_y=True)
@@ -285,3 +286,28 @@ def test_sample_weight_is_refused_with_a_pointer():
         PPTClassifier().fit(X_DIGITS, Y_DIGITS, sample_weight=np.ones(len(Y_DIGITS)))
     with pytest.raises(TypeError, match="unexpected keyword argument 'weights'"):
         PPTClassifier().fit(X_DIGITS, Y_DIGITS, weights=1)
+
+
+def test_in_process_rounds_run_on_one_blas_thread_as_a_worker_and_put_it_back():
+    """A default worker computes on one BLAS thread; the rounds in this process do too (two
+    contended threads made a digits fit 4-17x as long, and a BLAS with two threads changes
+    the last bits), and the caller's threads come back. The suite runs on one thread
+    (conftest's one_blas_thread): here the caller has two, as a user's process."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from ppt_dask.algorithms.localsgd import LocalSGD
+    from ppt_dask.sklearn.inprocess import train_here
+
+    def threads():
+        return {i["internal_api"]: i["num_threads"] for i in threadpool_info()}
+
+    seen = []
+    net = ppt.MLP((64, 16, 10), hidden="relu", output="softmax", dtype="float32")
+    strategy = LocalSGD(lr=0.05, momentum=0.9, block=100, interval=500)
+    with threadpool_limits(limits=2):
+        before = threads()
+        train_here(net, X_DIGITS, Y_DIGITS, strategy, 2, n_shards=1, seed=0,
+                   on_round=lambda record: seen.append(threads()))
+        after = threads()
+    assert seen and all(set(s.values()) == {1} for s in seen)
+    assert after == before and 2 in before.values()
