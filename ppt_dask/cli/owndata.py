@@ -15,12 +15,16 @@ see :data:`ppt_dask.cli.presets.TABLE`.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ppt_dask.cli.presets import PRESETS, TABLE, TABLE_STRATEGY_PRESETS
 from ppt_dask.core import applicability
 
 TASK_WORDS = ("classification", "regression")
+# a column name that reads as a row's identifier: id, ID, user_id, customerId, uuid, key, index, row
+ID_NAME = re.compile(r"(?i:^(id|uuid|guid|key|index|row|row_?(no|num|number))$|[_\-\s]id$)|[a-z0-9](Id|ID)$")
+ID_TIMEOUT = 120.0  # seconds to wait for the workers' count of an id column's distinct values
 
 
 def add_data_flags(t) -> None:
@@ -36,6 +40,8 @@ def add_data_flags(t) -> None:
     t.add_argument("--test-fraction", type=_open_fraction, default=None, metavar="F",
                    help="draw this share of the rows into the test set (seeded by --seed)")
     t.add_argument("--dropna", action="store_true", default=None, help="drop the rows with a missing value")
+    t.add_argument("--keep", type=_names, default=None, metavar="A,B,...",
+                   help="table: columns kept out of the features (an id, say), as predict --keep carries them")
 
 
 def _names(text: str) -> list[str]:
@@ -87,6 +93,9 @@ GIVEN = ("target", "features", "task", "test", "test_fraction", "row_shape", "dr
 
 def refuse_flags(args, kind: str) -> None:
     """The data flags that do not apply to this kind of data, refused in one line."""
+    if getattr(args, "keep", None) and kind != "table":
+        raise ValueError(f"--keep applies to a table (columns kept out of the features), not to "
+                         f"{'arrays' if kind == 'arrays' else 'a built-in set'} ({args.dataset or args.x})")
     given = {name: getattr(args, name) for name in GIVEN}
     applicability.refuse_source(kind, given, args.dataset or args.x, spell=applicability.cli_spelling)
 
@@ -109,7 +118,39 @@ def open_data(args, dtype: str):
                   seed=args.seed, dropna=bool(args.dropna), row_shape=args.row_shape, dtype=dtype)
     if args.x is not None:
         return tables.open_data(x=args.x, y=args.y, **common)
-    return tables.open_data(args.dataset, args.target, **common)
+    reading = tables.open_data(args.dataset, args.target, **common)
+    keep = getattr(args, "keep", None) or []
+    if keep:  # the features without the kept columns, checked by name
+        columns = [*reading.layout.frame.columns]
+        absent = [c for c in keep if c not in columns]
+        if absent:
+            raise ValueError(f"--keep: {args.dataset} has no column {absent[0]!r}")
+        if args.target in keep:
+            raise ValueError(f"--keep {args.target}: that is the --target column")
+        if args.features is not None and set(keep) & set(args.features):
+            raise ValueError(f"--keep and --features both name {sorted(set(keep) & set(args.features))[0]!r}")
+        features = [c for c in (args.features or [c for c in columns if c != args.target]) if c not in keep]
+        reading = tables.open_data(args.dataset, args.target, **{**common, "features": features})
+    return reading
+
+
+def identifier_columns(client, reading, n_rows: int) -> list[str]:
+    """The feature columns that look like an identifier: named like one (:data:`ID_NAME`)
+    and a different value in each of the ``n_rows`` rows (counted on the workers; only the
+    count comes back)."""
+    layout = reading.layout
+    frame = getattr(layout, "frame", None)
+    if frame is None:
+        return []
+    named = [c for c in layout.features if ID_NAME.search(str(c))]
+    if not named:
+        return []
+    try:
+        counts = [f.result(ID_TIMEOUT) for f in client.compute([frame[c].nunique() for c in named])]
+    except TimeoutError:
+        raise TimeoutError(f"waited {ID_TIMEOUT:g} s for the workers' count of the distinct values of "
+                           f"{', '.join(map(repr, named))}") from None
+    return [c for c, n in zip(named, counts) if int(n) == n_rows]
 
 
 def fill_sizes(args, s: dict, n_rows: int, n_workers: int) -> int:
@@ -159,6 +200,10 @@ def read_on(client, args, s: dict, reading, dtype: str, addresses):
     from ppt_dask.data import tables
 
     table = reading.read(client)
+    if not args.features:  # an id column trained on as a feature: said, with the flag that leaves it out
+        for column in identifier_columns(client, reading, table.n_rows + table.n_test + table.dropped):
+            print(f"ppt-dask: warning: column {column!r} has a different value in every row and looks like an "
+                  f"identifier: it is trained on as a feature; leave it out with --keep {column}", file=sys.stderr)
     known = ppt.cluster.workers(client)
     used = addresses or sorted(known)
     tables.check_fits(table, [known[w].get("memory_limit") for w in used])

@@ -6,7 +6,6 @@ arrays. :mod:`ppt_dask.sklearn.estimator` adds the classifier's and regressor's 
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 import warnings
 
@@ -20,8 +19,10 @@ from ppt_dask.core.tree import split_rows
 from ppt_dask.engine.placement import cluster
 from ppt_dask.engine.placement.enter import enter_data, exit_data
 from ppt_dask.observe.display import LossCurve
+from ppt_dask.sklearn import placement
 from ppt_dask.sklearn.contract import (
     BaseEstimator,
+    as_numpy,
     check_X,
     columns_of,
     frame_as_array,
@@ -31,7 +32,7 @@ from ppt_dask.sklearn.contract import (
     seed_of,
     validate_data,
 )
-from ppt_dask.sklearn.fitrun import FitRun, train_epochs
+from ppt_dask.sklearn.fitrun import FitRun, Job, train_epochs
 
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}  # scikit-learn's -> ours
 # batch_size="auto" is min(AUTO_BATCH[strategy], n_samples) (async: patterns per worker's update,
@@ -69,6 +70,16 @@ def _module_net(module, loss: str, row_shape: tuple, dtype):
     return net
 
 
+def refuse_fit_params(fit_params: dict) -> None:
+    """What MLPClassifier's fit takes and this one does not yet, refused by name with a pointer."""
+    for name in fit_params:
+        if name == "sample_weight":
+            raise ValueError("sample_weight is not supported by this estimator yet: its rounds add unweighted "
+                             "gradient sums (see docs/guide/estimator.md, 'Differences from MLPClassifier'); "
+                             "repeat or resample rows to weight them")
+        raise TypeError(f"fit() got an unexpected keyword argument {name!r}")
+
+
 def rows_message(estimator, shape: tuple, fitted: tuple) -> str:
     """X's rows are not those the estimator was fitted on: scikit-learn's words for tables."""
     if len(shape) == len(fitted) == 1:
@@ -94,9 +105,9 @@ class PPTBase(BaseEstimator):
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", *, alpha=0.0001,
                  batch_size="auto", learning_rate_init=None, momentum=0.9, max_iter=200,
-                 tol=1e-4, n_iter_no_change=10, random_state=None, warm_start=False,
-                 verbose=False, strategy="local", strategy_params=None, n_shards=None,
-                 n_workers=None, scheduler=None, dtype=None, fan_in=2, solver="auto",
+                 tol=1e-4, n_iter_no_change=10, early_stopping=False, validation_fraction=0.1,
+                 random_state=None, warm_start=False, verbose=False, strategy="local", strategy_params=None,
+                 n_shards=None, n_workers=None, scheduler=None, dtype=None, fan_in=2, solver="auto",
                  module=None):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -107,6 +118,8 @@ class PPTBase(BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.n_iter_no_change = n_iter_no_change
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
         self.random_state = random_state
         self.warm_start = warm_start
         self.verbose = verbose
@@ -149,6 +162,11 @@ class PPTBase(BaseEstimator):
         validation.check_int_at_least("max_iter", self.max_iter, 1)
         validation.check_nonneg("tol", self.tol)
         validation.check_int_at_least("n_iter_no_change", self.n_iter_no_change, 1)
+        if not isinstance(self.early_stopping, (bool, np.bool_)):
+            raise ValueError(f"early_stopping must be True or False, got {self.early_stopping!r}")
+        fraction = self.validation_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {fraction!r}")
         for name in ("n_shards", "n_workers"):
             if getattr(self, name) is not None:
                 validation.check_int_at_least(name, getattr(self, name), 1)
@@ -232,31 +250,9 @@ class PPTBase(BaseEstimator):
         from ppt_dask.sklearn.frommodel import fitted_estimator
         return fitted_estimator(cls, model, **params)
 
-    # -- the cluster --
-
-    @contextlib.contextmanager
-    def _client(self, given=None):
-        """The client of one fit: ``given``, ``scheduler``'s, the current one, or a new LocalCluster."""
-        from distributed import get_client
-
-        if given is not None:
-            client, close = given, None
-        elif self.scheduler is not None:
-            client, close = cluster.connect(self.scheduler), cluster.close
-        else:
-            try:
-                client, close = get_client(), None
-            except ValueError:  # no client around: a cluster for this fit only
-                client, close = cluster.connect(n_workers=self.n_workers, dashboard_address=None), cluster.close
-        try:
-            yield client
-        finally:
-            if close is not None:
-                close(client)
-
     # -- fitting --
 
-    def fit(self, X, y):
+    def fit(self, X, y, **fit_params):
         """Train from new weights (from the learned ones with ``warm_start``).
 
         Parameters
@@ -265,69 +261,118 @@ class PPTBase(BaseEstimator):
             A DataFrame's column names become ``feature_names_in_``; a dask DataFrame's
             rows stay on the workers (only their counts per partition come here).
         y : ndarray, dask array, pandas or dask Series of shape (n_samples,)
-            Labels (numbers or strings) for the classifier; targets, also of shape
-            (n_samples, n_outputs), for the regressor.
+            Labels (numbers or strings; a 0/1 indicator matrix (n_samples, n_labels) for
+            multilabel) for the classifier; targets, also of shape (n_samples, n_outputs),
+            for the regressor.
 
         Returns
         -------
         self
         """
-        return self._fit(X, y, incremental=False)
+        return self._fit(X, y, incremental=False, fit_params=fit_params)
 
-    def partial_fit(self, X, y):
+    def partial_fit(self, X, y, **fit_params):
         """One more epoch on ``(X, y)`` from the current weights; returns self."""
-        return self._fit(X, y, incremental=True)
+        return self._fit(X, y, incremental=True, fit_params=fit_params)
 
-    def _fit(self, X, y, *, incremental: bool, classes=None, client=None):
+    def _fit(self, X, y, *, incremental: bool, classes=None, fit_params=None):
+        refuse_fit_params(fit_params or {})
         settings = self._settings()
+        if incremental and self.early_stopping:
+            raise ValueError("partial_fit does not support early_stopping=True (as MLPClassifier)")
         continuing = hasattr(self, "params_") and (incremental or self.warm_start)
-        if client is None:  # the column names of a DataFrame (feature_names_in_), as scikit-learn
-            validate_data(self, columns_of(X), reset=not continuing, skip_check_array=True)
-        if client is None and (is_dask_frame(X) or is_dask_frame(y)):
-            with self._client() as client:  # a dask DataFrame's rows are counted on the workers
-                X, y = (frame_as_array(a, client, RESULT_TIMEOUT, name) if is_dask_frame(a) else a
-                        for a, name in ((X, "X"), (y, "y")))
-                return self._fit(X, y, incremental=incremental, classes=classes, client=client)
+        # the column names of a DataFrame (feature_names_in_), as scikit-learn
+        validate_data(self, columns_of(X), reset=not continuing, skip_check_array=True)
+        X, y = (frame_as_array(a, RESULT_TIMEOUT, name) if is_dask_frame(a) else a for a, name in ((X, "X"), (y, "y")))
         X = check_X(X, rows=self.module is not None)
-        n_rows, row_shape = int(X.shape[0]), tuple(int(d) for d in X.shape[1:])
-        n_features = int(np.prod(row_shape))
+        row_shape = tuple(int(d) for d in X.shape[1:])
+        if continuing and row_shape != self.row_shape_:
+            raise ValueError(rows_message(self, row_shape, self.row_shape_))
+        y = self._check_y(y, int(X.shape[0]), type(self).__name__)
+        args = (continuing, incremental, classes)
+        prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
+        validation_set = None
+        if self.early_stopping:  # MLPClassifier's split: seeded, stratified for one label a row
+            if prepared is None or is_dask(X):
+                raise ValueError("early_stopping=True takes numpy or pandas X and y (it splits off a validation "
+                                 "set here); compute a dask collection first, or stop by tol/n_iter_no_change")
+            X, target, validation_set = self._split(X, prepared[0], settings["seed"])
+            prepared = (target, *prepared[1:])
+        n_rows = int(X.shape[0])
         adam = self._solver(n_rows) == "adam"
         if adam:  # Adam's step size and each pass in a new order, as MLPClassifier's defaults
             settings["optimizer"]["lr"] = ADAM_LR if self.learning_rate_init is None else self.learning_rate_init
             settings["extra"] = {"shuffle": True, **settings["extra"], "solver": "adam"}
-        if continuing and row_shape != self.row_shape_:
-            raise ValueError(rows_message(self, row_shape, self.row_shape_))
-        y = self._check_y(y, n_rows, type(self).__name__)
-        args = (continuing, incremental, classes)
-        prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
         batch = self._batch(adam, n_rows)
+        net = None if prepared is None else self._network(prepared[1], row_shape, settings, continuing, prepared)
         run = FitRun(None)
         if continuing:  # partial_fit goes on with the tol bookkeeping; a warm fit starts it again
-            run = FitRun(self.params_, list(self.loss_curve_), self.n_iter_, self.t_, list(self.history_),
-                       *((self.best_loss_, self._no_improvement_count) if incremental else ()))
-
-        def network(n_outputs: int):
-            return self._network(n_outputs, row_shape, settings["hidden"], continuing)
-
-        if prepared is not None:  # the architecture, checked before the cluster
-            net = network(prepared[1])
-        with self._client(client) as client:
-            target, n_outputs, learned = prepared or self._prepare(y, client, *args)
-            net = net if prepared is not None else network(n_outputs)
-            n_workers = len(cluster.worker_addresses(client))
-            n_shards = min(self.n_shards or self._default_shards(n_workers, n_rows, batch), n_rows, batch)
-            strategy = self._strategy(settings, batch, n_shards, n_rows)
-            # the data-dependent checks of the strategy, before the data is placed
-            strategy.check([b - a for a, b in split_rows(n_rows, n_shards)], settings["seed"])
-            shards = enter_data(client, X, target, n_shards, dtype=net.dtype)
-            try:
-                train_epochs(self, run, net, shards, strategy, 1 if incremental else self.max_iter,
-                                 settings["seed"], tol_rule=not incremental)
-            finally:
-                exit_data(shards)
-
-        self._keep_fitted(learned, net, run, (n_features, n_outputs, row_shape), batch, n_shards, adam)
+            run = FitRun(self.params_, list(self.loss_curve_), 0, self.t_, list(self.history_),
+                         *((self.best_loss_, self._no_improvement_count) if incremental else ()))
+            run.state = getattr(self, "_state", None) if incremental else None
+        one_shard = self.n_shards == 1 or (self.n_shards is None and self._default_shards(2, n_rows, batch) == 1)
+        place = placement.choose(self, one_shard)
+        try:
+            job = Job(run, settings, batch, 1 if incremental else self.max_iter, not incremental, validation_set)
+            if place.here:  # the rows come here (a dask array is computed where it is)
+                X = as_numpy(X, RESULT_TIMEOUT, "X")
+                if prepared is None:
+                    prepared = self._prepare(as_numpy(y, RESULT_TIMEOUT, "y"), None, *args)
+                    net = self._network(prepared[1], row_shape, settings, continuing, prepared)
+                n_shards = self._train_here(job, net, X, prepared[0])
+            else:
+                prepared = prepared or self._prepare(y, place.client, *args)
+                net = net or self._network(prepared[1], row_shape, settings, continuing, prepared)
+                n_shards = self._train_on(place.client, job, net, X, prepared[0])
+        finally:
+            placement.close(place)
+        _, n_outputs, learned = prepared
+        self._keep_fitted(learned, net, run, (int(np.prod(row_shape)), n_outputs, row_shape), batch, n_shards, adam)
+        self._state = run.state if place.here and n_shards == 1 else None  # partial_fit goes on from it
+        self.placement_ = place.reason
+        if validation_set is not None:
+            self.validation_scores_, self.best_validation_score_ = run.scores, max(run.scores, default=-np.inf)
         return self
+
+    def _split(self, X, target, seed: int):
+        """MLPClassifier's validation split of ``validation_fraction`` of the rows: (X, target,
+        (X_val, target_val))."""
+        from sklearn.model_selection import train_test_split
+
+        stratify = target if self._estimator_kind == "classifier" and target.ndim == 1 else None
+        X, X_val, target, target_val = train_test_split(X, target, test_size=self.validation_fraction,
+                                                        random_state=seed, stratify=stratify)
+        if len(X_val) < 2:
+            raise ValueError(f"The validation set is too small ({len(X_val)} rows). Increase validation_fraction "
+                             f"({self.validation_fraction!r}) or the size of your dataset.")
+        return X, target, (X_val, target_val)
+
+    def _train_here(self, job, net, X, target) -> int:
+        """Train in this process (:mod:`ppt_dask.sklearn.inprocess`); returns the shard count."""
+        n_rows = len(X)
+        n_shards = min(self.n_shards or 1, n_rows, job.batch)
+        strategy = self._strategy(job.settings, job.batch, n_shards, n_rows)
+        checked = strategy.check([b - a for a, b in split_rows(n_rows, n_shards)], job.settings["seed"])
+        if job.run.state is not None:  # partial_fit goes on from the last call's rounds: its epochs are done
+            job.start_epoch = (job.run.state.round + 1) / checked.rounds_per_epoch(n_rows)
+        train_epochs(self, job, net, None, strategy, here=(X, target, n_shards))
+        return n_shards
+
+    def _train_on(self, client, job, net, X, target) -> int:
+        """Train on ``client``'s cluster: the data placed as shards, trained, released."""
+        n_rows = int(X.shape[0])
+        n_workers = len(cluster.worker_addresses(client))
+        n_shards = min(self.n_shards or self._default_shards(n_workers, n_rows, job.batch), n_rows, job.batch)
+        strategy = self._strategy(job.settings, job.batch, n_shards, n_rows)
+        # the data-dependent checks of the strategy, before the data is placed
+        strategy.check([b - a for a, b in split_rows(n_rows, n_shards)], job.settings["seed"])
+        job.run.state = None  # a state of this process's rounds does not go to a cluster
+        shards = enter_data(client, X, target, n_shards, dtype=net.dtype)
+        try:
+            train_epochs(self, job, net, shards, strategy)
+        finally:
+            exit_data(shards)
+        return n_shards
 
     def _batch(self, adam: bool, n_rows: int) -> int:
         """The rows of a mini-batch: ``batch_size``, or with "auto" the solver's and strategy's
@@ -340,9 +385,11 @@ class PPTBase(BaseEstimator):
             batch = n_rows
         return batch
 
-    def _network(self, n_outputs: int, row_shape: tuple, hidden, continuing: bool):
-        """The network to train: the module's, or the MLP of ``hidden`` layers; when
-        ``continuing``, it must be the one already fitted."""
+    def _network(self, n_outputs: int, row_shape: tuple, settings: dict, continuing: bool, prepared=()):
+        """The network to train: the module's, or the MLP of ``settings["hidden"]`` layers (a
+        sigmoid output for multilabel ``prepared`` targets); when ``continuing``, it must be
+        the one already fitted."""
+        hidden = settings["hidden"]
         if self.module is not None:
             net = _module_net(self.module, self._module_loss, row_shape, self.dtype)
             if net.n_outputs != n_outputs:
@@ -351,8 +398,12 @@ class PPTBase(BaseEstimator):
             if continuing and describe(net) != describe(self._net):
                 raise ValueError("cannot continue training with another module; fit from new weights")
             return net
+        multilabel = len(prepared) > 2 and prepared[2].get("_multilabel", False)
+        if multilabel and self.module is not None:
+            raise ValueError("a multilabel y is fitted by the built-in MLP (a sigmoid output per label), "
+                             "not with module=")
         net = MLP((int(np.prod(row_shape)), *hidden, n_outputs), hidden=ACTIVATIONS[self.activation],
-                  output=self._output, dtype=self._dtype())
+                  output="sigmoid" if multilabel else self._output, dtype=self._dtype())
         if continuing and net != self._net:
             raise ValueError(f"cannot continue training a {self._net.sizes} {self._net.hidden} "
                              f"network as {net.sizes} {net.hidden}; fit from new weights")
@@ -370,10 +421,11 @@ class PPTBase(BaseEstimator):
             self.coefs_ = [W.copy() for W, _ in net.unflatten(self.params_)]
             self.intercepts_ = [b.copy() for _, b in net.unflatten(self.params_)]
             self.n_layers_ = len(net.sizes)
-            self.out_activation_ = "identity" if self._output == "linear" else self._output
+            self.out_activation_ = {"linear": "identity", "sigmoid": "logistic"}.get(net.output, net.output)
         else:
             self.module_ = net.module_of(self.params_)  # the trained torch module (skorch's name)
-        self.loss_curve_ = LossCurve(run.losses)  # a list of floats that draws itself in a notebook
+        self.loss_curve_ = LossCurve(run.losses)
+        self.loss_ = run.losses[-1] if run.losses else np.nan  # a list of floats that draws itself in a notebook
         self.best_loss_, self.n_iter_, self.t_ = run.best, run.epochs, run.patterns
         self.history_, self._no_improvement_count = run.history, run.no_improvement
         self.n_features_in_, self.n_outputs_, self.row_shape_ = shapes

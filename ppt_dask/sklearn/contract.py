@@ -47,16 +47,50 @@ def columns_of(X):
     return X
 
 
-def frame_as_array(a, client, timeout: float, name: str):
+def compute(collection, timeout: float, what: str):
+    """A dask collection's value here: on the current client's cluster (inside a Dask task
+    through ``worker_client``, which secedes from the worker's thread pool while it waits),
+    else with dask's local scheduler. A wait longer than ``timeout`` seconds raises a
+    TimeoutError naming ``what`` it waited for."""
+    try:
+        from distributed import get_client, worker_client
+        from distributed.worker import get_worker
+    except ImportError:  # dask without distributed
+        return collection.compute()
+    try:
+        get_worker()
+        in_task = True
+    except ValueError:
+        in_task = False
+    try:
+        if in_task:
+            with worker_client() as client:
+                return client.compute(collection).result(timeout)
+        try:
+            client = get_client()
+        except ValueError:
+            return collection.compute(scheduler="threads")
+        return client.compute(collection).result(timeout)
+    except TimeoutError:
+        raise TimeoutError(f"waited {timeout:g} s for {what} from the Dask cluster; is it busy or "
+                           "are its workers gone?") from None
+
+
+def frame_as_array(a, timeout: float, name: str):
     """A dask DataFrame or Series as a dask array with known chunk sizes: the partitions'
-    row counts are computed on ``client``'s workers (only the counts come back); a
+    row counts are computed where they are (:func:`compute`; only the counts come back); a
     non-numeric feature column is refused by name."""
     if name == "X":
         text = [c for c, t in a.dtypes.items() if getattr(t, "kind", "O") not in "biuf"]
         if text:
             raise ValueError(f"X's column {text[0]!r} is not numeric ({a.dtypes[text[0]]}); encode it as numbers")
-    lengths = [int(n) for n in client.compute(a.map_partitions(len)).result(timeout)]
+    lengths = [int(n) for n in compute(a.map_partitions(len), timeout, f"the row counts of {name}'s partitions")]
     return a.to_dask_array(lengths=lengths)
+
+
+def as_numpy(a, timeout: float, name: str):
+    """``a`` as numpy: a dask array's blocks computed (:func:`compute`), anything else as is."""
+    return compute(a, timeout, f"the rows of {name}") if is_dask(a) else a
 
 
 def check_X(X, name: str = "X", rows: bool = False):
@@ -108,6 +142,8 @@ def check_y_labels(y, n_rows: int, estimator: str):
                           "the shape of y to (n_samples, ), for example using ravel().",
                           DataConversionWarning, stacklevel=5)
             y = y.ravel()
+        if y.ndim == 2 and y.shape[0] == n_rows and y.shape[1] > 1:  # multilabel: checked by the classifier
+            return y
     if y.ndim != 1 or y.shape[0] != n_rows:
         raise ValueError(f"y should be a 1d array with one label per row of X ({n_rows}), "
                          f"got an array of shape {y.shape} instead.")

@@ -1,10 +1,11 @@
 """scikit-learn estimators over the distributed trainer: PPTClassifier, PPTRegressor.
 
 On scikit-learn's base classes (the ``[sklearn]`` extra, :mod:`ppt_dask.sklearn.contract`). The
-Dask client is looked up at ``fit`` time, never stored: the client of ``scheduler`` when
-given, else the current client (``distributed.get_client()``), else a LocalCluster started
-for this one ``fit`` and closed at its end (2-3 s of start-up on a small machine: start a
-client first, ``ppt.connect()``, to reuse a cluster and watch its dashboard). Each ``fit``
+Dask client is looked up at ``fit`` time, never stored (:mod:`ppt_dask.sklearn.placement`):
+inside a Dask task or a process that cannot start workers the fit trains in its own process;
+else on the cluster of ``scheduler``, or of the current client; without one, a fit on one
+shard trains in this process, any other on one LocalCluster shared by such fits
+(:mod:`ppt_dask.sklearn.shared`). Each ``fit``
 places the training set once as logical shards (:func:`ppt_dask.enter_data`: for dask
 arrays they are built on the workers, the data never comes here), trains, and releases
 them. Prediction runs with numpy on the pulled weights, or block by block on the cluster
@@ -28,8 +29,8 @@ from ppt_dask.sklearn.contract import (
     check_is_fitted,
     check_y_labels,
     check_y_targets,
+    compute,
     distinct_labels,
-    frame_as_array,
     is_dask,
     is_dask_frame,
 )
@@ -43,12 +44,11 @@ def _encode_block(y, classes):
     return np.searchsorted(classes, y).astype(np.int64)
 
 
-def _labels_here(y):
-    """A dask Series of labels or targets as a dask array (its counts read on the workers)."""
-    if is_dask_frame(y):
-        from distributed import get_client
-        return frame_as_array(y, get_client(), RESULT_TIMEOUT, "y")
-    return y
+def _values(a, name: str) -> np.ndarray:
+    """A dask collection computed (:func:`ppt_dask.sklearn.contract.compute`), as a numpy array."""
+    if is_dask(a) or is_dask_frame(a):
+        a = compute(a, RESULT_TIMEOUT, name)
+    return np.asarray(a)
 
 
 _DOC = """
@@ -82,6 +82,13 @@ _DOC = """
         ``fit`` stops when for more than ``n_iter_no_change`` consecutive epochs the mean
         training loss has not fallen below the best so far minus ``tol``.
     n_iter_no_change : int, default=10
+    early_stopping : bool, default=False
+        Set ``validation_fraction`` of the rows aside (seeded by ``random_state``, stratified
+        for the classifier) and stop when for more than ``n_iter_no_change`` epochs the
+        validation score (accuracy; R^2 for the regressor) has not risen above the best so
+        far plus ``tol``; the best epoch's weights are kept. Numpy or pandas data only.
+    validation_fraction : float, default=0.1
+        In (0, 1): the share of the rows set aside with ``early_stopping``.
     random_state : None, int, RandomState or Generator, default=None
         Seeds the initial weights and the strategies' draws. With an int, a fit gives the
         same weights on any number of workers for a given ``n_shards``.
@@ -147,7 +154,15 @@ _DOC = """
         Mean training loss of each epoch (without the L2 term); ``best_loss_`` its minimum.
         A list that draws itself in a notebook (:class:`ppt_dask.observe.display.LossCurve`).
     n_iter_ : int
-        Epochs trained; ``t_`` the training patterns processed.
+        Epochs trained by the last ``fit`` or ``partial_fit`` call (MLPClassifier's count);
+        ``t_`` the training patterns processed over all calls.
+    loss_ : float
+        The last epoch's mean training loss.
+    validation_scores_ : list of float
+        With ``early_stopping``: the validation score of each epoch; ``best_validation_score_``
+        their maximum, whose weights were kept.
+    placement_ : str
+        Where the last fit trained, in words: a cluster, or this process and why.
     n_features_in_, n_outputs_, n_layers_ : int
         ``n_layers_`` for the MLP only.
     row_shape_ : tuple of int
@@ -208,7 +223,12 @@ class PPTClassifier(ClassifierMixin, PPTBase):
     _check_y = staticmethod(check_y_labels)
 
     def _prepare(self, y, client, continuing: bool, incremental: bool, classes):
-        """Labels encoded as 0..n_classes-1 (numpy, or a dask array mapped on the workers)."""
+        """Labels encoded as 0..n_classes-1 (numpy, or a dask array mapped on the workers);
+        a multilabel indicator matrix as it is (a sigmoid output per label)."""
+        if y.ndim == 2:
+            return self._prepare_multilabel(y, continuing)
+        if continuing and getattr(self, "_multilabel", False):
+            raise ValueError("y has one label a row; the model was fitted on a multilabel indicator matrix")
         found = y
         if is_dask(y):  # only the distinct labels come back
             found = client.compute(y.map_blocks(np.unique).rechunk(-1)).result(RESULT_TIMEOUT)
@@ -228,11 +248,33 @@ class PPTClassifier(ClassifierMixin, PPTBase):
             raise ValueError(f"y has only one class ({known.tolist()}); a classifier needs at least 2 classes")
         encoded = (y.map_blocks(_encode_block, known, dtype=np.int64) if is_dask(y)
                    else _encode_block(y, known))
-        return encoded, len(known), {"classes_": known}
+        return encoded, len(known), {"classes_": known, "_multilabel": False}
 
-    def partial_fit(self, X, y, classes=None):
+    def _prepare_multilabel(self, y, continuing: bool):
+        """A 0/1 indicator matrix (n_samples, n_labels): MLPClassifier's multilabel targets."""
+        if is_dask(y):
+            raise ValueError("a multilabel y must be a numpy array or DataFrame (a dask one: compute it first)")
+        values = np.unique(y)
+        if not np.isin(values, (0, 1)).all():
+            raise ValueError(f"a 2-D y is a multilabel indicator matrix of 0 and 1; it holds {values[:5].tolist()}")
+        if continuing and (not getattr(self, "_multilabel", False) or y.shape[1] != self.n_outputs_):
+            raise ValueError(f"y has {y.shape[1]} labels a row; the model was fitted on other targets")
+        return y.astype(np.float64), int(y.shape[1]), {"classes_": np.arange(y.shape[1]), "_multilabel": True}
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True  # a 0/1 indicator matrix, a sigmoid output per label
+        return tags
+
+    def _validation_score(self, net, params, X_val, target_val) -> float:
+        """Accuracy on the validation set (all labels of a row right, for multilabel)."""
+        if target_val.ndim == 2:
+            return float(np.all((net.predict_proba(params, X_val) > 0.5) == (target_val > 0.5), axis=1).mean())
+        return float((net.predict(params, X_val) == target_val).mean())
+
+    def partial_fit(self, X, y, classes=None, **fit_params):
         """One more epoch from the current weights; ``classes`` (all labels) needed the first time."""
-        return self._fit(X, y, incremental=True, classes=classes)
+        return self._fit(X, y, incremental=True, classes=classes, fit_params=fit_params)
 
     def predict(self, X):
         """Labels of the rows of X, shape (n_samples,); a dask array for a dask X."""
@@ -249,10 +291,12 @@ class PPTClassifier(ClassifierMixin, PPTBase):
 
     def score(self, X, y, sample_weight=None):
         """Mean accuracy on ``(X, y)`` (weighted by ``sample_weight``), a float."""
-        y = _labels_here(y)
-        right = self.predict(X) == (y if is_dask(y) else np.asarray(y).reshape(len(y), -1)[:, 0])
-        right = right.compute() if is_dask(right) else right
-        return float(np.average(right, weights=sample_weight))
+        predicted, y = _values(self.predict(X), "the predictions"), _values(y, "y")
+        if predicted.ndim == 2:  # multilabel: a row counts when all its labels are right
+            right = np.all(predicted == y.reshape(predicted.shape), axis=1)
+        else:
+            right = predicted == y.reshape(len(y), -1)[:, 0]
+        return float(np.average(right, weights=None if sample_weight is None else _values(sample_weight, "weights")))
 
 
 class PPTRegressor(RegressorMixin, PPTBase):
@@ -290,11 +334,15 @@ class PPTRegressor(RegressorMixin, PPTBase):
             raise ValueError(f"y has {y.shape[1]} targets; the model was fitted with {self.n_outputs_}")
         return y, int(y.shape[1]), {}
 
+    def _validation_score(self, net, params, X_val, target_val) -> float:
+        """R^2 on the validation set (MLPRegressor's early-stopping score)."""
+        return r2_score(target_val, net.predict(params, X_val).reshape(target_val.shape))
+
     def predict(self, X):
         """Predictions, shape (n_samples,) for one target, else (n_samples, n_outputs)."""
         return output_of(self, X, "values")
 
     def score(self, X, y, sample_weight=None):
         """R^2 averaged over the targets, as scikit-learn's ``r2_score``: a float."""
-        pred, y = (a.compute() if is_dask(a) else a for a in (self.predict(X), _labels_here(y)))
-        return r2_score(y, pred, sample_weight)
+        pred, y = _values(self.predict(X), "the predictions"), _values(y, "y")
+        return r2_score(y, pred, None if sample_weight is None else _values(sample_weight, "weights"))
