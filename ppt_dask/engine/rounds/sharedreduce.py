@@ -62,15 +62,17 @@ RING = 2  # rounds a segment holds (see above)
 # Each segment begins with a cache line of flags, [sums, part]: round r + 1 once the loop's sums
 # (or, for an adder, its part of the total) of round r are in place. A loop waits for the flags
 # it needs by looking at them: SPINS looks that give the core away between them (sched_yield:
-# another process on the core runs), then a nap of NAP_SECONDS between looks, and every
-# LOOK_SECONDS whether the run stopped or a link broke (a peer gone closes its socket). The
-# tokens this replaces cost each loop a system call a round to send and a wake-up to receive:
-# at 2 loops on 2 cores, about as much CPU as the rest of the exchange. x86 keeps the order of
-# a process's stores, so a flag seen means the bytes before it are there; other machines keep
-# the tokens (FLAGS below).
+# another process on the core runs) where the loops have a core each, then naps between looks,
+# from NAP_SECONDS doubling up to MAX_NAP_SECONDS (more loops than cores: no spinning, the loop
+# waited for needs the core), and every LOOK_SECONDS whether the run stopped or a link broke (a
+# peer gone closes its socket). The tokens this replaces cost each loop a system call a round to
+# send and a wake-up to receive: at 2 loops on 2 cores, a third of a worker's busy samples were
+# the token's send. x86 keeps the order of a process's stores, so a flag seen means the bytes
+# before it are there; other machines keep the tokens (FLAGS below).
 HEADER = 64
 SPINS = 200
 NAP_SECONDS = 50e-6
+MAX_NAP_SECONDS = 1e-3
 LOOK_SECONDS = 0.01
 FLAGS = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
 
@@ -139,6 +141,7 @@ class SharedReduce:
         self._flags: dict = {}  # slot -> its segment's flags [sums, part] (FLAGS)
         self._unlinked = False
         self.flags = FLAGS
+        self.spins = SPINS if n_loops <= len(os.sched_getaffinity(0)) else 0  # a core each, else no spinning
 
     # -- the segments --
     def _place_bytes(self, slot: int, n_nodes: int) -> int:
@@ -246,10 +249,10 @@ class SharedReduce:
             return
         t0 = time.perf_counter()
         flags = [self._flags[j] for j in slots]
-        looks, deadline, next_look = 0, None, 0.0
+        looks, deadline, next_look, nap = 0, None, 0.0, NAP_SECONDS
         while not all(f[flag] >= value for f in flags):
             looks += 1
-            if looks < SPINS:
+            if looks < self.spins:
                 os.sched_yield()
                 continue
             now = time.monotonic()
@@ -265,7 +268,8 @@ class SharedReduce:
                     raise LinkLost(f"worker slot {self.slot}: round {value - 1} of slot(s) {slots} did not come "
                                    f"within {self.wait} s")
                 next_look = now + LOOK_SECONDS
-            time.sleep(NAP_SECONDS)
+            time.sleep(nap)
+            nap = min(2 * nap, MAX_NAP_SECONDS)
         _add(phases, "idle", time.perf_counter() - t0)
 
     def close(self) -> None:
