@@ -8,8 +8,8 @@ Usage::
 
 Our allreduce (:class:`ppt_dask.engine.rounds.allreduce.Allreduce`: a reduce-scatter then an
 all-gather, or whole partial sums to every loop, added along the fixed shard tree, bitwise
-the serial tree's) runs over a transport with :class:`ppt_dask.engine.placement.links.Links`'s small
-interface. ``engine/placement/links.py`` is a transport of our own (sockets, and ssl for TLS); this
+the serial tree's) runs over a transport with :class:`ppt_dask.engine.wire.links.Links`'s small
+interface. ``engine/wire/links.py`` is a transport of our own (sockets, and ssl for TLS); this
 script runs the same algorithm, the same tagged messages, over each transport that is
 maintained elsewhere, p loops a round, each with partial sums of 55,050 float32 values
 (MNIST's 784-64-64-10) or 16 (latency alone) and three float64 statistics:
@@ -21,7 +21,7 @@ maintained elsewhere, p loops a round, each with partial sums of 55,050 float32 
 * ``links in Dask tasks`` and ``comm tcp in Dask tasks``: this script's loop in Dask worker tasks
   (a LocalCluster of single-threaded workers), over ours and over distributed's comms;
 * ``comm tcp`` / ``comm tls``: distributed's comms (``distributed.comm.connect``/``listen``,
-  :class:`ppt_dask.engine.placement.commlinks.CommLinks`), TLS with ``Security.temporary()``; UCX where
+  :class:`ppt_dask.engine.wire.commlinks.CommLinks`), TLS with ``Security.temporary()``; UCX where
   distributed-ucxx is installed;
 * ``gloo send/recv``: torch.distributed's gloo, ``isend``/``irecv`` of flat uint8 tensors
   carrying the messages (``graphs/carriers.py``, as MPI's), and gloo's own ``all_reduce`` beside, for reference;
@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ppt_dask.engine.placement.handshake import new_secret
+from ppt_dask.engine.wire.handshake import new_secret
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from carriers import GlooLinks, MpiLinks  # noqa: E402
@@ -153,9 +153,9 @@ def _made(kind: str, slot: int, security, secret: bytes):
     """A transport of ``kind`` for a loop in a process on this host, not yet linked (``secret``:
     what every connection to it proves, the same for every loop of a run)."""
     if kind.startswith("links"):
-        from ppt_dask.engine.placement.links import Links
+        from ppt_dask.engine.wire.links import Links
         return Links(slot, "tls://127.0.0.1:1" if "tls" in kind else "tcp://127.0.0.1:1", security, secret=secret)
-    from ppt_dask.engine.placement.commlinks import CommLinks
+    from ppt_dask.engine.wire.commlinks import CommLinks
     scheme = {"ucx": "ucxx"}.get(kind.split()[1], kind.split()[1])
     return CommLinks(slot, f"{scheme}://127.0.0.1:1", security, secret=secret)
 
@@ -273,8 +273,8 @@ def _task(kind: str, slot: int, p: int, plan: dict, tag: str) -> dict:
     meet through Variables (the scheduler), then run as in a process of their own."""
     from distributed import Variable, get_worker
     worker = get_worker()
-    from ppt_dask.engine.placement.commlinks import CommLinks
-    from ppt_dask.engine.placement.links import Links
+    from ppt_dask.engine.wire.commlinks import CommLinks
+    from ppt_dask.engine.wire.links import Links
     if kind.startswith("links"):
         links = Links(slot, worker.address, worker.security, secret=plan["secret"])
     else:

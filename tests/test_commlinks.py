@@ -1,4 +1,4 @@
-"""The loops' links over distributed's comms (ppt_dask/engine/placement/commlinks.py): our allreduce
+"""The loops' links over distributed's comms (ppt_dask/engine/wire/commlinks.py): our allreduce
 over them between threads gives bitwise the serial tree's total, as over our own sockets
 (tests/test_allreduce.py). graphs/transports.py times them beside the other transports."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from ppt_dask.core import tree
-from ppt_dask.engine.placement.commlinks import CommLinks, listen_address, payload_bytes
-from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import LinkLost
 from ppt_dask.engine.rounds.allreduce import Allreduce
+from ppt_dask.engine.wire.commlinks import CommLinks, listen_address, payload_bytes
+from ppt_dask.engine.wire.handshake import new_secret
+from ppt_dask.engine.wire.links import LinkLost
 
 
 def _linked(p: int, address: str = "tcp://127.0.0.1:1", security=None) -> list:

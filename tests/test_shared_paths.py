@@ -21,10 +21,10 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
 from ppt_dask.cli import presets
-from ppt_dask.engine.placement import sharedmem
-from ppt_dask.engine.placement.inboxes import LinkLost
 from ppt_dask.engine.rounds import choose, graph, sharedreduce
 from ppt_dask.engine.rounds.sharedreduce import SharedLost
+from ppt_dask.engine.wire import sharedmem
+from ppt_dask.engine.wire.inboxes import LinkLost
 from ppt_dask.testing import Slowed
 
 from conftest import own_shm
@@ -109,7 +109,7 @@ def test_a_segment_gone_before_loop_0_maps_it_is_a_lost_link_and_the_run_rolls_b
 
 FULL = """
 import os, resource, signal, sys
-from ppt_dask.engine.placement import sharedmem
+from ppt_dask.engine.wire import sharedmem
 sharedmem.SHM_DIR = sys.argv[1]
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a signal
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))

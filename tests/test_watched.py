@@ -14,8 +14,8 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.core.stopping import RoundRule
-from ppt_dask.engine.placement import mailbox
 from ppt_dask.engine.rounds import watched
+from ppt_dask.engine.wire import mailbox
 from ppt_dask.testing import Slowed
 
 

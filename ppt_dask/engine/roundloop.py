@@ -38,11 +38,11 @@ from ppt_dask.core.stopping import ErrorEstimate, RoundRule, Stop
 from ppt_dask.engine import loopenv, waits
 from ppt_dask.engine.history import History
 from ppt_dask.engine.placement.cluster import worker_addresses
-from ppt_dask.engine.placement.schemes import check_scheme
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.result import Outcome, evaluate, test_error
 from ppt_dask.engine.rounds import choose, graph, watched
 from ppt_dask.engine.rounds.sharedreduce import SharedFull
+from ppt_dask.engine.wire.schemes import check_scheme
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
 # The head's copies of the state with checkpoint_every=None: after at least KEEP_ROUNDS rounds,

@@ -28,7 +28,7 @@ class WorkerLost(RuntimeError):
 class Unanswered(WorkerLost):
     """Workers that were asked and did not answer (their connection closed: gone, though the
     scheduler lists them still), while a generation was planned: by
-    :func:`ppt_dask.engine.placement.sharedmem.colocated`, or by the scatter of its start state
+    :func:`ppt_dask.engine.wire.sharedmem.colocated`, or by the scatter of its start state
     (:func:`ppt_dask.engine.rounds.choose.place_state`); ``addresses`` names them."""
 
     def __init__(self, addresses: list, errors: list):

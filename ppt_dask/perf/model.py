@@ -54,7 +54,7 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   ``max(compute, tq)``. With distributed's message batching (``BatchedSend(interval=
   "5ms")`` in ``distributed.scheduler``) the update task is sent no sooner than ~5 ms
   after the gradient task went to the same worker, however short the gradient; with the
-  batching off (:mod:`ppt_dask.engine.placement.messages`, what ``ppt.connect`` does) tq is near 0.
+  batching off (:mod:`ppt_dask.engine.wire.messages`, what ``ppt.connect`` does) tq is near 0.
 
 >>> from ppt_dask.perf.paper001 import CONSTANTS, PROBLEMS
 >>> c = CONSTANTS["bat_cave", "function"]

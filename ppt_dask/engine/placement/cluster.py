@@ -22,7 +22,7 @@ from distributed import Client, LocalCluster, Security, WorkerPlugin
 
 from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.engine import interrupt, loopenv
-from ppt_dask.engine.placement import messages, probe
+from ppt_dask.engine.wire import messages, probe
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def connect(
         that does not answer like a Dask scheduler, an HTTP port for one, is named as such).
     batch_interval : float or None
         Seconds between the batches of small messages of scheduler, workers and this
-        client (:func:`ppt_dask.engine.placement.messages.fast_messages`; default 0, send
+        client (:func:`ppt_dask.engine.wire.messages.fast_messages`; default 0, send
         at once: a round of tiny compute takes about half the time); None keeps
         distributed's timers.
     **cluster_kwargs

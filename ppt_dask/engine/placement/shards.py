@@ -20,8 +20,9 @@ from distributed import Client, Future
 
 from ppt_dask.core import keys
 from ppt_dask.core.tree import split_shards
-from ppt_dask.engine.placement import labels, sharedmem
+from ppt_dask.engine.placement import labels
 from ppt_dask.engine.placement.cluster import worker_addresses
+from ppt_dask.engine.wire import sharedmem
 
 REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor
 
@@ -132,7 +133,7 @@ class ShardSet:
 
     def colocated(self, need: int = 0) -> bool:
         """Whether the workers of :meth:`worker_blocks` share one host's memory with ``need``
-        bytes free (:func:`ppt_dask.engine.placement.sharedmem.colocated`)."""
+        bytes free (:func:`ppt_dask.engine.wire.sharedmem.colocated`)."""
         return sharedmem.colocated(self.client, [self.workers[w] for w, (a, b) in enumerate(self.blocks) if b > a],
                                    need)
 

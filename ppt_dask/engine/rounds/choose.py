@@ -61,7 +61,7 @@ def choose_allreduce(exchange: str, algorithm: str, plan: graph.Plan, strategy, 
     (:func:`ppt_dask.core.allreduce.choose`); None where the rounds are not streamed or are
     asynchronous (their loops send each gradient whole). ``colocated(need)``, asked only where
     the answer decides, tells whether the blocks' workers share one host's memory with ``need``
-    bytes free (:func:`ppt_dask.engine.placement.sharedmem.colocated`; what the segments of
+    bytes free (:func:`ppt_dask.engine.wire.sharedmem.colocated`; what the segments of
     :mod:`ppt_dask.engine.rounds.sharedreduce` take, twice over)."""
     if exchange != "stream" or getattr(strategy, "asynchronous", False):
         return None

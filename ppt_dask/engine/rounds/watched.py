@@ -29,9 +29,9 @@ import numpy as np
 
 from ppt_dask.core import keys
 from ppt_dask.core.roundblock import Block
-from ppt_dask.engine.placement.mailbox import RECORDS_AHEAD, Mailbox
 from ppt_dask.engine.rounds.stream import ASK_ERRORS, StreamRounds, loop_timing, raise_loop_error, start_loops
 from ppt_dask.engine.rounds.watchloop import _PHASE, AT, BYTES, CHECK_N, CHECK_WRONG, PHASE0  # noqa: F401 (roundloop)
+from ppt_dask.engine.wire.mailbox import RECORDS_AHEAD, Mailbox
 
 READ_SECONDS = 0.2  # how long the head lets a loop's records gather between two reads
 # A loop that makes no progress for this long (or HANG_ROUNDS of its run's median round, if

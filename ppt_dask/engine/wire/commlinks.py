@@ -1,7 +1,7 @@
-"""The loops' links over distributed's comms: :class:`ppt_dask.engine.placement.links.Links`'s interface
+"""The loops' links over distributed's comms: :class:`ppt_dask.engine.wire.links.Links`'s interface
 on ``distributed.comm.connect`` and ``listen`` (TCP, TLS, and UCX where it is installed).
 
-:mod:`ppt_dask.engine.placement.links` is a transport of our own: plain sockets written and read in the
+:mod:`ppt_dask.engine.wire.links` is a transport of our own: plain sockets written and read in the
 loop's thread. This is the maintained alternative, measured beside it by
 ``graphs/transports.py`` (graphs/README, "Transports for the allreduce"): the same tagged
 messages of :class:`ppt_dask.engine.rounds.allreduce.Allreduce`, carried by the comms Dask's own
@@ -19,7 +19,7 @@ accepted is read), so messages from a slot arrive in order. A message goes as
 ``distributed.protocol.to_serialize(message)``: pickled, its arrays as out-of-band frames.
 
 Every comm a loop accepts is admitted by the generation's secret before anything of it is
-deserialized (:mod:`ppt_dask.engine.placement.handshake`'s challenge-response, in plain
+deserialized (:mod:`ppt_dask.engine.wire.handshake`'s challenge-response, in plain
 msgpack messages: the listener reads with ``deserialize=False``, so a stranger's pickle is
 never loaded); a stray comm is closed and named in :attr:`CommLinks.refused`.
 
@@ -43,10 +43,10 @@ from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 from distributed.protocol.serialize import Serialized, deserialize
 
-from ppt_dask.engine.placement import handshake
-from ppt_dask.engine.placement.handshake import HANDSHAKE_SECONDS, NONCE, Refused, proof
-from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost
-from ppt_dask.engine.placement.links import CONNECT_SECONDS
+from ppt_dask.engine.wire import handshake
+from ppt_dask.engine.wire.handshake import HANDSHAKE_SECONDS, NONCE, Refused, proof
+from ppt_dask.engine.wire.inboxes import POLL_SECONDS, Inboxes, LinkLost
+from ppt_dask.engine.wire.links import CONNECT_SECONDS
 
 SCHEMES = ("tcp", "tls", "ucxx")  # a worker's scheme kept (ucxx://: distributed-ucxx); inproc:// listens on tcp
 
@@ -84,7 +84,7 @@ class CommLinks(Inboxes):
         The address of the worker it runs on: the comms listen on its host with its scheme.
     security : distributed.security.Security, optional
         The worker's security settings (required for ``tls://``): the comms' TLS contexts are
-        the worker's own, as :class:`ppt_dask.engine.placement.links.Links` takes them.
+        the worker's own, as :class:`ppt_dask.engine.wire.links.Links` takes them.
     secret : bytes
         The generation's secret, what every comm proves before it is read.
     """
