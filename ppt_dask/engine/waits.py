@@ -54,6 +54,46 @@ def scheduler_gone(client, exc: BaseException | None = None) -> str | None:
     return f"lost the scheduler at {address} (host {host})"
 
 
+WORKERS, SCHEDULER, OURS = "workers", "scheduler", "ours"  # who_is_gone's answers
+
+
+def who_is_gone(client, exc: BaseException, workers, *, wait_seconds: float = 0.0,
+                blame_listed: bool = False, poll_seconds: float = 0.2) -> tuple[str, list]:
+    """Who is gone after a call on ``workers`` failed with ``exc``: the one place that asks.
+
+    Returns ``(SCHEDULER, [])`` when the client has lost its scheduler
+    (:func:`scheduler_gone`) or the scheduler does not answer the question "which workers
+    do you list?"; ``(WORKERS, gone)`` when the scheduler no longer lists the workers
+    ``gone`` of ``workers``; else ``(OURS, [])``: the call failed for a reason of its own (or
+    a timeout of ours), and the caller raises ``exc``.
+
+    The waits each caller needs are its parameters:
+
+    wait_seconds
+        How long to wait for the scheduler to let a worker go (a worker killed a moment ago
+        stays listed until the scheduler sees its comm close): 0 asks once, now.
+    blame_listed
+        Whether ``workers`` count as gone when the scheduler answers but still lists them
+        (a scatter to a worker gone a moment ago fails before the scheduler drops it).
+    """
+    from ppt_dask.engine.placement.cluster import worker_addresses  # the scheduler's list, asked now
+
+    if scheduler_gone(client, exc):
+        return SCHEDULER, []
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            listed = set(worker_addresses(client))
+        except OSError:  # it does not answer: the scheduler is gone, whatever the client says yet
+            return SCHEDULER, []
+        gone = [w for w in workers if w not in listed]
+        if gone:
+            return WORKERS, gone
+        if time.monotonic() >= deadline:
+            return (WORKERS, list(workers)) if blame_listed else (OURS, [])
+        time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
+
+
 def round_result(future, shards, timeout: float = ROUND_TIMEOUT):
     """``future.result()``, checking every few seconds that the shards' workers are alive.
 

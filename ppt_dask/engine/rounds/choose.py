@@ -12,7 +12,6 @@ import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.engine import waits
-from ppt_dask.engine.placement.cluster import scheduler_identity
 from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync, watched
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
@@ -119,15 +118,9 @@ def place_state(client, state, home: str | None):
     try:
         return client.scatter(state, hash=False, workers=None if home is None else [home])
     except (OSError, KeyError) as exc:  # its comm closed, a refused connection; KeyError: dropped now
-        if home is None or waits.scheduler_gone(client) or not _answers(client):
+        if home is None:
+            raise
+        who, _ = waits.who_is_gone(client, exc, [home], blame_listed=True)  # the scheduler answers: home is gone
+        if who != waits.WORKERS:
             raise
         raise waits.Unanswered([home], [exc]) from exc
-
-
-def _answers(client) -> bool:
-    """Whether the scheduler answers a question now."""
-    try:
-        scheduler_identity(client)
-    except OSError:
-        return False
-    return True
