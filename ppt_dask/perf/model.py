@@ -78,7 +78,10 @@ from ppt_dask.perf.constants import check_constants
 from ppt_dask.perf.constants import constants_from_dict as constants_from_dict
 from ppt_dask.perf.constants import constants_to_dict as constants_to_dict
 from ppt_dask.perf.constants import has_stream_terms as has_stream_terms
+from ppt_dask.perf.tasks import EXCHANGES as EXCHANGES
 from ppt_dask.perf.tasks import ceil_div, layout, slowest_patterns, streamed
+from ppt_dask.perf.tasks import tasks_per_round as tasks_per_round
+from ppt_dask.perf.tasks import tree_levels as tree_levels
 from ppt_dask.perf.terms import allreduce_terms as allreduce_terms
 from ppt_dask.perf.terms import call_seconds as call_seconds
 from ppt_dask.perf.terms import count_weights as count_weights
