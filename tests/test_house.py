@@ -1,11 +1,13 @@
-"""The house rules that keep modules small and functions readable (notes in docs/dev/architecture.md):
-at most three modules of ppt_dask/ over 400 lines, each saying in its docstring why it stays
-whole, and no function over 60 code lines (its docstring, comments and blank lines not counted).
-Read from the source with ``ast``, so the rule holds for every change."""
+"""The house rules (docs/dev/architecture.md): at most three modules of ppt_dask/ over 400
+lines, each saying in its docstring why it stays whole, no function over 60 code lines (its
+docstring, comments and blank lines not counted), and the layers' picture drawn from the code.
+Read from the source with ``ast``, so the rules hold for every change."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import ppt_dask
@@ -81,3 +83,11 @@ def test_at_most_three_long_modules_each_saying_why():
     silent = [name for name in long if WHOLE not in " ".join(
         (ast.get_docstring(ast.parse((PACKAGE / name).read_text())) or "").split())]
     assert silent == [], f"{silent}: say in the docstring why the module {WHOLE}"
+
+
+def test_the_layers_picture_is_the_codes():
+    """docs/_static/layers.svg (docs/dev/architecture.md) is what docs/layers.py draws from the
+    imports now."""
+    script = PACKAGE.parent / "docs" / "layers.py"
+    run = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, f"the picture is not the code's: python docs/layers.py ({run.stderr[-500:]})"

@@ -57,7 +57,7 @@ def scheduler_gone(client, exc: BaseException | None = None) -> str | None:
 WORKERS, SCHEDULER, OURS = "workers", "scheduler", "ours"  # who_is_gone's answers
 
 
-def who_is_gone(client, exc: BaseException, workers, *, wait_seconds: float = 0.0,
+def who_is_gone(client, exc: BaseException, workers, listed, *, wait_seconds: float = 0.0,
                 blame_listed: bool = False, poll_seconds: float = 0.2) -> tuple[str, list]:
     """Who is gone after a call on ``workers`` failed with ``exc``: the one place that asks.
 
@@ -67,7 +67,9 @@ def who_is_gone(client, exc: BaseException, workers, *, wait_seconds: float = 0.
     ``gone`` of ``workers``; else ``(OURS, [])``: the call failed for a reason of its own (or
     a timeout of ours), and the caller raises ``exc``.
 
-    The waits each caller needs are its parameters:
+    ``listed(client)`` asks the scheduler which workers it lists now
+    (:func:`ppt_dask.engine.placement.cluster.worker_addresses`; an ``OSError``: it does not
+    answer). The waits each caller needs are its parameters:
 
     wait_seconds
         How long to wait for the scheduler to let a worker go (a worker killed a moment ago
@@ -76,17 +78,15 @@ def who_is_gone(client, exc: BaseException, workers, *, wait_seconds: float = 0.
         Whether ``workers`` count as gone when the scheduler answers but still lists them
         (a scatter to a worker gone a moment ago fails before the scheduler drops it).
     """
-    from ppt_dask.engine.placement.cluster import worker_addresses  # the scheduler's list, asked now
-
     if scheduler_gone(client, exc):
         return SCHEDULER, []
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            listed = set(worker_addresses(client))
+            now = set(listed(client))
         except OSError:  # it does not answer: the scheduler is gone, whatever the client says yet
             return SCHEDULER, []
-        gone = [w for w in workers if w not in listed]
+        gone = [w for w in workers if w not in now]
         if gone:
             return WORKERS, gone
         if time.monotonic() >= deadline:

@@ -12,6 +12,7 @@ import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.engine import waits
+from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync, watched
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
@@ -120,7 +121,8 @@ def place_state(client, state, home: str | None):
     except (OSError, KeyError) as exc:  # its comm closed, a refused connection; KeyError: dropped now
         if home is None:
             raise
-        who, _ = waits.who_is_gone(client, exc, [home], blame_listed=True)  # the scheduler answers: home is gone
+        # while the scheduler answers, home is gone (listed yet: the scheduler sees it a moment later)
+        who, _ = waits.who_is_gone(client, exc, [home], worker_addresses, blame_listed=True)
         if who != waits.WORKERS:
             raise
         raise waits.Unanswered([home], [exc]) from exc
