@@ -57,15 +57,17 @@ def scheduler_gone(client, exc: BaseException | None = None) -> str | None:
 WORKERS, SCHEDULER, OURS = "workers", "scheduler", "ours"  # who_is_gone's answers
 
 
-def who_is_gone(client, exc: BaseException, workers, listed, *, wait_seconds: float = 0.0,
+def who_is_gone(client, workers, listed, *, wait_seconds: float = 0.0,
                 blame_listed: bool = False, poll_seconds: float = 0.2) -> tuple[str, list]:
-    """Who is gone after a call on ``workers`` failed with ``exc``: the one place that asks.
+    """Who is gone after a call on ``workers`` failed: the one place that asks.
 
     Returns ``(SCHEDULER, [])`` when the client has lost its scheduler
     (:func:`scheduler_gone`) or the scheduler does not answer the question "which workers
     do you list?"; ``(WORKERS, gone)`` when the scheduler no longer lists the workers
     ``gone`` of ``workers``; else ``(OURS, [])``: the call failed for a reason of its own (or
-    a timeout of ours), and the caller raises ``exc``.
+    a timeout of ours), and the caller raises its error. The error itself is not read: a
+    handler of the scheduler that failed on a worker's closed comm closes the head's
+    connection with an error naming the scheduler's address, while the scheduler answers.
 
     ``listed(client)`` asks the scheduler which workers it lists now
     (:func:`ppt_dask.engine.placement.cluster.worker_addresses`; an ``OSError``: it does not
@@ -78,7 +80,7 @@ def who_is_gone(client, exc: BaseException, workers, listed, *, wait_seconds: fl
         Whether ``workers`` count as gone when the scheduler answers but still lists them
         (a scatter to a worker gone a moment ago fails before the scheduler drops it).
     """
-    if scheduler_gone(client, exc):
+    if scheduler_gone(client):
         return SCHEDULER, []
     deadline = time.monotonic() + wait_seconds
     while True:

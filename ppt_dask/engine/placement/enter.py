@@ -244,7 +244,7 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
         try:
             return _place(client, rows, place, addresses, source, head_copy, addr_of, replicated, rebuild, chosen)
         except (KeyError, OSError) as exc:
-            who, gone = waits.who_is_gone(client, exc, addresses, worker_addresses)  # asked once, now
+            who, gone = waits.who_is_gone(client, addresses, worker_addresses)  # asked once, now
             if who == waits.SCHEDULER:  # its error is the one to say
                 raise exc from None
             if who != waits.WORKERS:

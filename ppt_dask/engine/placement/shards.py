@@ -196,9 +196,9 @@ class ShardSet:
             try:
                 self.client.run(labels.label_worker, {label: 1e9}, workers=[replacement])
                 self._place_again(slot, replacement)
-            except (KeyError, OSError) as exc:  # it left: the scheduler's KeyError of its address, a closed comm
+            except (KeyError, OSError):  # it left: the scheduler's KeyError of its address, a closed comm
                 # a worker killed a moment ago is listed until the scheduler sees its comm close
-                who, _ = waits.who_is_gone(self.client, exc, [replacement], worker_addresses,
+                who, _ = waits.who_is_gone(self.client, [replacement], worker_addresses,
                                            wait_seconds=max(0.0, deadline - time.monotonic()))
                 if who != waits.WORKERS:
                     raise

@@ -122,7 +122,7 @@ def place_state(client, state, home: str | None):
         if home is None:
             raise
         # while the scheduler answers, home is gone (listed yet: the scheduler sees it a moment later)
-        who, _ = waits.who_is_gone(client, exc, [home], worker_addresses, blame_listed=True)
+        who, _ = waits.who_is_gone(client, [home], worker_addresses, blame_listed=True)
         if who != waits.WORKERS:
             raise
         raise waits.Unanswered([home], [exc]) from exc
