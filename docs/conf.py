@@ -104,7 +104,7 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 # "*": every member (a strategy is its parameters; its methods are the engine's protocol).
 ENGINE_MEMBERS = {
     "Sync": "*", "PPT": "*", "Average": "*", "LocalSGD": "*", "Async": "*", "_Base": "*",
-    "ShardSet": {"worker_blocks", "colocated", "lost_workers", "repair", "can_grow",
+    "ShardSet": {"worker_blocks", "slot_workers", "colocated", "lost_workers", "repair", "can_grow",
                  "joined_workers", "rebalance", "who_has", "label"},
     "Result": {"left_out", "warn_left_out"},
     "MLP": {"describe", "unflatten", "weight_mask", "passes", "loss_and_grad"},

@@ -1,8 +1,8 @@
-"""Carriers of whole byte messages behind :class:`ppt_dask.engine.placement.links.Links`'s interface,
+"""Carriers of whole byte messages behind :class:`ppt_dask.engine.wire.links.Links`'s interface,
 for ``graphs/transports.py``: torch.distributed's gloo and mpi4py, point to point.
 
 Each carries the tagged messages of :class:`ppt_dask.engine.rounds.allreduce.Allreduce` as our links
-frame them (:func:`ppt_dask.engine.placement.links.frames_of`), so the algorithm, its adds and its bits
+frame them (:func:`ppt_dask.engine.wire.links.frames_of`), so the algorithm, its adds and its bits
 stay ours and only the carrier changes. Benchmark carriers: the synchronous interface only,
 waits without a limit, no lost-peer handling.
 """
@@ -13,9 +13,9 @@ import struct
 
 
 class Framed:
-    """:class:`ppt_dask.engine.placement.links.Links`'s interface over a carrier of whole byte messages
+    """:class:`ppt_dask.engine.wire.links.Links`'s interface over a carrier of whole byte messages
     between ranks (gloo, MPI): a message is framed as Links frames it
-    (:func:`ppt_dask.engine.placement.links.frames_of`), joined into one buffer; subclasses post a
+    (:func:`ppt_dask.engine.wire.links.frames_of`), joined into one buffer; subclasses post a
     buffer to a slot (without waiting), take a slot's next buffer (waiting) and wait for
     their posts to end. The carriers' calls wait without a limit (``timeout`` unused)."""
 
@@ -26,7 +26,7 @@ class Framed:
         self._stash: dict = {}
 
     def send(self, message, slots=None) -> int:
-        from ppt_dask.engine.placement.links import frames_of
+        from ppt_dask.engine.wire.links import frames_of
         buffer = bytearray().join(frames_of(message))
         slots = list(self.outgoing if slots is None else slots)
         for slot in slots:
@@ -37,7 +37,7 @@ class Framed:
         return sum(self.send((tag, message), [slot]) for slot, message in messages.items())
 
     def receive(self, timeout: float, stopped=lambda: None, tag=None, slots=None) -> list:
-        from ppt_dask.engine.placement.links import message_of
+        from ppt_dask.engine.wire.links import message_of
         out = []
         for slot in sorted(self.incoming if slots is None else slots):
             while (slot, tag) not in self._stash:

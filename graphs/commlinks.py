@@ -1,8 +1,8 @@
 """A measurement transport of graphs/transports.py, not part of ppt_dask (see below): the loops'
-links over distributed's comms, :class:`ppt_dask.engine.placement.links.Links`'s interface on
+links over distributed's comms, :class:`ppt_dask.engine.wire.links.Links`'s interface on
 ``distributed.comm.connect`` and ``listen`` (TCP, TLS, and UCX where it is installed).
 
-:mod:`ppt_dask.engine.placement.links` is a transport of our own: plain sockets written and read in the
+:mod:`ppt_dask.engine.wire.links` is a transport of our own: plain sockets written and read in the
 loop's thread. This is the maintained alternative, measured beside it by
 ``graphs/transports.py`` (graphs/README, "Transports for the allreduce"): the same tagged
 messages of :class:`ppt_dask.engine.rounds.allreduce.Allreduce`, carried by the comms Dask's own
@@ -20,13 +20,13 @@ accepted is read), so messages from a slot arrive in order. A message goes as
 ``distributed.protocol.to_serialize(message)``: pickled, its arrays as out-of-band frames.
 
 Every comm a loop accepts answers the generation's secret before a message of it is taken
-(:mod:`ppt_dask.engine.placement.handshake`'s challenge-response, in msgpack messages read with
+(:mod:`ppt_dask.engine.wire.handshake`'s challenge-response, in msgpack messages read with
 ``deserialize=False``); a stray comm is closed and named in :attr:`CommLinks.refused`. **That is
 not enough against a local stranger**: distributed unpickles ``__Pickled__`` frames during its
 own comm handshake and in the reads before ours, ``deserialize=False`` notwithstanding (a local
 process created a file through it). So this module is not part of ppt_dask: it lives here, a
 transport this script measures between processes of its own, and the package's loops talk
-over :mod:`ppt_dask.engine.placement.links` alone, whose handshake comes before any read.
+over :mod:`ppt_dask.engine.wire.links` alone, whose handshake comes before any read.
 
 Carries the synchronous rounds' interface (``connect``, ``send``, ``send_each``,
 ``receive``, ``close``); the asynchronous loops' ``poll`` and ``backlog`` are not here.
@@ -48,10 +48,10 @@ from distributed.comm.core import CommClosedError
 from distributed.protocol import to_serialize
 from distributed.protocol.serialize import Serialized, deserialize
 
-from ppt_dask.engine.placement import handshake
-from ppt_dask.engine.placement.handshake import HANDSHAKE_SECONDS, NONCE, Refused, proof
-from ppt_dask.engine.placement.inboxes import POLL_SECONDS, Inboxes, LinkLost
-from ppt_dask.engine.placement.links import CONNECT_SECONDS
+from ppt_dask.engine.wire import handshake
+from ppt_dask.engine.wire.handshake import HANDSHAKE_SECONDS, NONCE, Refused, proof
+from ppt_dask.engine.wire.inboxes import POLL_SECONDS, Inboxes, LinkLost
+from ppt_dask.engine.wire.links import CONNECT_SECONDS
 
 SCHEMES = ("tcp", "tls", "ucxx")  # a worker's scheme kept (ucxx://: distributed-ucxx); inproc:// listens on tcp
 
@@ -89,7 +89,7 @@ class CommLinks(Inboxes):
         The address of the worker it runs on: the comms listen on its host with its scheme.
     security : distributed.security.Security, optional
         The worker's security settings (required for ``tls://``): the comms' TLS contexts are
-        the worker's own, as :class:`ppt_dask.engine.placement.links.Links` takes them.
+        the worker's own, as :class:`ppt_dask.engine.wire.links.Links` takes them.
     secret : bytes
         The generation's secret, what every comm proves before it is read.
     """

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 import ppt_dask as ppt
-from ppt_dask.engine.placement import mailbox
+from ppt_dask.engine.wire import mailbox
 from ppt_dask.observe import diagnostics
 from ppt_dask.perf import loops
 

@@ -8,8 +8,8 @@ Usage::
 
 Our allreduce (:class:`ppt_dask.engine.rounds.allreduce.Allreduce`: a reduce-scatter then an
 all-gather, or whole partial sums to every loop, added along the fixed shard tree, bitwise
-the serial tree's) runs over a transport with :class:`ppt_dask.engine.placement.links.Links`'s small
-interface. ``engine/placement/links.py`` is a transport of our own (sockets, and ssl for TLS); this
+the serial tree's) runs over a transport with :class:`ppt_dask.engine.wire.links.Links`'s small
+interface. ``engine/wire/links.py`` is a transport of our own (sockets, and ssl for TLS); this
 script runs the same algorithm, the same tagged messages, over each transport that is
 maintained elsewhere, p loops a round, each with partial sums of 55,050 float32 values
 (MNIST's 784-64-64-10) or 16 (latency alone) and three float64 statistics:
@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ppt_dask.engine.placement.handshake import new_secret
+from ppt_dask.engine.wire.handshake import new_secret
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from carriers import GlooLinks, MpiLinks  # noqa: E402
@@ -154,7 +154,7 @@ def _made(kind: str, slot: int, security, secret: bytes):
     """A transport of ``kind`` for a loop in a process on this host, not yet linked (``secret``:
     what every connection to it proves, the same for every loop of a run)."""
     if kind.startswith("links"):
-        from ppt_dask.engine.placement.links import Links
+        from ppt_dask.engine.wire.links import Links
         return Links(slot, "tls://127.0.0.1:1" if "tls" in kind else "tcp://127.0.0.1:1", security, secret=secret)
     from commlinks import CommLinks  # graphs/commlinks.py: this script's, not the package's
     scheme = {"ucx": "ucxx"}.get(kind.split()[1], kind.split()[1])
@@ -276,7 +276,7 @@ def _task(kind: str, slot: int, p: int, plan: dict, tag: str) -> dict:
     worker = get_worker()
     from commlinks import CommLinks  # graphs/commlinks.py: this script's, not the package's
 
-    from ppt_dask.engine.placement.links import Links
+    from ppt_dask.engine.wire.links import Links
     if kind.startswith("links"):
         links = Links(slot, worker.address, worker.security, secret=plan["secret"])
     else:

@@ -49,7 +49,7 @@ _EXPORTS = {
     "ShardSet": "ppt_dask.engine.placement.shards", "enter_data": "ppt_dask.engine.placement.enter",
     "enter_source": "ppt_dask.engine.placement.enter", "exit_data": "ppt_dask.engine.placement.enter",
     "Async": "ppt_dask.algorithms.asynchronous", "StaleGradientsWarning": "ppt_dask.algorithms.asynchronous",
-    "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.strategies",
+    "PPT": "ppt_dask.algorithms.strategies", "Average": "ppt_dask.algorithms.average",
     "Sync": "ppt_dask.algorithms.strategies",
     "LocalSGD": "ppt_dask.algorithms.localsgd",
     "Result": "ppt_dask.engine.result", "evaluate": "ppt_dask.engine.result", "train": "ppt_dask.api",
@@ -86,8 +86,9 @@ def __dir__():
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ppt_dask.algorithms import strategies
     from ppt_dask.algorithms.asynchronous import Async, StaleGradientsWarning
+    from ppt_dask.algorithms.average import Average
     from ppt_dask.algorithms.localsgd import LocalSGD
-    from ppt_dask.algorithms.strategies import PPT, Average, Sync
+    from ppt_dask.algorithms.strategies import PPT, Sync
     from ppt_dask.api import train
     from ppt_dask.core.model import Network
     from ppt_dask.core.network import MLP

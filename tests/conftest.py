@@ -216,7 +216,7 @@ def own_shm(client=None):
     import uuid
     from pathlib import Path
 
-    from ppt_dask.engine.placement import sharedmem
+    from ppt_dask.engine.wire import sharedmem
 
     from shmfolder import ShmFolder
 

@@ -14,11 +14,11 @@ class ShmFolder(WorkerPlugin):
         self.folder = folder
 
     def setup(self, worker) -> None:
-        from ppt_dask.engine.placement import sharedmem
+        from ppt_dask.engine.wire import sharedmem
 
         sharedmem.SHM_DIR = self.folder
 
     def teardown(self, worker) -> None:
-        from ppt_dask.engine.placement import sharedmem
+        from ppt_dask.engine.wire import sharedmem
 
         sharedmem.SHM_DIR = "/dev/shm"

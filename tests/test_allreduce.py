@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppt_dask.core import allreduce, tree
-from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import Links
 from ppt_dask.engine.rounds import sharedreduce
 from ppt_dask.engine.rounds.allreduce import Allreduce
+from ppt_dask.engine.wire.handshake import new_secret
+from ppt_dask.engine.wire.links import Links
 
 from conftest import own_shm
 

@@ -18,9 +18,9 @@ from ppt_dask.algorithms.asynchronous import (
     train_serial,
 )
 from ppt_dask.core import tree
-from ppt_dask.engine.placement import mailbox
 from ppt_dask.engine.rounds import streamasync
 from ppt_dask.engine.saving import checkpoint
+from ppt_dask.engine.wire import mailbox
 from ppt_dask.observe.breakdown import PHASES
 from ppt_dask.testing import Slowed
 

@@ -18,9 +18,9 @@ from ppt_dask.core import tree
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "graphs"))
 from commlinks import CommLinks, listen_address, payload_bytes  # noqa: E402  (graphs/commlinks.py)
 
-from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import LinkLost
 from ppt_dask.engine.rounds.allreduce import Allreduce
+from ppt_dask.engine.wire.handshake import new_secret
+from ppt_dask.engine.wire.links import LinkLost
 
 
 def _linked(p: int, address: str = "tcp://127.0.0.1:1", security=None) -> list:
@@ -194,7 +194,7 @@ def test_no_module_of_the_package_listens_on_distributeds_comms():
     """distributed unpickles what a comm sends during its own handshake and reads, before any
     check of ours could refuse a stranger (a local process created a file through the
     package's CommLinks, which listened with ``distributed.comm.listen``): the package's loops
-    listen on sockets of their own (engine/placement/links.py) whose handshake comes first."""
+    listen on sockets of their own (engine/wire/links.py) whose handshake comes first."""
     import ppt_dask
 
     root = Path(ppt_dask.__file__).parent

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine.placement import probe
+from ppt_dask.engine.wire import probe
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):

@@ -1,5 +1,5 @@
 """An exchange a shared cluster can trust, end to end on real clusters: a foreign process that
-knocks on every listener of a run's loops (ppt_dask/engine/placement/handshake.py) neither
+knocks on every listener of a run's loops (ppt_dask/engine/wire/handshake.py) neither
 gets code run nor changes a bit of the run, and the run's log names it; on a TLS cluster too.
 
 The loops' listeners live while a generation's loops link up: a few milliseconds, usually.
@@ -280,7 +280,7 @@ def _pids(client) -> set:
 
 def _segments_of(pids: set) -> set:
     """The segments in /dev/shm made by these processes (never anyone else's)."""
-    from ppt_dask.engine.placement import sharedmem
+    from ppt_dask.engine.wire import sharedmem
     return {n for n in os.listdir(sharedmem.SHM_DIR) if (sharedmem.creator(n) or (0, 0, -1))[2] in pids}
 
 

@@ -105,12 +105,12 @@ def test_the_heads_copies_by_default_come_every_25_rounds_or_less_often_when_cos
     import time
     from types import SimpleNamespace
 
-    from ppt_dask.engine import roundloop
+    from ppt_dask.engine import checks, roundloop
 
     def due(r, every=None, last=-1, ago=1e6, took=0.0):
         run = SimpleNamespace(checkpoint_every=every, last_kept=SimpleNamespace(round=last),
                               kept_at=time.perf_counter() - ago, keep_seconds=took)
-        return roundloop._keep_due(run, r)
+        return checks.keep_due(run, r)
     every, keep = 10, roundloop.KEEP_ROUNDS
     # as asked, whatever it cost: after each round r with r + 1 a multiple of `every`
     assert [r for r in range(60) if due(r, every=every)] == list(range(every - 1, 60, every))

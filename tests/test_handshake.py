@@ -1,4 +1,4 @@
-"""Who may join the loops' links (ppt_dask/engine/placement/handshake.py, links.py): strangers
+"""Who may join the loops' links (ppt_dask/engine/wire/handshake.py, links.py): strangers
 knocking on a loop's listener while the loops link up (nothing sent, the old slot-then-pickle
 message, garbage, a slot not a peer, a slot that is one) are refused and named, nothing they
 send is unpickled, and the loops link and talk all the same; over TLS too. A header past
@@ -14,10 +14,10 @@ import threading
 import numpy as np
 import pytest
 
-from ppt_dask.engine.placement import handshake
-from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import LinkLost, Links, frames_of
-from ppt_dask.engine.placement.schemes import check_scheme, listen_host, tls_contexts
+from ppt_dask.engine.wire import handshake
+from ppt_dask.engine.wire.handshake import new_secret
+from ppt_dask.engine.wire.links import LinkLost, Links, frames_of
+from ppt_dask.engine.wire.schemes import check_scheme, listen_host, tls_contexts
 
 
 class _Creates:

@@ -35,6 +35,10 @@ ALLOWED = {
     "versions": set(),
 }
 NUMPY_ONLY = ("core", "data", "algorithms")
+# Inside the engine: how the loops talk (wire/) lies below what a round does (rounds/) and
+# where data and workers are (placement/); it may import only these of ppt_dask besides itself.
+WIRE = "ppt_dask.engine.wire"
+WIRE_MAY_IMPORT = ("ppt_dask.core", "ppt_dask.engine.waits")
 HEAVY = ("dask", "distributed", "bokeh")
 TORCH_ONLY = ("nets",)  # the PyTorch adapter: the only part that imports torch
 
@@ -104,6 +108,30 @@ def test_the_check_reads_the_imports_it_judges():
     assert "ppt_dask.algorithms.strategies" in graph["ppt_dask.algorithms.localsgd"]
     assert "ppt_dask.engine.saving.modelfile" in graph["ppt_dask.engine.result"]  # imported inside Result.save()
     assert "ppt_dask.data.datasets" in graph["ppt_dask.cli.commands"]  # from ppt_dask.data import datasets
+
+
+def wire_imports_from_above() -> list[str]:
+    """The imports of wire/ that reach above it (rounds/, placement/, the head's loop ...)."""
+    return sorted(f"{name} imports {target}" for name, targets in modules().items()
+                  if name == WIRE or name.startswith(WIRE + ".") for target in targets
+                  if not (target == WIRE or target.startswith(WIRE + ".") or target.startswith(WIRE_MAY_IMPORT)))
+
+
+def test_the_wire_lies_below_the_rounds():
+    """The loops' transport (engine/wire/) imports nothing of rounds/ or placement/; they import it."""
+    assert wire_imports_from_above() == [], f"engine/wire/ may import only {WIRE_MAY_IMPORT} besides itself"
+    graph = modules()
+    assert "ppt_dask.engine.wire.mailbox" in graph["ppt_dask.engine.rounds.stream"]  # the check sees rounds/ use it
+    assert "ppt_dask.engine.wire.sharedmem" in graph["ppt_dask.engine.placement.shards"]
+
+
+def test_the_wire_check_can_fail(monkeypatch):
+    """The same check finds an import of rounds/ planted in wire/."""
+    graph = modules()
+    graph["ppt_dask.engine.wire.links"] = {*graph["ppt_dask.engine.wire.links"], "ppt_dask.engine.rounds.stream"}
+    monkeypatch.setattr(sys.modules[__name__], "modules", lambda: graph)
+    with pytest.raises(AssertionError, match="ppt_dask.engine.wire.links imports ppt_dask.engine.rounds.stream"):
+        test_the_wire_lies_below_the_rounds()
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))

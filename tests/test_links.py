@@ -1,4 +1,4 @@
-"""The loops' direct links (ppt_dask/engine/placement/links.py) between two threads of this process, on
+"""The loops' direct links (ppt_dask/engine/wire/links.py) between two threads of this process, on
 real loopback sockets: what one sends the other reads whole, and a graceful close reads and
 drops what still arrives without taking its bytes for messages."""
 
@@ -8,8 +8,8 @@ import threading
 
 import numpy as np
 
-from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import CHUNK, JOIN_BYTES, Links
+from ppt_dask.engine.wire.handshake import new_secret
+from ppt_dask.engine.wire.links import CHUNK, JOIN_BYTES, Links
 
 
 def _pair():

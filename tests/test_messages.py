@@ -1,11 +1,11 @@
-"""Message batching turned off on the clusters ppt_dask connects to (ppt_dask.engine.placement.messages)."""
+"""Message batching turned off on the clusters ppt_dask connects to (ppt_dask.engine.wire.messages)."""
 
 import numpy as np
 import pytest
 
 import ppt_dask as ppt
 from ppt_dask.algorithms.serial import train_serial
-from ppt_dask.engine.placement import messages
+from ppt_dask.engine.wire import messages
 
 
 def _worker_interval(dask_worker):

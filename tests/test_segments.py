@@ -1,4 +1,4 @@
-"""Shared-memory segments a shared host can trust (ppt_dask/engine/placement/sharedmem.py,
+"""Shared-memory segments a shared host can trust (ppt_dask/engine/wire/sharedmem.py,
 ppt_dask/engine/rounds/sharedreduce.py): names that say whose and which process's they are, a
 sweep that removes a dead creator's and leaves a live one's, a peer's name validated before
 it is opened, a full /dev/shm told apart, a bad segment a lost link. Each test counts only the
@@ -15,16 +15,16 @@ import threading
 import numpy as np
 import pytest
 
-from ppt_dask.engine.placement import sharedmem
-from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import Links
-from ppt_dask.engine.placement.sharedmem import BadSegment, Segment, SharedMemoryFull
 from ppt_dask.engine.rounds.allreduce import Allreduce
 from ppt_dask.engine.rounds.sharedreduce import SharedLost
+from ppt_dask.engine.wire import sharedmem
+from ppt_dask.engine.wire.handshake import new_secret
+from ppt_dask.engine.wire.links import Links
+from ppt_dask.engine.wire.sharedmem import BadSegment, Segment, SharedMemoryFull
 
 MAKER = """
 import sys, time
-from ppt_dask.engine.placement import sharedmem
+from ppt_dask.engine.wire import sharedmem
 segment = sharedmem.Segment(nbytes=4096)
 print(segment.name, flush=True)
 time.sleep(120)

@@ -3,7 +3,7 @@ a /dev/shm too full for a segment (said when the segment is made, not with a SIG
 write, and nothing left), the room check that sends the exchange through the sockets instead,
 and the examples of the docstrings that size it. (A segment's name taken away before a peer
 maps it is no longer a path: the loops' segments have no name past their making, see
-ppt_dask/engine/placement/sharedmem.py; a peer's segment that cannot be mapped is a lost
+ppt_dask/engine/wire/sharedmem.py; a peer's segment that cannot be mapped is a lost
 link, tests/test_segments.py.)"""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.cli import presets
-from ppt_dask.engine.placement import sharedmem
 from ppt_dask.engine.rounds import choose, graph, sharedreduce
+from ppt_dask.engine.wire import sharedmem
 
 from conftest import own_shm
 
@@ -41,7 +41,7 @@ def test_the_docstrings_examples_run(function):
 
 FULL = """
 import os, resource, signal, sys
-from ppt_dask.engine.placement import sharedmem
+from ppt_dask.engine.wire import sharedmem
 sharedmem.SHM_DIR = sys.argv[1]
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, not a signal
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))

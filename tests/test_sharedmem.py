@@ -1,4 +1,4 @@
-"""Shared memory between the loops of one host (ppt_dask/engine/placement/sharedmem.py): a
+"""Shared memory between the loops of one host (ppt_dask/engine/wire/sharedmem.py): a
 segment one process makes and another maps, what tells two processes they share /dev/shm,
 and the head's question to a real cluster's workers."""
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import ppt_dask as ppt
-from ppt_dask.engine.placement import sharedmem
+from ppt_dask.engine.wire import sharedmem
 
 CHILD = """
 import sys
 import numpy as np
-from ppt_dask.engine.placement import sharedmem
+from ppt_dask.engine.wire import sharedmem
 segment = sharedmem.Segment(sys.argv[1])
 a = segment.array(64, (3, 4), np.float32)
 assert a.tolist() == np.arange(12, dtype=np.float32).reshape(3, 4).tolist(), a

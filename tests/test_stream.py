@@ -9,8 +9,8 @@ import pytest
 import ppt_dask as ppt
 from ppt_dask.algorithms import localsgd
 from ppt_dask.core import tree
-from ppt_dask.engine.placement import mailbox
 from ppt_dask.engine.rounds import stream
+from ppt_dask.engine.wire import mailbox
 from ppt_dask.observe.breakdown import PHASES
 from ppt_dask.testing import Slowed
 

@@ -1,7 +1,7 @@
 """Synchronous loops that apply the stopping rule themselves, and a head that reads them by time.
 
 The oracle is the head's own rule: an ``on_round`` call-back that never stops the run makes the
-head apply the rule on every round it reads (ppt_dask/engine/roundloop.py ``_check``), as it
+head apply the rule on every round it reads (ppt_dask/engine/checks.py ``check_round``), as it
 did before the loops decided; the loops' run must stop at the same round, with the same
 verifications, the same history and the same weights, bit for bit.
 """
@@ -14,8 +14,8 @@ import pytest
 
 import ppt_dask as ppt
 from ppt_dask.core.stopping import RoundRule
-from ppt_dask.engine.placement import mailbox
 from ppt_dask.engine.rounds import watched
+from ppt_dask.engine.wire import mailbox
 from ppt_dask.testing import Slowed
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ppt_dask.algorithms.asynchronous import Async
+from ppt_dask.algorithms.average import Average
 from ppt_dask.algorithms.localsgd import LocalSGD
-from ppt_dask.algorithms.strategies import PPT, Average, Sync, _Base
+from ppt_dask.algorithms.strategies import PPT, Sync, _Base
 
 STRATEGIES: dict[str, type[_Base]] = {"epoch": Sync, "block": Sync, "ppt": PPT, "average": Average}
 

@@ -22,13 +22,13 @@ import numpy as np
 from ppt_dask.cli import errors as clierrors
 from ppt_dask.cli import flags as cliflags
 from ppt_dask.cli import owndata, paths, presets, runmodel, textout, usermodel
+from ppt_dask.cli.outputs import page_lines, recorder_with, run_summary, write_outputs
 from ppt_dask.cli.parser import build_parser
 from ppt_dask.cli.presets import MODULE_PRESETS, PRESETS, STRATEGY_PRESETS
 from ppt_dask.core import applicability
 from ppt_dask.data import datasets
 
 SPLIT_EPOCHS = "100,200,250,500"  # --splits: where test accuracy is measured (004)
-LOCAL_KEYS = ("interval", "pull", "ema", "compensate")  # the local strategy's own, in the summary
 STRATEGY_KEYS = ("lr", "momentum", "l2", "block", "local_epoch", "interval", "local_epochs",
                  "sample_fraction", "momentum_policy", "staleness", "pull", "ema", "solver", "shuffle",
                  "compensate")
@@ -134,13 +134,13 @@ def train_command(args) -> int:
         _close_after(client, exc, args.checkpoint)
         raise
     if url:
-        print("\n".join(_page_lines(url)), file=sys.stderr)
+        print("\n".join(page_lines(url)), file=sys.stderr)
     with warnings.catch_warnings():  # said below in one line, naming the flag
         warnings.simplefilter("ignore", asynchronous.StaleGradientsWarning)
         result = _run_on(client, args, s, net, data, strategy, stop, n_shards, checkpoints, beside)
     if isinstance(result, int):  # --splits printed its own table
         return result
-    summary = _summary(args, s, net, result)
+    summary = run_summary(args, s, net, result)
     print(textout.result_lines(summary))  # rounded, with units; --json keeps every digit
     left_out = result.left_out(f"--staleness {getattr(result.strategy, 'staleness', 0)}")
     if left_out:
@@ -151,7 +151,7 @@ def train_command(args) -> int:
         if entry["measured_round_seconds"] is not None:
             result.settings["measured_round_ms"] = 1e3 * entry["measured_round_seconds"]
         print(runmodel.line(entry))
-    _write_outputs(args, result, summary, data)
+    write_outputs(args, result, summary, data)
     if result.outcome is Outcome.DIVERGED:
         print(f"ppt-dask: {result.stopped_because}; kept the last good weights", file=sys.stderr)
         return 3
@@ -315,7 +315,7 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
                              block=getattr(strategy, "block", None) or shards.n_rows, n_shards=shards.n_shards,
                              fan_in=args.fan_in, exchange=args.exchange, local=not args.scheduler,
                              reproducible=applicability.reproducible_for(s["strategy"], args.reproducible) or "any-p")
-            recorder = _recorder_with(runmodel.settings(beside))
+            recorder = recorder_with(runmodel.settings(beside))
         result = ppt.train(net, shards, strategy, stop, seed=args.seed, fan_in=args.fan_in,
                            checkpoint_dir=args.checkpoint, checkpoint_every=args.checkpoint_every,
                            resume=args.resume, exchange=args.exchange, reproducible=args.reproducible,
@@ -348,79 +348,6 @@ def _run_on(client, args, s: dict, net, data, strategy, stop, n_shards: int, che
         if client is not None:
             ppt.cluster.close(client)
     return result
-
-
-def _page_lines(url: str, timeout: float = 2.0) -> list[str]:
-    """The live page's address, and how to reach it when it does not answer from here: the
-    dashboard of a scheduler on another machine listens on that machine's 127.0.0.1 unless
-    it was started with ``--dashboard-address :8787`` (deploy/README.md, section 7)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from ppt_dask.engine.placement.addresses import LOOPBACK
-
-    lines = [f"time breakdown, live: {url}"]
-    parts = urlsplit(url)
-    if parts.hostname in LOOPBACK or parts.port is None:
-        return lines
-    try:
-        socket.create_connection((parts.hostname, parts.port), timeout=timeout).close()
-    except OSError:
-        local = parts._replace(netloc=f"127.0.0.1:{parts.port}").geturl()
-        lines.append(f"  it does not answer from here (the dashboard listens on {parts.hostname}'s 127.0.0.1?): "
-                     f"ssh -L {parts.port}:127.0.0.1:{parts.port} {parts.hostname}, then {local}")
-    return lines
-
-
-def _recorder_with(more: dict):
-    """ppt.train's recorder with ``more`` in the run's settings (what the page and report show)."""
-    from ppt_dask.api import RECORDER
-
-    def recorder(client, run_id, settings):
-        return RECORDER(client, run_id, {**settings, **more})
-    return recorder
-
-
-def _summary(args, s: dict, net, result) -> dict:
-    """The run's summary: what the command prints and --json writes."""
-    from ppt_dask.core.model import describe
-    from ppt_dask.observe.breakdown import phase_table
-
-    summary = {"dataset": args.dataset or f"{args.x} and {args.y}", "network": describe(net)["network"],
-               **result.summary(),
-               "lr": s["lr"], "momentum": s["momentum"], "l2": s.get("l2", 0.0), "block": s.get("block"),
-               **({k: getattr(result.strategy, k) for k in LOCAL_KEYS} if s["strategy"] == "local" else {}),
-               "median_round_seconds": float(np.median([r["wall_seconds"] for r in result.history]))}
-    times = result.diagnostics.summary() if result.diagnostics is not None else {}
-    summary["percent_not_gradient"] = times.get("percent_not_gradient")
-    rows = result.breakdown()  # where a round's time goes, per phase
-    summary["phases"] = phase_table(rows) if rows else None
-    summary["median_head_submit_ms"] = times.get("median_head_submit_ms")
-    # what the exchange moved: all workers' bytes in a round (median), and the weights' bytes
-    # to hold it against (a streamed allreduce sends at most about twice them a worker)
-    summary["transfer_bytes_per_round"] = times.get("transfer_bytes_per_round")
-    summary["weights_bytes"] = int(net.n_params) * np.dtype(net.dtype).itemsize
-    if s.get("test_r2") is not None:  # a regression on a table: R^2, not the share within tolerance
-        summary["test_r2"], summary["test_accuracy"] = s["test_r2"], None
-    return summary
-
-
-def _write_outputs(args, result, summary: dict, data=None) -> None:
-    """--report, --trace, --json and --save."""
-    if args.report:  # the report names the data set too
-        result.settings["dataset"] = summary["dataset"]
-        result.report(args.report)
-    if args.trace:
-        result.trace(args.trace)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(summary, fh, indent=2)
-    if args.save:  # the dataset's name and the network go into the file's summary
-        from ppt_dask.engine.saving.modelfile import save_result
-        # a table's classes, columns and scaling go with the model (prediction applies them)
-        saved = save_result(result, args.save, classes=getattr(data, "classes", None), summary=summary,
-                            preprocessing=getattr(data, "preprocessing", None))
-        print(f"saved the model to {saved}")
 
 
 def _command(args) -> int:

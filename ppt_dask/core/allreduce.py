@@ -83,7 +83,7 @@ def choose(algorithm: str, p: int, nbytes: int, halves: bool = True, shared: boo
     """The algorithm of a round of ``p`` loops whose partial sums take ``nbytes`` bytes;
     ``halves``: whether the layout allows "halving" (:func:`can_halve`); ``shared``: whether
     every loop runs on one host and they share its memory
-    (:func:`ppt_dask.engine.placement.sharedmem.identity`).
+    (:func:`ppt_dask.engine.wire.sharedmem.identity`).
 
     Loops of one host take "shared" (the sums through shared memory, a token a loop through
     the links, :mod:`ppt_dask.engine.rounds.sharedreduce`): MNIST block 1000 at 8 loops on

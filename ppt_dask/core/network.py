@@ -21,6 +21,10 @@ block of rows is the same code with one shard.
 It follows the model protocol (:class:`ppt_dask.core.model.Network`). This module imports
 numpy only.
 
+The module stays whole, over 400 lines: it is one class whose forward pass, backward pass and
+batched per-shard pass share the flat layout and must stay bitwise the same; read apart, the
+invariant that holds them together would be in no one file.
+
 Examples
 --------
 >>> import numpy as np

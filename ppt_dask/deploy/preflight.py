@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import shlex
 import warnings
+from pathlib import Path
 
 from ppt_dask.core.validation import error_line
 
@@ -115,3 +116,14 @@ async def _ask(host: str, python: str, options: dict, timeout: float) -> tuple[s
 
 def _last_line(text: str) -> str:
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def read_hostfile(path) -> list[str]:
+    """Host names, one per line (the format of ``dask ssh --hostfile``); ``#`` starts a comment."""
+    hosts = []
+    for line in Path(path).expanduser().read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        hosts.extend(words)
+    if not hosts:
+        raise ValueError(f"host file {str(path)!r} names no host")
+    return hosts

@@ -43,21 +43,11 @@ from pathlib import Path
 import dask
 
 from ppt_dask.core.validation import check_int_at_least
+from ppt_dask.deploy.preflight import read_hostfile as read_hostfile  # the hosts named in a file
 from ppt_dask.engine.placement.addresses import DEFAULT_DASHBOARD_ADDRESS, DEFAULT_SCHEDULER_PORT, LOOPBACK
 from ppt_dask.engine.placement.cluster import CERT_FILES, NO_WORKERS_TIMEOUT, WORKER_ENV, preloads, tls_security
 
 logger = logging.getLogger(__name__)
-
-
-def read_hostfile(path) -> list[str]:
-    """Host names, one per line (the format of ``dask ssh --hostfile``); ``#`` starts a comment."""
-    hosts = []
-    for line in Path(path).expanduser().read_text().splitlines():
-        words = line.split("#", 1)[0].split()
-        hosts.extend(words)
-    if not hosts:
-        raise ValueError(f"host file {str(path)!r} names no host")
-    return hosts
 
 
 def _path_only(value, what: str) -> str:

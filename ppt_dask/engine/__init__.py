@@ -1,6 +1,7 @@
-"""The engine: the cluster and the shards placed on it (``placement/``), the round kinds and
-the transports that carry them (``rounds/``), the head's round loop (``trainer``,
-``roundloop``), the result, checkpoints and model files (``saving/``), and recovery.
+"""The engine: the cluster and the shards placed on it (``placement/``), how the loops talk
+(``wire/``: links, shared memory, the mailbox), the round kinds that use it (``rounds/``), the
+head's round loop (``trainer``, ``roundloop``), the result, checkpoints and model files
+(``saving/``), and recovery.
 
 Each round kind has one worker-side step (:mod:`ppt_dask.engine.rounds.steps`), which every
 transport calls; the transports differ only in how the partial sums travel:

@@ -131,7 +131,7 @@ class Result:
 
     def _repr_html_(self) -> str:
         """In a notebook: one line of what the run did, then its loss and error curves
-        (:meth:`ppt_dask.observe.diagnostics.RunRecords.curves`)."""
+        (:meth:`ppt_dask.observe.records.RunRecords.curves`)."""
         test = "" if self.test_accuracy is None else f", test accuracy {self.test_accuracy:.4f}"
         line = (f"<p><b>{'learned' if self.learned else 'not learned'}</b> ({html.escape(str(self.stopped_because))}): "
                 f"{self.epochs:.3g} epochs, {self.rounds} rounds, {self.wall_seconds:.3g} s, "

@@ -5,7 +5,8 @@ against round ``r``'s weights future before round ``r``'s loss is read (``pipeli
 ahead), so the scheduler always has the next round queued and the workers do not wait for
 the head. The head pulls a three-number stats vector per round and, at the end, the final
 weights. A lost worker starts a new generation from the newest state the head can reach
-(:func:`one_try`); :func:`ppt_dask.engine.trainer.train` runs the tries.
+(:func:`one_try`); :func:`ppt_dask.engine.trainer.train` runs the tries. What the head does
+after each round it reads (record, check, keep a copy) is :mod:`ppt_dask.engine.checks`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ import math
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import CancelledError
-from dataclasses import dataclass, field
 
-from distributed import Future, KilledWorker
+from distributed import KilledWorker
 
 try:  # distributed's error of a task no worker may run (past no-workers-timeout): not in its public API
     from distributed.scheduler import NoValidWorkerError
@@ -31,102 +30,19 @@ except ImportError:  # pragma: no cover - a distributed to come moved it
     class NoValidWorkerError(Exception):  # type: ignore[no-redef]
         """Never raised: stands for distributed's where it cannot be imported."""
 
-from ppt_dask.algorithms import strategies
 from ppt_dask.core import keys
-from ppt_dask.core.model import Network
-from ppt_dask.core.stopping import ErrorEstimate, RoundRule, Stop
+from ppt_dask.core.stopping import ErrorEstimate, RoundRule
 from ppt_dask.engine import loopenv, waits
-from ppt_dask.engine.history import History
+from ppt_dask.engine.checks import KEEP_ROUNDS as KEEP_ROUNDS
+from ppt_dask.engine.checks import KEEP_SHARE as KEEP_SHARE
+from ppt_dask.engine.checks import End, Grow, Kept, Run, check_round, keep_due, record_round, verify
 from ppt_dask.engine.placement.cluster import worker_addresses
-from ppt_dask.engine.placement.schemes import check_scheme
-from ppt_dask.engine.placement.shards import ShardSet
-from ppt_dask.engine.result import Outcome, evaluate, test_error
-from ppt_dask.engine.rounds import choose, graph, liveness, watched
+from ppt_dask.engine.result import Outcome
+from ppt_dask.engine.rounds import choose, graph, watched
 from ppt_dask.engine.rounds.sharedreduce import SharedFull
+from ppt_dask.engine.wire.schemes import check_scheme
 
 MAX_RECOVERIES = 20  # lost workers a run recovers from before it gives up
-# The head's copies of the state with checkpoint_every=None: after at least KEEP_ROUNDS rounds,
-# and not before the rounds since the last copy took 1 / KEEP_SHARE times what that copy took.
-# A copy of local SGD's state pulls every shard's model from every worker: at p = 8, MNIST's
-# rounds of one 25-row step (6-8 ms on 2 cores), one every 25 rounds took 28% of the run's time.
-KEEP_ROUNDS = 25
-KEEP_SHARE = 0.05
-# Loops that read by time (ppt_dask.engine.rounds.watched) hand the head a copy with a read at
-# most this often: a lost worker is recovered from a surviving loop's state, the copy is for a
-# lost head (the checkpoint) and the loss of every loop.
-KEEP_EVERY_SECONDS = 1.0
-
-
-@dataclass
-class Kept:
-    """The head's copy of the state after ``round`` (-1: before the first), to go back to."""
-
-    round: int
-    state: strategies.ModelState
-    n_history: int
-
-
-@dataclass
-class End:
-    """How a try ended: the state to keep (a future or a value), after which round, why."""
-
-    state: object
-    round: int
-    outcome: Outcome
-    where: str | None = None  # the round a divergence happened in
-
-    @property
-    def learned(self) -> bool:
-        return self.outcome is Outcome.TARGET_ERROR
-
-
-@dataclass
-class Grow:
-    """New workers joined: spread the shards over them and go on from ``kept``."""
-
-    kept: Kept
-
-
-@dataclass
-class Run:
-    """What a run accumulates over its tries and generations."""
-
-    net: Network
-    shards: ShardSet
-    strategy: object
-    stop: Stop
-    fan_in: int
-    pipeline: int
-    exchange: str
-    allreduce: str
-    rounds_per_epoch: float
-    max_rounds: int
-    snapshot_rounds: dict
-    checkpoint_every: int | None  # None: by KEEP_ROUNDS and KEEP_SHARE
-    meta: dict
-    progress: Callable | None
-    on_round: Callable | None
-    on_keep: Callable | None  # (state, round, try, history): the checkpoint writer
-    diag: object
-    run_id: str
-    t_start: float
-    reproducible: str | None = None  # "any-p", "same-p" (a pass a worker slot), None (asynchronous)
-    hang_seconds: float = liveness.HANG_SECONDS  # a streamed loop without progress this long is hung
-    history: History = field(default_factory=History)  # Result.history: a record a round, as columns
-    snapshots: dict = field(default_factory=dict)
-    events: list = field(default_factory=list)
-    head_seconds: float = 0.0
-    recoveries: int = 0
-    gen: int = 0
-    used_exchange: str = ""
-    used_allreduce: str | None = None  # the streamed exchange's algorithm (None: not streamed, or async)
-    shared_off: bool = False  # shared memory no longer possible (/dev/shm filled): the socket algorithms from then on
-    last_kept: Kept | None = None
-    kept_at: float = 0.0  # when the head's last copy was made (or its generation began)
-    keep_seconds: float = 0.0  # what that copy took the head
-    worker_settings: dict = field(default_factory=dict)  # per worker, its loop's report (loopenv)
-    said: set = field(default_factory=set)  # what the log said of them already
-
 
 
 def one_try(run: Run, attempt: int, kept: Kept) -> End:
@@ -315,7 +231,7 @@ def _rounds(run: Run, attempt: int, engine, kept: Kept) -> End | Grow:
             run.events.append({**event, "round": first, "elapsed_seconds": now - run.t_start})
         n = last - first + 1
         for i, r in enumerate(range(first, last + 1)):
-            record = _record(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)
+            record = record_round(run, attempt, r, stats[i], estimate, (now - last_done) / n, seconds / n)
             if hasattr(engine, "record_fields"):  # asynchronous steps: who made the round, staleness
                 record.update(engine.record_fields(r))
             run.history.append(record)
@@ -323,7 +239,7 @@ def _rounds(run: Run, attempt: int, engine, kept: Kept) -> End | Grow:
                 run.progress(record)
             loops = engine.loop_phases(r)  # streamed rounds: each loop's own timing of the round
             run.diag.round_done(record if loops is None else {**record, "loops": loops})
-            end = _check(run, attempt, engine, r, record, estimate, checks)
+            end = check_round(run, attempt, engine, r, record, estimate, checks)
             if end is not None:
                 return end
         size = _batch_size(n, now - last_done, engine.max_batch)
@@ -344,7 +260,7 @@ def _watch(run: Run, attempt: int, engine) -> End | Grow:
             estimate.add(h["error_rate"] * h["patterns"], h["patterns"])
     last_done, last_round = time.perf_counter(), engine.first - 1
     while True:
-        rounds, end, latest, busy = engine.watch(wait, state=_keep_due(run, None))
+        rounds, end, latest, busy = engine.watch(wait, state=keep_due(run, None))
         now = time.perf_counter()
         _take_notes(run, engine, rounds[0][0] if rounds else None, now)
         if end is not None:
@@ -354,7 +270,8 @@ def _watch(run: Run, attempt: int, engine) -> End | Grow:
         records = []
         for r, rows in rounds:
             row = rows[0]
-            record = _record(run, attempt, r, row[:3], estimate, (now - last_done) / len(rounds), busy / len(rounds))
+            record = record_round(run, attempt, r, row[:3], estimate, (now - last_done) / len(rounds),
+                                  busy / len(rounds))
             if row[watched.CHECK_N] > 0:  # this round's weights were verified (NaN: not)
                 record["verified_error_rate"] = float(row[watched.CHECK_WRONG] / row[watched.CHECK_N])
             run.history.append(record)
@@ -393,7 +310,7 @@ def _watched_end(run: Run, end: dict) -> End:
     if end.get("check") is not None:
         c, before = end["check"]
         record = run.history[-1]
-        record["verified_error_rate"] = _verify(run, watched.Done(before), record)
+        record["verified_error_rate"] = verify(run, watched.Done(before), record)
         run.history[-1] = record
         if record["verified_error_rate"] <= run.stop.target_error:
             return End(watched.Done(before), c - 1, Outcome.TARGET_ERROR)
@@ -408,81 +325,3 @@ def _take_notes(run: Run, engine, first, now: float) -> None:
         loopenv.log_once(run.worker_settings, run.said)
     for event in engine.take_events():  # refused connections
         run.events.append({**event, "round": first, "elapsed_seconds": now - run.t_start})
-
-
-def _record(run: Run, attempt: int, r: int, stats, estimate, wall: float, head: float) -> dict:
-    loss_sum, n_wrong, n = (float(v) for v in stats)
-    estimate.add(n_wrong, n)
-    return {"try": attempt, "gen": run.gen, "round": r, "epoch": (r + 1) / run.rounds_per_epoch,
-            "loss": loss_sum / n, "error_rate": n_wrong / n, "error_estimate": estimate.rate,
-            "patterns": n, "wall_seconds": wall, "head_seconds": head,
-            "elapsed_seconds": time.perf_counter() - run.t_start}
-
-
-def _check(run: Run, attempt: int, engine, r: int, record: dict, estimate,
-           checks: dict) -> End | Grow | None:
-    """After round ``r``'s record: an End when the run stops there, a Grow when new workers
-    joined, else None (keeping a copy of the state every ``checkpoint_every`` rounds)."""
-    shards, stop, strategy = run.shards, run.stop, run.strategy
-    if not math.isfinite(record["loss"]):  # keep the weights this round started from
-        run.history.pop()
-        return End(engine.state_before(r), r - 1, Outcome.DIVERGED, f"round {r}")
-    if r in run.snapshot_rounds:
-        run.snapshots[run.snapshot_rounds[r]] = waits.round_result(engine.state_after(r), shards).params
-    if _keep_due(run, r) and r + 1 < run.max_rounds:
-        t0 = time.perf_counter()
-        kept = _keep(run, attempt, r, waits.round_result(engine.state_after(r), shards))
-        run.kept_at = time.perf_counter()
-        run.keep_seconds = run.kept_at - t0
-        if shards.can_grow and shards.joined_workers():  # use new workers from here on
-            if shards.lost_workers():  # a lost worker's restarted process, not a new worker:
-                raise waits.WorkerLost("a worker left and another joined")  # the lost slot takes it
-            return Grow(kept)
-    screened = (estimate.full or strategy.exact_stats) and estimate.rate <= (stop.target_error or 0)
-    due = record["epoch"] >= checks["next_check"] - 1e-9 or (stop.screen and strategy.exact_stats)
-    if stop.target_error is not None and (screened or not stop.screen) and due:
-        checks["next_check"] = record["epoch"] + stop.check_every  # verify every check_every epochs
-        record["verified_error_rate"] = _verify(run, engine.state_before(r), record)
-        run.history[-1] = record  # the history keeps columns, not the dict: write the check in
-        if record["verified_error_rate"] <= stop.target_error:
-            return End(engine.state_before(r), r - 1, Outcome.TARGET_ERROR)
-    if run.on_round is not None and run.on_round(record):
-        return End(engine.state_after(r), r, Outcome.STOPPED)
-    return None
-
-
-def _keep_due(run: Run, r: int | None) -> bool:
-    """Whether the head keeps a copy of the state after round ``r``: every
-    ``checkpoint_every`` rounds, or (None) by :data:`KEEP_ROUNDS` and :data:`KEEP_SHARE`."""
-    if run.checkpoint_every is not None:
-        return (r + 1) % run.checkpoint_every == 0
-    if r is None:  # loops read by time: a copy with the next read, by the time since the last
-        return time.perf_counter() - run.kept_at >= max(KEEP_EVERY_SECONDS, run.keep_seconds / KEEP_SHARE)
-    return (r - run.last_kept.round >= KEEP_ROUNDS
-            and time.perf_counter() - run.kept_at >= run.keep_seconds / KEEP_SHARE)
-
-
-def _keep(run: Run, attempt: int, r: int, state) -> Kept:
-    """The head's copy to roll back to (and to the run's ``on_keep``: the checkpoint file)."""
-    kept = Kept(r, state, len(run.history))
-    run.last_kept = kept
-    if run.on_keep is not None:
-        run.on_keep(state, r, attempt, run.history)
-    return kept
-
-
-def _verify(run: Run, state_future, record: dict) -> float:
-    """The error of the state a round started from: on the test set, else the whole training
-    set (the round's own stats when they already cover it)."""
-    if run.stop.test is not None:
-        return test_error(run.net, waits.round_result(state_future, run.shards).params, run.stop.test)
-    if run.strategy.exact_stats:
-        return record["error_rate"]
-    client = run.shards.client
-    if not isinstance(state_future, Future):  # a state the head builds (streamed rounds)
-        s = evaluate(run.net, run.shards, waits.round_result(state_future, run.shards).params, run.fan_in)
-        return float(s[1] / s[2])
-    s = evaluate(run.net, run.shards, client.submit(graph.weights_of, state_future), run.fan_in)
-    return float(s[1] / s[2])
-
-

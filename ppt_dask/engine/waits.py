@@ -28,7 +28,7 @@ class WorkerLost(RuntimeError):
 class Unanswered(WorkerLost):
     """Workers that were asked and did not answer (their connection closed: gone, though the
     scheduler lists them still), while a generation was planned: by
-    :func:`ppt_dask.engine.placement.sharedmem.colocated`, or by the scatter of its start state
+    :func:`ppt_dask.engine.wire.sharedmem.colocated`, or by the scatter of its start state
     (:func:`ppt_dask.engine.rounds.choose.place_state`); ``addresses`` names them."""
 
     def __init__(self, addresses: list, errors: list):
@@ -52,6 +52,48 @@ def scheduler_gone(client, exc: BaseException | None = None) -> str | None:
         return None
     host = address.split("://", 1)[-1].rsplit(":", 1)[0]
     return f"lost the scheduler at {address} (host {host})"
+
+
+WORKERS, SCHEDULER, OURS = "workers", "scheduler", "ours"  # who_is_gone's answers
+
+
+def who_is_gone(client, workers, listed, *, wait_seconds: float = 0.0,
+                blame_listed: bool = False, poll_seconds: float = 0.2) -> tuple[str, list]:
+    """Who is gone after a call on ``workers`` failed: the one place that asks.
+
+    Returns ``(SCHEDULER, [])`` when the client has lost its scheduler
+    (:func:`scheduler_gone`) or the scheduler does not answer the question "which workers
+    do you list?"; ``(WORKERS, gone)`` when the scheduler no longer lists the workers
+    ``gone`` of ``workers``; else ``(OURS, [])``: the call failed for a reason of its own (or
+    a timeout of ours), and the caller raises its error. The error itself is not read: a
+    handler of the scheduler that failed on a worker's closed comm closes the head's
+    connection with an error naming the scheduler's address, while the scheduler answers.
+
+    ``listed(client)`` asks the scheduler which workers it lists now
+    (:func:`ppt_dask.engine.placement.cluster.worker_addresses`; an ``OSError``: it does not
+    answer). The waits each caller needs are its parameters:
+
+    wait_seconds
+        How long to wait for the scheduler to let a worker go (a worker killed a moment ago
+        stays listed until the scheduler sees its comm close): 0 asks once, now.
+    blame_listed
+        Whether ``workers`` count as gone when the scheduler answers but still lists them
+        (a scatter to a worker gone a moment ago fails before the scheduler drops it).
+    """
+    if scheduler_gone(client):
+        return SCHEDULER, []
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            now = set(listed(client))
+        except OSError:  # it does not answer: the scheduler is gone, whatever the client says yet
+            return SCHEDULER, []
+        gone = [w for w in workers if w not in now]
+        if gone:
+            return WORKERS, gone
+        if time.monotonic() >= deadline:
+            return (WORKERS, list(workers)) if blame_listed else (OURS, [])
+        time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
 
 
 def round_result(future, shards, timeout: float = ROUND_TIMEOUT):

@@ -56,6 +56,10 @@ a notebook go too) without its trainable weights; each worker process keeps the 
 built for the next tasks of the same network, one working copy per worker thread.
 
 This package (:mod:`ppt_dask.nets`) is the only part of ppt_dask that imports torch.
+
+The module stays whole, over 400 lines: it is one class, the adapter between a torch module and
+the model protocol (:class:`ppt_dask.core.model.Network`); its parameter layout, the working
+copies on the workers and the passes over them are one concept, and torch's types stay in it.
 """
 
 from __future__ import annotations

@@ -22,35 +22,35 @@ rows, a gprof-style phase table and a Chrome trace; :mod:`ppt_dask.observe.dashb
   scheduler's event log, up to 100,000 of them, and grew the scheduler with the rounds), and
   fetches the task records at the end. Its cost per round is measured (``head_cost_seconds``).
 
-The test hook that makes gradient tasks take a known extra time is
+A finished run's records (:class:`~ppt_dask.observe.records.RunRecords`, what ``finish`` returns) are
+:mod:`ppt_dask.observe.records`. The test hook that makes gradient tasks take a known extra time is
 :func:`ppt_dask.testing.slow_gradients`.
 """
 
 from __future__ import annotations
 
-import json
 import pickle
 import time
 import warnings
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ppt_dask.core.keys import parse_key, phases_of
-from ppt_dask.observe.breakdown import TaskRecord, breakdown, phase_table, summarize
-from ppt_dask.observe.display import Curves, PhaseTable
+from ppt_dask.observe.breakdown import TaskRecord
+from ppt_dask.observe.records import HEAD_FIELDS as HEAD_FIELDS
+from ppt_dask.observe.records import RunRecords as RunRecords
+from ppt_dask.observe.records import plain_settings
+from ppt_dask.observe.records import records_of as records_of
+from ppt_dask.observe.records import write_trace as write_trace
 from ppt_dask.observe.roundlog import WINDOW, RoundLog
-from ppt_dask.observe.trace import trace_events
 
 TOPIC = "ppt-diagnostics"  # log_event topic of the head's messages
 NAME = "ppt-diagnostics"  # the plugin's name on the scheduler
 HANDLER = "ppt_diagnostics"  # its rpc handler on the scheduler (fetches a run's records)
 ROUNDS_HANDLER = "ppt_diagnostics_rounds"  # the handler that takes the head's batches of rounds
 SCHEDULER_WINDOW = 300  # rounds the collector keeps in full (the /ppt page draws 300: dashboard.PAGE_ROUNDS)
-HEAD_FIELDS = ("round", "epoch", "loss", "error_rate", "error_estimate", "patterns",
-               "wall_seconds", "head_seconds")
 LOOPS = "loops"  # a streamed round's record: each worker loop's own timing of the round
 
 def _text(key) -> str:
@@ -236,67 +236,6 @@ async def _call_collector(client, handler: str, kwargs: dict) -> None:
         pass
 
 
-def _plain(settings: dict | None) -> dict:
-    out = {}
-    for k, v in (settings or {}).items():
-        out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
-    return out
-
-
-@dataclass
-class RunRecords:
-    """A finished run's records, on the head: what reports and traces are made of."""
-
-    run: str
-    settings: dict
-    tasks: list = field(repr=False)
-    heads: list = field(repr=False)  # the head's records of the last rounds, in full (a RoundLog's window)
-    dropped: int = 0  # task records the collector had to drop (bounded memory)
-    head_cost_seconds: float = 0.0  # the recorder's own head time per round (mean)
-    report_writer: Callable | None = field(default=None, repr=False, compare=False)
-    # the rounds before ``heads``, folded into bins (ppt_dask.observe.roundlog): as breakdown rows
-    # (streamed rounds) and as head records, each with the ``rounds`` it stands for
-    binned_rows: list = field(default_factory=list, repr=False)
-    binned_heads: list = field(default_factory=list, repr=False)
-
-    def rows(self) -> list[dict]:
-        """Per-round breakdown, after the binned rows of the older rounds (``rounds``: how many
-        each stands for); without the oldest round when task records were dropped."""
-        return self.binned_rows + breakdown(self.tasks, self.heads)[1 if self.dropped else 0:]
-
-    def all_heads(self) -> list[dict]:
-        """The head's records: a bin's means for the older rounds, then each recent round."""
-        return self.binned_heads + self.heads
-
-    def summary(self) -> dict:
-        return {**summarize(self.rows()), "head_cost_seconds": self.head_cost_seconds,
-                "dropped_records": self.dropped}
-
-    def table(self) -> PhaseTable:
-        """The phase table: a list of dicts, one per phase, shown as a table in a notebook."""
-        return PhaseTable(phase_table(self.rows()))
-
-    def curves(self) -> Curves:
-        """The loss and error rate per round, drawn in a notebook."""
-        return Curves(self.rows())
-
-    def trace(self) -> dict:
-        return trace_events(self.tasks, self.heads, self.settings)
-
-    def write_trace(self, path) -> None:
-        """Write the Chrome trace (``chrome://tracing``, https://ui.perfetto.dev)."""
-        with open(path, "w") as fh:
-            json.dump(self.trace(), fh, default=str)
-
-    def write_report(self, result, path) -> None:
-        """Write the standalone HTML report of ``result`` (whose records these are) with the
-        writer the recorder was given (:func:`ppt_dask.observe.dashboard.write_report`)."""
-        if self.report_writer is None:
-            raise ValueError("these records have no report writer: pass the recorder "
-                             "report=ppt_dask.observe.dashboard.write_report (ppt_dask.train does)")
-        self.report_writer(result, path)
-
-
 class Recorder:
     """The head's side of the diagnostics for one run.
 
@@ -320,7 +259,7 @@ class Recorder:
                  flush_seconds: float = 0.25, max_rounds: int = WINDOW, report: Callable | None = None):
         self.client, self.run, self.generation = client, run, generation
         self.report = report
-        self.settings = _plain(settings)
+        self.settings = plain_settings(settings)
         self.flush_seconds = flush_seconds
         self.heads = RoundLog(window=max_rounds)
         self.seconds, self.rounds = 0.0, 0
@@ -392,23 +331,3 @@ class Recorder:
                           self.heads.records(), reply["dropped"],
                           self.seconds / self.rounds if self.rounds else 0.0, self.report,
                           self.heads.bin_rows(), self.heads.bin_heads())
-
-
-def records_of(obj) -> RunRecords:
-    """The :class:`RunRecords` of a ``Result`` (or the records themselves).
-
-    A result without task records (the scheduler did not take the collector, or a loop
-    that does not record) still has its history: records with no tasks are made from it.
-    """
-    if isinstance(obj, RunRecords):
-        return obj
-    if getattr(obj, "diagnostics", None) is not None:
-        return obj.diagnostics
-    heads = [{**{k: h.get(k) for k in HEAD_FIELDS}, "gen": int(h.get("try", 0))}
-             for h in getattr(obj, "history", [])]
-    return RunRecords("no-task-records", _plain(getattr(obj, "settings", {})), [], heads)
-
-
-def write_trace(obj, path) -> None:
-    """Write the Chrome trace of a ``Result`` or :class:`RunRecords` to ``path``."""
-    records_of(obj).write_trace(path)

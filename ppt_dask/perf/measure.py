@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from ppt_dask.algorithms import strategies
+from ppt_dask.algorithms import average, strategies
 from ppt_dask.core.validation import check_int_at_least
 from ppt_dask.perf import fit as modelfit
 from ppt_dask.perf import model as perfmodel
@@ -94,8 +94,8 @@ def _measure_constants(net, X, y, block, repeats, momentum) -> perfmodel.Constan
     tu = _median_seconds(lambda: strategy.apply(net, state, total), repeats)
     tm = _median_seconds(params.copy, repeats)
     # Ta (eq. (9)): a worker scales its weights by the patterns it saw, the update
-    # divides the sum (strategies.Average: work's last line, then apply)
-    averaging = strategies.Average(block=block)
+    # divides the sum (average.Average: work's last line, then apply)
+    averaging = average.Average(block=block)
     ta = _median_seconds(lambda: averaging.apply(net, state, (params * block, total[-1])), repeats)
     parts = perfmodel.Constants(tf, max(t_grad - tf, 0.0), tu, tm, max(t_stats - tf, 0.0), 0.0,
                                 ta_seconds=ta, tc_seconds=tc)

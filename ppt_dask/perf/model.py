@@ -54,7 +54,7 @@ Dask adds terms that MPI did not have (all 0 for the paper's constants):
   ``max(compute, tq)``. With distributed's message batching (``BatchedSend(interval=
   "5ms")`` in ``distributed.scheduler``) the update task is sent no sooner than ~5 ms
   after the gradient task went to the same worker, however short the gradient; with the
-  batching off (:mod:`ppt_dask.engine.placement.messages`, what ``ppt.connect`` does) tq is near 0.
+  batching off (:mod:`ppt_dask.engine.wire.messages`, what ``ppt.connect`` does) tq is near 0.
 
 >>> from ppt_dask.perf.paper001 import CONSTANTS, PROBLEMS
 >>> c = CONSTANTS["bat_cave", "function"]
@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ppt_dask.core import allreduce
 from ppt_dask.core.model import STACK_ROWS
 from ppt_dask.core.validation import check_int_array_at_least
 from ppt_dask.perf import curves
@@ -79,147 +78,20 @@ from ppt_dask.perf.constants import check_constants
 from ppt_dask.perf.constants import constants_from_dict as constants_from_dict
 from ppt_dask.perf.constants import constants_to_dict as constants_to_dict
 from ppt_dask.perf.constants import has_stream_terms as has_stream_terms
-from ppt_dask.perf.tasks import EXCHANGES, ceil_div, layout, slowest_patterns, streamed, tasks_per_round, tree_levels
-
-
-def count_weights(layers, biases: bool = True) -> int:
-    """Parameters of a fully connected network; 001's ``w`` (Table IV) has no biases.
-
-    >>> count_weights((2, 128, 128, 1), biases=False)
-    16768
-    """
-    layers = [int(x) for x in layers]
-    if len(layers) < 2 or min(layers) < 1:
-        raise ValueError(f"layers must be >= 2 positive sizes, got {layers!r}")
-    return sum(a * z + (z if biases else 0) for a, z in zip(layers[:-1], layers[1:]))
-
-
-def _out(x):
-    return float(x) if np.ndim(x) == 0 else np.asarray(x, dtype=float)
-
-
-# ---------------------------------------------------------------- the model
-
-def call_seconds(rows, c: Constants):
-    """Seconds of one gradient call over ``rows`` patterns, as the serial program makes it.
-
-    Without a call curve, ``tc + rows (Tf + Tb)``; with one, linear interpolation between
-    the timed row counts, 001's line through the nearest timed call outside them
-    (:func:`ppt_dask.perf.curves.along`). Broadcasts ``rows`` (>= 0; 0 rows cost nothing).
-    """
-    return _out(curves.call_seconds(rows, check_constants(c)))
-
-
-def task_seconds(rows, calls, c: Constants, workers=1, *, streamed: bool = False):
-    """Seconds of one worker's gradient work in a round: ``calls`` calls of ``rows`` each.
-
-    ``first(rows) + (calls - 1) more(rows)``, times the shared factor when ``workers > 1``:
-    a ``ppt-grad`` task of the round graph, or with ``streamed`` a loop's gradient phase
-    (:func:`ppt_dask.perf.curves.task_seconds`). Without a call curve, ``calls (tc + rows
-    (Tf + Tb))``. Broadcasts all three.
-    """
-    return _out(curves.task_seconds(rows, calls, check_constants(c), workers, streamed))
-
-
-def oversubscription(workers, cores=None):
-    """How much longer a phase that every worker computes at once takes when ``workers``
-    share ``cores`` cores: ``max(1, workers / cores)`` (the cores time-slice the workers,
-    so a round's compute serializes), 1 where ``cores`` is None (a core per worker)."""
-    w = np.asarray(workers, dtype=float)
-    if cores is None:
-        return np.ones_like(w)
-    n = check_int_array_at_least("cores", cores, 1)
-    return np.maximum(1.0, w / n)
-
-
-def reduce_seconds(p, n_weights, c: Constants, fan_in: int = 2):
-    """All-reduce time ``Tr(p) = Tw * w * ceil(log_k p) + Ti``: 001 eq. (4), k = 2 there.
-
-    p = 1 communicates nothing, so ``Tr(1) = 0`` (eq. (4) would give Ti). Broadcasts
-    ``p`` against ``n_weights``.
-    """
-    c = check_constants(c)
-    levels = np.asarray(tree_levels(p, fan_in))
-    w = check_int_array_at_least("n_weights", n_weights, 1)
-    tr = c.tw_seconds_per_weight * w * levels + c.ti_seconds
-    return _out(np.where(levels > 0, tr, 0.0))
-
-
-def links_seconds(p, n_weights, c: Constants, itemsize: int = 8):
-    """A streamed round's exchange, ``Tl(p) = tl0 + m(p) tl1 + v(p, w) tlw``.
-
-    Each loop sends ``m`` messages of ``v`` values in all over direct links
-    (:mod:`ppt_dask.engine.rounds.allreduce`), takes the others', adds them and leaves the round for
-    the head. The algorithm is the one ``ppt.train`` picks for ``w`` values of ``itemsize``
-    bytes (:func:`ppt_dask.core.allreduce.choose`; loops of one host, the calibration's, pass
-    their sums through shared memory, :func:`allreduce_terms`): sending whole sums to every other loop,
-    ``m = p - 1`` and ``v = (p - 1) w`` (``tl0 + (p - 1)(tl1 + tlw w)``), or a reduce-scatter
-    and all-gather, ``v = 2 (p - 1) w / p`` in ``m = 2 (p - 1)`` messages (pairwise, the choice
-    of "auto") or ``m = 2 log2 p`` (recursive halving and doubling): MPI's bandwidth-optimal
-    allreduce (Thakur, Rabenseifner and Gropp 2005), where 001's eq. (4) charges
-    ``w ceil(log2 p)``. Calibrated from the links floor of ``graphs/exchange_floor.py``
-    (:func:`ppt_dask.perf.loops.measure_links`). Broadcasts ``p`` against ``n_weights``.
-
-    >>> c = Constants(0, 0, 0, 0, 0, 0, tl1_seconds=1e-4, tlw_seconds_per_weight=1e-9)
-    >>> round(links_seconds(2, 10**5, c), 6), round(links_seconds(8, 10**4, c), 6)  # one host: shared memory
-    (0.0004, 0.00028)
-    """
-    c = check_constants(c)
-    p = check_int_array_at_least("p", p, 1)
-    w = check_int_array_at_least("n_weights", n_weights, 1)
-    p, w = np.broadcast_arrays(p, w)
-    terms = [allreduce_terms(int(q), int(n), itemsize) for q, n in zip(p.ravel(), w.ravel())]
-    m = np.array([t[0] for t in terms], dtype=float).reshape(p.shape)
-    v = np.array([t[1] for t in terms], dtype=float).reshape(p.shape)
-    return _out(c.tl0_seconds + m * c.tl1_seconds + v * c.tlw_seconds_per_weight)
-
-
-def allreduce_terms(p: int, n_weights: int, itemsize: int = 8, algorithm: str = "auto",
-                    shared: bool = True) -> tuple[int, float]:
-    """Messages and values of a streamed round's exchange on its critical path: ``(m, v)`` of
-    :func:`links_seconds` (a power-of-two p is taken to hold equal aligned blocks, as
-    ``ppt-dask train``'s shards do, where ``algorithm`` asks for "halving"). ``shared``: the
-    loops are on one host, as on the cluster the model was calibrated on (a LocalCluster), so
-    "auto" takes the shared-memory exchange, a reduce-scatter inside shared memory over ``k``
-    adding loops (:func:`ppt_dask.core.allreduce.adders`): with one, two hops a round whatever p
-    (the last loop's token to loop 0, loop 0's back; the other tokens arrive while loop 0 waits
-    for the last), and the ``p`` loops' sums loop 0 adds, ``m = 2``, ``v = p w``; with more, an
-    adder's tokens (``m = k - 1 + p - 1``) and its ``1 / k`` of the ``p`` loops' sums,
-    ``v = p w / k``; else what each loop sends by the socket algorithms."""
-    used = allreduce.choose(algorithm, p, n_weights * itemsize, halves=p & (p - 1) == 0, shared=shared)
-    if used == "shared":
-        k = allreduce.adders(p, n_weights * itemsize)
-        return (2 if k == 1 else allreduce.messages(used, p, n_weights * itemsize)), float(p * n_weights / k)
-    return allreduce.messages(used, p), allreduce.sent_values(used, p, n_weights)
-
-
-def lag_seconds(p, compute, c: Constants):
-    """On streamed rounds of ``p >= 2`` loops, the wait for the slowest one:
-    ``stream_lag_ratio`` times the gradient phase ``compute`` (seconds).
-
-    The loops' gradient phases differ from round to round, and a synchronous round ends
-    with the longest, so the others wait in proportion to the phase (the links floor,
-    timed with no compute, has no such wait). Fitted over the calibration's sizes
-    (:func:`ppt_dask.perf.fit.fit_lag`) at the calibration's workers; the slowest of more
-    loops is slower still (the largest of more phases), which one ratio for every p >= 2
-    does not follow. 0 for one loop. Broadcasts ``p`` and ``compute``.
-    """
-    c = check_constants(c)
-    p = check_int_array_at_least("p", p, 1)
-    return _out(np.where(p > 1, c.stream_lag_ratio * np.asarray(compute, dtype=float), 0.0))
-
-
-def head_seconds(p, c: Constants, fan_in: int = 2, n_shards=None, exchange: str = "auto"):
-    """Dask head/scheduler cost of one round, ``Th(p) = th0 + th1 * tasks_per_round(p)``.
-
-    Not in 001 (MPI has no head); calibrate with :func:`ppt_dask.perf.fit.fit_head`.
-    ``exchange`` is the round graph whose tasks are counted ("stream" counts the one-hop graph's).
-    """
-    c = check_constants(c)
-    graph = exchange if exchange in EXCHANGES else "auto"
-    tasks = np.asarray(tasks_per_round(p, fan_in, n_shards, graph))
-    return _out(c.th0_seconds + c.th1_seconds * tasks)
-
+from ppt_dask.perf.tasks import EXCHANGES as EXCHANGES
+from ppt_dask.perf.tasks import ceil_div, layout, slowest_patterns, streamed
+from ppt_dask.perf.tasks import tasks_per_round as tasks_per_round
+from ppt_dask.perf.tasks import tree_levels as tree_levels
+from ppt_dask.perf.terms import allreduce_terms as allreduce_terms
+from ppt_dask.perf.terms import call_seconds as call_seconds
+from ppt_dask.perf.terms import count_weights as count_weights
+from ppt_dask.perf.terms import floats
+from ppt_dask.perf.terms import head_seconds as head_seconds
+from ppt_dask.perf.terms import lag_seconds as lag_seconds
+from ppt_dask.perf.terms import links_seconds as links_seconds
+from ppt_dask.perf.terms import oversubscription as oversubscription
+from ppt_dask.perf.terms import reduce_seconds as reduce_seconds
+from ppt_dask.perf.terms import task_seconds as task_seconds
 
 REPRODUCIBLE = ("same-p", "any-p")  # ppt.train's reproducible: what the model charges a worker's round
 
@@ -262,7 +134,7 @@ def round_rows(p, block, n_shards=None, reproducible: str = "same-p"):
     timed against): its patterns over its calls (:func:`calls_per_round`). Broadcasts ``p``
     and ``block``."""
     _workers, patterns, calls = calls_per_round(p, block, n_shards, reproducible)
-    return _out(patterns / calls)
+    return floats(patterns / calls)
 
 
 def compute_seconds(p, block, c: Constants, n_shards=None, *, streamed: bool = False, cores=None,
@@ -280,7 +152,7 @@ def compute_seconds(p, block, c: Constants, n_shards=None, *, streamed: bool = F
     workers, patterns, calls = calls_per_round(p, block, n_shards, reproducible)
     busy = np.asarray(task_seconds(patterns / calls, calls, c, workers, streamed=streamed))
     busy = busy * oversubscription(workers, cores)
-    return _out(busy if streamed else np.maximum(busy, c.tq_seconds))
+    return floats(busy if streamed else np.maximum(busy, c.tq_seconds))
 
 
 def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=None,
@@ -314,7 +186,7 @@ def round_parts(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_shards=
             compute=compute, update=np.full(shape, c.tu_seconds),
             exchange=comm if graph else comm + lag_seconds(workers, compute, c),
             head=np.asarray(head_seconds(p, c, fan_in, n_shards, exchange)) if graph else np.zeros(np.shape(p)))
-    out = {k: _out(np.broadcast_to(np.where(s, parts[True][k], parts[False][k]), shape)) for k in parts[True]}
+    out = {k: floats(np.broadcast_to(np.where(s, parts[True][k], parts[False][k]), shape)) for k in parts[True]}
     out["streamed"] = s if s.ndim else bool(s)
     out["graph_for_stream"] = (s & (not links)) if s.ndim else bool(s and not links)
     return out
@@ -337,7 +209,7 @@ def iteration_seconds(p, block, n_weights, c: Constants, fan_in: int = 2, *, n_s
     """
     parts = round_parts(p, block, n_weights, c, fan_in, n_shards=n_shards, exchange=exchange, cores=cores,
                         reproducible=reproducible)
-    return _out(sum(np.asarray(parts[k]) for k in ("compute", "update", "exchange", "head")))
+    return floats(sum(np.asarray(parts[k]) for k in ("compute", "update", "exchange", "head")))
 
 
 def _epoch_inputs(block, n_patterns, n_test):
@@ -358,7 +230,7 @@ def sequential_epoch_seconds(block, n_patterns, c: Constants, *, n_test: int = 0
     c = check_constants(c)
     b, n, m = _epoch_inputs(block, n_patterns, n_test)
     train = n / b * np.asarray(call_seconds(b, c))
-    return _out(train + m * c.tf_seconds + n / b * (c.tu_seconds + c.tm_seconds)
+    return floats(train + m * c.tf_seconds + n / b * (c.tu_seconds + c.tm_seconds)
                 + m * c.ts_seconds + c.to_seconds)
 
 
@@ -380,7 +252,7 @@ def epoch_seconds(p, block, n_patterns, n_weights, c: Constants, *, n_test: int 
     test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds) * oversubscription(workers, cores)
     per_round = np.asarray(iteration_seconds(p, b, n_weights, c, fan_in, n_shards=n_shards,
                                              exchange=exchange, cores=cores, reproducible=reproducible))
-    return _out(n / b * per_round + test + c.to_seconds)
+    return floats(n / b * per_round + test + c.to_seconds)
 
 
 def speedup(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
@@ -390,7 +262,7 @@ def speedup(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0,
     At p = 1 this is not exactly 1: the parallel program saves ``(n/b) Tm`` and pays Th.
     """
     seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
-    return _out(np.asarray(seq) / np.asarray(epoch_seconds(
+    return floats(np.asarray(seq) / np.asarray(epoch_seconds(
         p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in, n_shards=n_shards,
         exchange=exchange, cores=cores, reproducible=reproducible)))
 
@@ -400,7 +272,7 @@ def efficiency(p, block, n_patterns, n_weights, c: Constants, *, n_test: int = 0
     """Predicted efficiency ``S(p) / p``, 001 eq. (8) (and eq. (2))."""
     s = speedup(p, block, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
                 n_shards=n_shards, exchange=exchange, cores=cores, reproducible=reproducible)
-    return _out(np.asarray(s) / check_int_array_at_least("p", p, 1))
+    return floats(np.asarray(s) / check_int_array_at_least("p", p, 1))
 
 
 def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Constants, *,
@@ -427,13 +299,13 @@ def averaging_epoch_seconds(p, block, interval, n_patterns, n_weights, c: Consta
     average = n / a * (c.ta_seconds + np.asarray(reduce_seconds(workers, n_weights, c, fan_in))
                        + np.asarray(head_seconds(p, c, fan_in, n_shards)))
     test = ceil_div(m, workers) * (c.tf_seconds + c.ts_seconds)
-    return _out(local + average + test + c.to_seconds)
+    return floats(local + average + test + c.to_seconds)
 
 
 def averaging_speedup(p, block, interval, n_patterns, n_weights, c: Constants, *,
                       n_test: int = 0, fan_in: int = 2, n_shards=None):
     """Speedup with weight averaging: eq. (3) (unchanged, same b) over eq. (9)."""
     seq = sequential_epoch_seconds(block, n_patterns, c, n_test=n_test)
-    return _out(np.asarray(seq) / np.asarray(averaging_epoch_seconds(
+    return floats(np.asarray(seq) / np.asarray(averaging_epoch_seconds(
         p, block, interval, n_patterns, n_weights, c, n_test=n_test, fan_in=fan_in,
         n_shards=n_shards)))

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from ppt_dask.algorithms import choose
-from ppt_dask.core import applicability, validation
+from ppt_dask.core import validation
 from ppt_dask.core.model import describe
 from ppt_dask.core.network import MLP
 from ppt_dask.core.tree import split_rows
@@ -28,7 +28,9 @@ from ppt_dask.sklearn.contract import (
     frame_as_array,
     is_dask,
     is_dask_frame,
-    n_features_message,
+    refuse_fit_params,
+    refuse_inapplicable,
+    rows_message,
     seed_of,
     validate_data,
 )
@@ -68,23 +70,6 @@ def _module_net(module, loss: str, row_shape: tuple, dtype):
         raise ValueError(f"dtype={dtype!r}, but the module's parameters are {net.dtype} (leave dtype=None "
                          "with module=: the module's dtype is used)")
     return net
-
-
-def refuse_fit_params(fit_params: dict) -> None:
-    """What MLPClassifier's fit takes and this one does not yet, refused by name with a pointer."""
-    for name in fit_params:
-        if name == "sample_weight":
-            raise ValueError("sample_weight is not supported by this estimator yet: its rounds add unweighted "
-                             "gradient sums (see docs/guide/estimator.md, 'Differences from MLPClassifier'); "
-                             "repeat or resample rows to weight them")
-        raise TypeError(f"fit() got an unexpected keyword argument {name!r}")
-
-
-def rows_message(estimator, shape: tuple, fitted: tuple) -> str:
-    """X's rows are not those the estimator was fitted on: scikit-learn's words for tables."""
-    if len(shape) == len(fitted) == 1:
-        return n_features_message(shape[0], estimator, fitted[0])
-    return f"X has rows of shape {shape}; {type(estimator).__name__} was fitted on rows of shape {fitted}"
 
 
 # ---- the shared machinery ----------------------------------------------------------------
@@ -182,31 +167,11 @@ class PPTBase(BaseEstimator):
         if not isinstance(extra, dict) or not isinstance(self.strategy, str):
             raise ValueError(f"strategy must be a name and strategy_params a dict or None, got "
                              f"{self.strategy!r} and {self.strategy_params!r}")
-        self._refuse_inapplicable(extra)
+        refuse_inapplicable(self.strategy, self.batch_size, extra, PER_SHARD.get(self.strategy, "block"))
         settings = {"hidden": hidden, "extra": extra, "seed": seed_of(self.random_state),
                     "optimizer": {"lr": lr, "momentum": self.momentum, "l2": self.alpha}}
         self._strategy(settings, batch=1, n_shards=1)  # the strategy checks its own parameters
         return settings
-
-    def _refuse_inapplicable(self, extra: dict) -> None:
-        """What does not apply to the strategy is refused (:mod:`ppt_dask.core.applicability`)."""
-        if self.strategy not in applicability.STRATEGIES:
-            return  # choose.make names the choices
-        size = PER_SHARD.get(self.strategy, "block")
-        for key in extra:
-            if key == "solver":
-                raise ValueError("strategy_params['solver'] is the estimator's solver parameter: give solver=...")
-            if key not in applicability.STRATEGY_OWN:
-                raise ValueError(f"strategy_params[{key!r}] is not a parameter of a strategy; "
-                                 f"they are {', '.join(applicability.STRATEGY_OWN)}")
-            if key == size and self.batch_size != "auto":
-                raise ValueError(f"strategy_params[{key!r}] and batch_size={self.batch_size!r} both set "
-                                 "the size of a block: give one")
-        applicability.refuse(self.strategy, {k: v for k, v in extra.items() if k != size},
-                             spell=lambda k: f"strategy_params[{k!r}]")
-        if self.strategy == "epoch" and self.batch_size != "auto":
-            raise ValueError(f"batch_size={self.batch_size!r} applies to strategy block, ppt, average, "
-                             "local, async, not to strategy epoch (each update sees the whole set)")
 
     def _solver(self, n_rows: int) -> str:
         """The solver of a fit on ``n_rows``: ``solver``, or for "auto" Adam on a set that

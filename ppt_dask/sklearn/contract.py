@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from ppt_dask.core import validation
+from ppt_dask.core import applicability, validation
 
 INSTALL_HINT = "PPTClassifier and PPTRegressor need scikit-learn: pip install 'ppt_dask[sklearn]'"
 try:
@@ -196,3 +196,42 @@ def seed_of(random_state) -> int:
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(np.iinfo(np.int32).max))
     raise ValueError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
+
+
+def refuse_fit_params(fit_params: dict) -> None:
+    """What MLPClassifier's fit takes and this one does not yet, refused by name with a pointer."""
+    for name in fit_params:
+        if name == "sample_weight":
+            raise ValueError("sample_weight is not supported by this estimator yet: its rounds add unweighted "
+                             "gradient sums (see docs/guide/estimator.md, 'Differences from MLPClassifier'); "
+                             "repeat or resample rows to weight them")
+        raise TypeError(f"fit() got an unexpected keyword argument {name!r}")
+
+
+def rows_message(estimator, shape: tuple, fitted: tuple) -> str:
+    """X's rows are not those the estimator was fitted on: scikit-learn's words for tables."""
+    if len(shape) == len(fitted) == 1:
+        return n_features_message(shape[0], estimator, fitted[0])
+    return f"X has rows of shape {shape}; {type(estimator).__name__} was fitted on rows of shape {fitted}"
+
+
+def refuse_inapplicable(strategy: str, batch_size, extra: dict, size: str) -> None:
+    """What does not apply to ``strategy`` among ``strategy_params`` (``extra``) and
+    ``batch_size`` is refused by name (:mod:`ppt_dask.core.applicability`); ``size`` names the
+    strategy's parameter that ``batch_size`` sets."""
+    if strategy not in applicability.STRATEGIES:
+        return  # choose.make names the choices
+    for key in extra:
+        if key == "solver":
+            raise ValueError("strategy_params['solver'] is the estimator's solver parameter: give solver=...")
+        if key not in applicability.STRATEGY_OWN:
+            raise ValueError(f"strategy_params[{key!r}] is not a parameter of a strategy; "
+                             f"they are {', '.join(applicability.STRATEGY_OWN)}")
+        if key == size and batch_size != "auto":
+            raise ValueError(f"strategy_params[{key!r}] and batch_size={batch_size!r} both set "
+                             "the size of a block: give one")
+    applicability.refuse(strategy, {k: v for k, v in extra.items() if k != size},
+                         spell=lambda k: f"strategy_params[{k!r}]")
+    if strategy == "epoch" and batch_size != "auto":
+        raise ValueError(f"batch_size={batch_size!r} applies to strategy block, ppt, average, "
+                         "local, async, not to strategy epoch (each update sees the whole set)")

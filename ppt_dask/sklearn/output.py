@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from ppt_dask.core import validation
-from ppt_dask.sklearn.base import rows_message
 from ppt_dask.sklearn.contract import (
     check_is_fitted,
     check_X,
     columns_of,
     is_dask,
     is_dask_frame,
+    rows_message,
     validate_data,
 )
 

@@ -31,6 +31,7 @@ from distributed import Client, wait
 
 from ppt_dask.core import keys, validation
 from ppt_dask.core.tree import split_rows, split_shards
+from ppt_dask.engine import waits
 from ppt_dask.engine.placement import labels
 from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.placement.shards import ShardInfo, ShardSet, make_shard
@@ -243,16 +244,14 @@ def _enter(client, rows, place, workers, source, head_copy, addr_of=None, replic
         try:
             return _place(client, rows, place, addresses, source, head_copy, addr_of, replicated, rebuild, chosen)
         except (KeyError, OSError) as exc:
-            try:
-                now = worker_addresses(client)
-            except Exception:  # the scheduler itself is gone: its error is the one to say
+            who, gone = waits.who_is_gone(client, addresses, worker_addresses)  # asked once, now
+            if who == waits.SCHEDULER:  # its error is the one to say
                 raise exc from None
-            gone = [w for w in addresses if w not in now]
-            if not gone:
+            if who != waits.WORKERS:
                 raise
             if chosen:
                 raise RuntimeError(f"worker(s) {gone} left the cluster while the data was placed there; "
-                                   f"the cluster has {now}") from exc
+                                   f"the cluster has {worker_addresses(client)}") from exc
             if attempt == PLACE_TRIES - 1:
                 raise RuntimeError(f"workers left the cluster while the data was placed, {PLACE_TRIES} times "
                                    f"(the last: {gone})") from exc

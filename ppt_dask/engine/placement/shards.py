@@ -20,8 +20,10 @@ from distributed import Client, Future
 
 from ppt_dask.core import keys
 from ppt_dask.core.tree import split_shards
-from ppt_dask.engine.placement import labels, sharedmem
+from ppt_dask.engine import waits
+from ppt_dask.engine.placement import labels
 from ppt_dask.engine.placement.cluster import worker_addresses
+from ppt_dask.engine.wire import sharedmem
 
 REPLACEMENT_GRACE = 5.0  # seconds to wait for a restarted worker before doubling up a survivor
 
@@ -132,7 +134,7 @@ class ShardSet:
 
     def colocated(self, need: int = 0) -> bool:
         """Whether the workers of :meth:`worker_blocks` share one host's memory with ``need``
-        bytes free (:func:`ppt_dask.engine.placement.sharedmem.colocated`)."""
+        bytes free (:func:`ppt_dask.engine.wire.sharedmem.colocated`)."""
         return sharedmem.colocated(self.client, [self.workers[w] for w, (a, b) in enumerate(self.blocks) if b > a],
                                    need)
 
@@ -195,7 +197,10 @@ class ShardSet:
                 self.client.run(labels.label_worker, {label: 1e9}, workers=[replacement])
                 self._place_again(slot, replacement)
             except (KeyError, OSError):  # it left: the scheduler's KeyError of its address, a closed comm
-                if not self._gone(replacement, deadline):
+                # a worker killed a moment ago is listed until the scheduler sees its comm close
+                who, _ = waits.who_is_gone(self.client, [replacement], worker_addresses,
+                                           wait_seconds=max(0.0, deadline - time.monotonic()))
+                if who != waits.WORKERS:
                     raise
                 return events  # the slot is lost again: repair goes round once more
             a, b = self.blocks[slot]
@@ -203,15 +208,6 @@ class ShardSet:
                            "replacement": replacement, "shards": list(range(a, b)),
                            "resent": self.source == "numpy"})
         return events
-
-    def _gone(self, address: str, deadline: float) -> bool:
-        """Whether the scheduler lets ``address`` go by ``deadline`` (a worker killed a moment
-        ago is listed until the scheduler sees its comm close)."""
-        while address in worker_addresses(self.client):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.2)
-        return True
 
     @property
     def can_grow(self) -> bool:

@@ -1,4 +1,4 @@
-"""The round kinds and the transports that carry them.
+"""The round kinds and how their sums travel (over ``ppt_dask.engine.wire``).
 
 Which one a run uses: ``choose``. Each round kind's worker-side step, written once:
 ``steps``. The streamed rounds, the default: the head's side (``stream``), the loops

@@ -11,7 +11,7 @@ recursive halving and doubling or pairwise) is chosen by the head for the run's 
 (:func:`ppt_dask.engine.rounds.choose.choose_allreduce`); all give bitwise the same total as the
 serial tree.
 
-The messages are tagged with their phase and round (:meth:`ppt_dask.engine.placement.links.Links.receive`
+The messages are tagged with their phase and round (:meth:`ppt_dask.engine.wire.links.Links.receive`
 with ``tag``), so a local-SGD loop may take round ``r - 2``'s reduce-scatter after it has sent
 round ``r - 1``'s, and a loop that runs ahead never mixes rounds up.
 """
@@ -35,7 +35,7 @@ class Allreduce:
 
     Parameters
     ----------
-    links : ppt_dask.engine.placement.links.Links or None
+    links : ppt_dask.engine.wire.links.Links or None
         The loop's links to every other loop.
     slot, n_loops : int
         This loop's worker slot and the number of loops (slots ``0 .. n_loops - 1``).

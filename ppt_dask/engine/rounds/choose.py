@@ -12,7 +12,7 @@ import numpy as np
 
 from ppt_dask.core import allreduce
 from ppt_dask.engine import waits
-from ppt_dask.engine.placement.cluster import scheduler_identity
+from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.rounds import graph, onehop, overlap, sharedreduce, stream, streamasync, watched
 
 EXCHANGES = ("auto", "all", "doubling", "tree", "stream")
@@ -61,7 +61,7 @@ def choose_allreduce(exchange: str, algorithm: str, plan: graph.Plan, strategy, 
     (:func:`ppt_dask.core.allreduce.choose`); None where the rounds are not streamed or are
     asynchronous (their loops send each gradient whole). ``colocated(need)``, asked only where
     the answer decides, tells whether the blocks' workers share one host's memory with ``need``
-    bytes free (:func:`ppt_dask.engine.placement.sharedmem.colocated`; what the segments of
+    bytes free (:func:`ppt_dask.engine.wire.sharedmem.colocated`; what the segments of
     :mod:`ppt_dask.engine.rounds.sharedreduce` take, twice over)."""
     if exchange != "stream" or getattr(strategy, "asynchronous", False):
         return None
@@ -119,15 +119,10 @@ def place_state(client, state, home: str | None):
     try:
         return client.scatter(state, hash=False, workers=None if home is None else [home])
     except (OSError, KeyError) as exc:  # its comm closed, a refused connection; KeyError: dropped now
-        if home is None or waits.scheduler_gone(client) or not _answers(client):
+        if home is None:
+            raise
+        # while the scheduler answers, home is gone (listed yet: the scheduler sees it a moment later)
+        who, _ = waits.who_is_gone(client, [home], worker_addresses, blame_listed=True)
+        if who != waits.WORKERS:
             raise
         raise waits.Unanswered([home], [exc]) from exc
-
-
-def _answers(client) -> bool:
-    """Whether the scheduler answers a question now."""
-    try:
-        scheduler_identity(client)
-    except OSError:
-        return False
-    return True

@@ -5,7 +5,7 @@ through the kernel and wake each loop once a message: at 8 loops on 2 cores the 
 and all-gather took 14 messages a loop a round, and waiting for them was most of an 11 ms
 round of MNIST block 1000. Here (as MPICH's shared-memory channel between ranks of a node) each
 loop writes its round's partial sums into a segment of its own
-(:class:`ppt_dask.engine.placement.sharedmem.Segment`) and the adds are a reduce-scatter
+(:class:`ppt_dask.engine.wire.sharedmem.Segment`) and the adds are a reduce-scatter
 inside shared memory: the vector of each run of arrays is cut into ``k`` parts
 (:func:`ppt_dask.core.allreduce.bounds`), loop ``j < k`` adds part ``j`` of every loop's sums
 along the fixed shard tree (:func:`ppt_dask.core.allreduce.tree_sum`: elementwise, so bitwise
@@ -22,9 +22,9 @@ loop's sums are in place (``("shm", r)``, to each adder), an adder's part of the
 (``("part", r)``, to each loop), whatever the size of the network.
 
 A generation's first round opens the segments: each loop sweeps the stale segments of dead
-processes (:func:`ppt_dask.engine.placement.sharedmem.sweep`), makes its own (hidden: no name
+processes (:func:`ppt_dask.engine.wire.sharedmem.sweep`), makes its own (hidden: no name
 in ``/dev/shm`` past its making, held open by its writer), sends its handle
-(:attr:`ppt_dask.engine.placement.sharedmem.Segment.handle`) and its tree nodes to every other
+(:attr:`ppt_dask.engine.wire.sharedmem.Segment.handle`) and its tree nodes to every other
 loop, and maps theirs through it (validated; one that cannot be mapped
 or is short is a lost link, :class:`LinkLost`: the head rolls the run back as for a lost
 worker; a ``/dev/shm`` with no room, :class:`SharedFull`, told to every loop, is one too, and
@@ -33,7 +33,7 @@ once it has mapped every segment, and an adder sends its first ``("part", r)`` t
 it has every loop's, so a loop closes its own segment's descriptor (``unlink``) as soon as it
 has its first round's tokens. Nothing of the generation is named in ``/dev/shm`` at any time,
 whatever is killed; a name left by a kill in the two system calls between a segment's making
-and its unlink, :func:`ppt_dask.engine.placement.sharedmem.sweep` removes.
+and its unlink, :func:`ppt_dask.engine.wire.sharedmem.sweep` removes.
 
 A segment holds ``RING`` rounds one after the other, so a local-SGD loop, which takes a
 round's total two rounds after it sent its sums, never overwrites what another loop has not
@@ -55,8 +55,8 @@ import time
 import numpy as np
 
 from ppt_dask.core import allreduce
-from ppt_dask.engine.placement.inboxes import LinkLost
-from ppt_dask.engine.placement.sharedmem import ALIGN, SHM_DIR, Segment, SharedMemoryFull, aligned, sweep
+from ppt_dask.engine.wire.inboxes import LinkLost
+from ppt_dask.engine.wire.sharedmem import ALIGN, SHM_DIR, Segment, SharedMemoryFull, aligned, sweep
 
 RING = 2  # rounds a segment holds (see above)
 # Each segment begins with a cache line of flags, [sums, part]: round r + 1 once the loop's sums

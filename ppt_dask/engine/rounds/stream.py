@@ -5,7 +5,7 @@ worker per round, and each waits for the scheduler to hand it over and for the f
 other workers' results: a scheduler hop on every round's critical path. Here each worker slot
 runs one task for a whole generation of the run, a loop over the rounds of its shards, and the
 loops send their partial sums straight to each other over links of their own
-(:mod:`ppt_dask.engine.placement.links`: sockets, thread to thread). Two kinds of loop:
+(:mod:`ppt_dask.engine.wire.links`: sockets, thread to thread). Two kinds of loop:
 
 * ``"sync"`` (:class:`~ppt_dask.Sync` by epoch or block, :class:`~ppt_dask.PPT`,
   :class:`~ppt_dask.Average`): round ``r`` computes its shards' partial sums at the state after
@@ -52,12 +52,12 @@ from distributed import wait
 
 from ppt_dask.algorithms.localsgd import round_stats
 from ppt_dask.core import keys
-from ppt_dask.engine.placement.handshake import new_secret
-from ppt_dask.engine.placement.links import LinkLost
-from ppt_dask.engine.placement.mailbox import AHEAD, WAIT_SECONDS, Mailbox, Stopped
 from ppt_dask.engine.rounds.liveness import Liveness
 from ppt_dask.engine.rounds.steps import local_state
 from ppt_dask.engine.rounds.streamloops import StreamStep, stream_task
+from ppt_dask.engine.wire.handshake import new_secret
+from ppt_dask.engine.wire.links import LinkLost
+from ppt_dask.engine.wire.mailbox import AHEAD, WAIT_SECONDS, Mailbox, Stopped
 
 KEEP_BYTES = 256 * 2**20  # what a loop may keep for the head (a state a round) bounds that for large models
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it

@@ -4,7 +4,7 @@ The asynchronous strategy (:class:`ppt_dask.algorithms.asynchronous.Async`) runs
 kind of streamed loop (:mod:`ppt_dask.engine.rounds.stream`): one long task per worker slot for a
 generation of the run, whose steps go to the head through the slot's mailbox. Each loop
 keeps its own replica (weights and momentum). A step: the gradient of its shards at its
-replica; then, over its links (:mod:`ppt_dask.engine.placement.links`), whatever the other loops' have
+replica; then, over its links (:mod:`ppt_dask.engine.wire.links`), whatever the other loops' have
 sent meanwhile, each applied as one step; then its own gradient, applied and sent to the
 others, unless all of them are already more than the bound past it (then it is dropped,
 everywhere). It never waits for another loop (:class:`Exchange` only takes what has
@@ -36,7 +36,6 @@ from dataclasses import replace
 import numpy as np
 
 from ppt_dask.algorithms.asynchronous import Gradient, Replica, staleness, step_gradient
-from ppt_dask.engine.placement.mailbox import WAIT_SECONDS, Mailbox, Stopped
 from ppt_dask.engine.rounds.stream import (
     ASK_ERRORS,
     STOP_SECONDS,
@@ -47,6 +46,7 @@ from ppt_dask.engine.rounds.stream import (
     stop_loops,
 )
 from ppt_dask.engine.rounds.streamloops import StreamStep
+from ppt_dask.engine.wire.mailbox import WAIT_SECONDS, Mailbox, Stopped
 
 # The states a loop keeps for the head: every step's until the head has read it, then those the
 # head may still ask for (the last of each loop's steps in a round). A loop runs at most this
@@ -96,7 +96,7 @@ class AsyncBox(Mailbox):
 class Exchange:
     """A loop's gradients to the other loops and theirs to it, never waiting for a peer.
 
-    Uses the loop's links (:class:`ppt_dask.engine.placement.links.Links`) in the loop's thread, for a
+    Uses the loop's links (:class:`ppt_dask.engine.wire.links.Links`) in the loop's thread, for a
     moment after each step: :meth:`send` queues the gradient for every peer and writes what the
     sockets take at once, :meth:`arrived` writes on and takes whatever the peers' writes have
     put in the sockets meanwhile. A thread of its own for the links, reading and writing all

@@ -1,11 +1,11 @@
 """The streamed rounds' loops, worker side: one long task per worker slot for a generation.
 
 A loop (:func:`stream_task`) links to the other slots' loops that its allreduce talks to
-(:mod:`ppt_dask.engine.placement.links`; every connection proves the generation's secret,
-which the head puts in the loop's arguments: :mod:`ppt_dask.engine.placement.handshake`),
+(:mod:`ppt_dask.engine.wire.links`; every connection proves the generation's secret,
+which the head puts in the loop's arguments: :mod:`ppt_dask.engine.wire.handshake`),
 then runs its rounds: the round kind's step (:mod:`ppt_dask.engine.rounds.steps`) with the
 partial sums exchanged by the allreduce (:mod:`ppt_dask.engine.rounds.allreduce`), each round
-left in the slot's mailbox for the head (:mod:`ppt_dask.engine.placement.mailbox`) with the
+left in the slot's mailbox for the head (:mod:`ppt_dask.engine.wire.mailbox`) with the
 loop's own timing of it. The head's side is :mod:`ppt_dask.engine.rounds.stream`.
 """
 
@@ -21,8 +21,6 @@ from distributed import get_worker, secede
 
 from ppt_dask.core import allreduce, keys
 from ppt_dask.engine import loopenv
-from ppt_dask.engine.placement.links import LinkLost, Links
-from ppt_dask.engine.placement.mailbox import BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
 from ppt_dask.engine.rounds import taskmeta, watchloop
 from ppt_dask.engine.rounds.allreduce import Allreduce
 from ppt_dask.engine.rounds.steps import (
@@ -34,6 +32,8 @@ from ppt_dask.engine.rounds.steps import (
     sync_partial,
     sync_update,
 )
+from ppt_dask.engine.wire.links import LinkLost, Links
+from ppt_dask.engine.wire.mailbox import BOXES, BOXES_LOCK, WAIT_SECONDS, Mailbox, Stopped
 
 STOPPED_LINGER = 1.0  # a stopped loop's wait for the others to close their links too (they stop as well)
 ADDRESSES = -1  # the "round" under which the loops swap their links' addresses

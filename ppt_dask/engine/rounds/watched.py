@@ -29,7 +29,6 @@ import numpy as np
 
 from ppt_dask.core import keys
 from ppt_dask.core.roundblock import Block
-from ppt_dask.engine.placement.mailbox import RECORDS_AHEAD, Mailbox
 from ppt_dask.engine.rounds.stream import (
     ASK_ERRORS,
     StreamRounds,
@@ -39,6 +38,7 @@ from ppt_dask.engine.rounds.stream import (
     start_loops,
 )
 from ppt_dask.engine.rounds.watchloop import _PHASE, AT, BYTES, CHECK_N, CHECK_WRONG, PHASE0  # noqa: F401 (roundloop)
+from ppt_dask.engine.wire.mailbox import RECORDS_AHEAD, Mailbox
 
 READ_SECONDS = 0.2  # how long the head lets a loop's records gather between two reads
 

@@ -13,9 +13,9 @@ import time
 import numpy as np
 
 from ppt_dask.core import keys
-from ppt_dask.engine.placement.mailbox import Mailbox
 from ppt_dask.engine.rounds.allreduce import Allreduce
 from ppt_dask.engine.rounds.steps import sync_partial, sync_update
+from ppt_dask.engine.wire.mailbox import Mailbox
 
 # the columns of a loop's record of a round
 LOSS, WRONG, N, CHECK_WRONG, CHECK_N, AT, BYTES = range(7)

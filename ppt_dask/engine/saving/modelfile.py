@@ -40,7 +40,6 @@ that function's import path; the file names the path it was trained with). A
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zipfile
@@ -48,10 +47,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ppt_dask.core import model as netmodel
 from ppt_dask.core import validation
 from ppt_dask.core.model import Network
-from ppt_dask.core.network import MLP
+from ppt_dask.engine.saving.modelmeta import default_classes, digest, jsonable, network_from, network_meta
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Model", "load_model", "save_result"]
 
@@ -61,74 +59,8 @@ READ_VERSIONS = (1, 2)  # version 2 added the optional scaling of the inputs (x_
 ARRAYS = ("params", "classes", "meta")
 SCALING = ("x_mean", "x_scale", "y_mean", "y_scale")  # Model.preprocessing's arrays, saved under these
 INPUT_FIELDS = ("features", "target", "row_shape")  # and its names, in meta["inputs"]
-NETWORK_FIELDS = ("sizes", "hidden", "output", "loss", "dtype", "tolerance")
 
 
-def _default_classes(net: Network) -> np.ndarray:
-    """The labels the trainer uses: 0..k-1 (classification), 0/1 (binary), none otherwise."""
-    if net.task == "classification":
-        return np.arange(net.n_outputs)
-    return np.array([0, 1]) if net.task == "binary" else np.array([], dtype=np.int64)
-
-
-def _network_meta(net: Network) -> dict:
-    """What the file says of the network: an MLP's fields (files of format 1 as they always
-    were), or another network's ``describe()`` with its kind."""
-    if isinstance(net, MLP):
-        return {"sizes": list(net.sizes), "hidden": net.hidden, "output": net.output,
-                "loss": net.loss, "dtype": net.dtype, "tolerance": net.tolerance}
-    return {"kind": type(net).__name__, **netmodel.describe(net), "n_params": int(net.n_params),
-            "row_shape": list(net.row_shape), "n_outputs": int(net.n_outputs), "task": net.task,
-            "dtype": str(net.dtype)}
-
-
-def _network_from(meta: dict, module, path: str) -> Network:
-    """The network of a file: an MLP from its fields; any other from ``module``, checked
-    against what the file says of it."""
-    if "kind" not in meta:
-        if module is not None:
-            raise ValueError(f"{path} holds an MLP, rebuilt from the file: module= does not apply")
-        return MLP(**{k: (tuple(v) if k == "sizes" else v) for k, v in meta.items() if k in NETWORK_FIELDS})
-    if module is None:
-        built = f" (trained with the module of {meta['module']!r})" if meta.get("module") else ""
-        raise ValueError(f"{path} holds the weights of a {meta['kind']} ({meta.get('network')}){built}; a model "
-                         "file holds no code: give the network again, load_model(path, module=...) "
-                         "(ppt-dask predict: --model PACKAGE.MODULE:FUNCTION)")
-    if meta["kind"] == "TorchNet" and not isinstance(module, Network):
-        from ppt_dask.nets.torchnet import TorchNet  # torch: only for files of a TorchNet
-        net = TorchNet.rebuild(module, meta)
-    else:
-        net = netmodel.check_network(module, "module")
-    found = {**netmodel.describe(net), "n_params": int(net.n_params), "row_shape": list(net.row_shape),
-             "dtype": str(net.dtype)}
-    differ = [f"{k}: the file has {meta[k]!r}, the network {found[k]!r}" for k in
-              ("n_params", "row_shape", "dtype", "architecture") if k in meta and k in found and meta[k] != found[k]]
-    if differ:
-        raise ValueError(f"{path}: the network given is not the one trained ({'; '.join(differ)})")
-    return net
-
-
-def _jsonable(value):
-    """Settings and summaries as JSON: numpy scalars and arrays, tuples, anything else as text."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
-def _digest(params: np.ndarray, classes: np.ndarray, *scaling: np.ndarray) -> str:
-    h = hashlib.sha256()
-    for a in (params, classes, *scaling):
-        h.update(str(a.dtype).encode() + str(a.shape).encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,7 +131,7 @@ class Model:
                              f"got shape {params.shape}")
         object.__setattr__(self, "params", params)
         if self.classes is None and self.task in ("classification", "binary"):
-            object.__setattr__(self, "classes", _default_classes(self.net))
+            object.__setattr__(self, "classes", default_classes(self.net))
         if self.classes is not None:
             classes = np.asarray(self.classes)
             want = {"classification": self.net.n_outputs, "binary": 2}.get(self.task)
@@ -307,11 +239,11 @@ class Model:
                    zip(SCALING, ("mean", "scale", "y_mean", "y_scale")) if key in pre}
         from ppt_dask import __version__
         meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "ppt_dask_version": __version__,
-                "network": _network_meta(net), "task": self.task, "n_features": self.n_features,
-                "row_shape": list(self.row_shape), "sha256": _digest(self.params, classes, *scaling.values()),
-                "settings": _jsonable(self.settings), "summary": _jsonable(self.summary)}
+                "network": network_meta(net), "task": self.task, "n_features": self.n_features,
+                "row_shape": list(self.row_shape), "sha256": digest(self.params, classes, *scaling.values()),
+                "settings": jsonable(self.settings), "summary": jsonable(self.summary)}
         if pre:
-            meta["inputs"] = {k: _jsonable(pre.get(k)) for k in INPUT_FIELDS}
+            meta["inputs"] = {k: jsonable(pre.get(k)) for k in INPUT_FIELDS}
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
@@ -413,10 +345,10 @@ def load_model(path, module=None) -> Model:
                          f"{', '.join(map(str, READ_VERSIONS))}")
     params, classes = arrays["params"], arrays["classes"]
     scaling = [arrays[name] for name in SCALING if name in arrays]
-    if meta.get("sha256") != _digest(params, classes, *scaling):
+    if meta.get("sha256") != digest(params, classes, *scaling):
         raise ValueError(f"{path}: corrupted model file (the weights do not match their checksum)")
     try:
-        net = _network_from(meta["network"], module, path)
+        net = network_from(meta["network"], module, path)
         pre = None
         if "inputs" in meta or scaling:
             pre = {**{k: meta["inputs"][k] for k in INPUT_FIELDS},

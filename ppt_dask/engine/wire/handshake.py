@@ -1,6 +1,6 @@
 """Who may join a loop's links: a challenge-response on each new connection, before anything is read from it.
 
-A loop's listener (:class:`ppt_dask.engine.placement.links.Links`) is a port on the worker's
+A loop's listener (:class:`ppt_dask.engine.wire.links.Links`) is a port on the worker's
 host that any local process can find (``/proc/net/tcp``) and connect to while the loops of a
 generation link up. What arrives on a link is unpickled, so a connection must prove that it is
 one of the generation's loops before a byte of it is read as a message. Each generation has a

@@ -3,7 +3,7 @@
 Loops on the same host need not push their partial sums through sockets: a loop writes its
 sums into a segment of its own, and the loops that add them read them there, as MPICH's
 shared-memory channel does for ranks of one node (its ``nemesis`` queues). Only a few bytes a
-round go over the links (:mod:`ppt_dask.engine.placement.links`), to say that a round's sums
+round go over the links (:mod:`ppt_dask.engine.wire.links`), to say that a round's sums
 are in place, so a loop still waits in one place, with its timeout, and a lost peer still
 shows as a broken link.
 

@@ -1,6 +1,6 @@
 """What the loops' message carriers share: the messages read, and ``receive``'s taking of them.
 
-Two carriers move the streamed loops' messages, :class:`ppt_dask.engine.placement.links.Links`
+Two carriers move the streamed loops' messages, :class:`ppt_dask.engine.wire.links.Links`
 (sockets of our own, read in the loop's thread) and
 ``graphs/commlinks.py``'s CommLinks (distributed's comms, measured there); they read
 differently and keep what they read the same way (:class:`Inboxes`).
@@ -17,7 +17,7 @@ class LinkLost(Exception):
 
 class Inboxes:
     """What a carrier of the loops' messages keeps of what it read, and how ``receive`` takes
-    it (:class:`ppt_dask.engine.placement.links.Links`, ``graphs/commlinks.py``'s CommLinks on
+    it (:class:`ppt_dask.engine.wire.links.Links`, ``graphs/commlinks.py``'s CommLinks on
     distributed's comms): per slot the whole messages not yet taken (``_inbox``), tagged ones
     by (slot, tag) (``_stash``), and the slots that closed their side (``ended``)."""
 

@@ -1,6 +1,6 @@
 """What the loops' links carry for each scheme a worker may have, and the TLS they use.
 
-The links (:mod:`ppt_dask.engine.placement.links`) are plain sockets or TLS sockets on the
+The links (:mod:`ppt_dask.engine.wire.links`) are plain sockets or TLS sockets on the
 worker's own host: TLS for a ``tls://`` or ``wss://`` worker, with the worker's own contexts
 (a context that cannot be made is an error naming why, never plaintext links on a TLS
 cluster), plaintext for ``tcp://`` or ``ws://``, the loopback for a threads cluster
