@@ -95,8 +95,8 @@ def start(exchange: str, client, plan: graph.Plan, shard_futures, strategy, net,
     if exchange == "stream" and getattr(strategy, "asynchronous", False):
         return streamasync.AsyncRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last)
     if exchange == "stream" and rule is not None:  # each slot's part of the verification set on its worker
-        parts = None if verify is None else [place_state(client, part, home)
-                                             for part, home in zip(watched.cut(verify, net, len(homes)), homes)]
+        parts = None if verify is None else watched.Verification(client, watched.cut(verify, net, len(homes)), homes,
+                                                                   tag)
         return watched.WatchedRounds(client, plan, shard_futures, strategy, net, tag, start_state, first, state, last,
                                      rule, parts, allreduce, homes)
     if exchange == "stream":

@@ -29,11 +29,13 @@ def watched_loop(step, first: int, last: int, start, shards: list, links, box: M
                  verify) -> None:
     """Synchronous rounds that apply ``step.rule`` (a :class:`ppt_dask.core.stopping.RoundRule`)
     and end themselves, leaving a compact record a round in ``box`` (see the module notes).
-    ``verify``: this slot's part of the verification set, ``(X, y)``, or None (its shards).
+    ``verify``: the key of this slot's part of the verification set (sent by the head while the
+    rounds begin: :func:`verification_part` takes it when the first verification is due), or
+    None (its shards).
 
     A round whose weights are being verified is recorded one round late, with the counts."""
     rule = step.rule
-    parts = [verify] if verify is not None else list(shards)
+    parts = None if verify is not None else list(shards)
     exchange = Allreduce(links, step.slot, step.n_loops, step.fan_in, step.n_shards, step.allreduce, step.wait,
                          box.stopped, step.subtrees)
     row = np.zeros(WIDTH)
@@ -71,6 +73,7 @@ def watched_loop(step, first: int, last: int, start, shards: list, links, box: M
                     box.record(r, row)
                     return box.end(_end("target_error", r - 1, r, state))
             elif verdict == "check":  # this slot's counts ride with the next round's sums
+                parts = parts or [verification_part(verify, step.wait)]
                 counts = _count(step.net, state.params, parts)
             t4 = time.perf_counter()
             box.where = (r, "update", t4)
@@ -92,6 +95,22 @@ def watched_loop(step, first: int, last: int, start, shards: list, links, box: M
             box.record(held[1], held[0])
             end["check"] = (held[1], held[2])
         box.end(end)
+
+
+def verification_part(key: str, timeout: float) -> tuple:
+    """This slot's part of the verification set, ``(X, y)``, from its worker's store (the head
+    sent it there under ``key``: :class:`ppt_dask.engine.rounds.watched.Verification`), waiting
+    at most ``timeout`` seconds for it to arrive. ``Worker.data`` is the worker's store, the
+    mapping Dask documents for custom stores."""
+    from distributed import get_worker
+
+    store = get_worker().data
+    deadline = time.monotonic() + timeout
+    while key not in store:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"this loop's part of the verification set ({key}) did not arrive within {timeout} s")
+        time.sleep(0.01)
+    return store[key]
 
 
 def _end(outcome: str, round_: int, last: int, state, where: str | None = None) -> dict:
