@@ -307,7 +307,7 @@ def summary(out: Path) -> Path:
             if "same-p" in r["contender"] and number(r["p"]) > 1:
                 peer = next((q for q in small if q["contender"].startswith("mpi4py") and q["p"] == r["p"]), None)
                 add(f"MNIST to 97 %, synchronous SGD block 200, p = {r['p']}, against mpi4py with the same "
-                    "algorithm and target (mpi4py checks the target only at each epoch's end)",
+                    "algorithm, rows a step and stopping rule",
                     f"{r['x peer']}x mpi4py's time, in {r['epochs']} epochs to mpi4py's "
                     f"{peer['epochs'] if peer else '?'}", "block_race_mnist")
     cnn = table(out, "block_race_cnn", "race")

@@ -87,8 +87,7 @@ def watched_loop(step, first: int, last: int, start, shards: list, links, box: M
             else:
                 held = (row.copy(), r, before)
             box.latest = (r, state)
-            for name, i in _PHASE.items():
-                seconds[name] += row[i]
+            _add_seconds(seconds, row)
             t0 = t6
         end = _end("max_epochs", last, last, state)
         if held is not None:  # the last round's verification: the head makes it (no round carries it)
@@ -128,6 +127,12 @@ def _timing(row: np.ndarray, at: float | None = None, sent: int | None = None, *
         row[AT], row[BYTES] = at, sent
     for name, value in phases.items():
         row[_PHASE[name]] = value
+
+
+def _add_seconds(seconds: dict, row: np.ndarray) -> None:
+    """The round's phases (its record) added to the loop's totals."""
+    for name, i in _PHASE.items():
+        seconds[name] += row[i]
 
 
 def _count(net, params, parts: list) -> np.ndarray:
