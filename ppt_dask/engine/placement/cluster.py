@@ -144,7 +144,8 @@ def connect(
         TLS settings: a ``Security``, or a directory made by ``deploy/make_certs.py`` (its CA
         and client certificate); None uses the dask configuration (``distributed.comm.tls``).
         A LocalCluster of worker processes started here uses TLS by default, with credentials
-        made for it alone (:func:`local_security`: another local user's client is refused);
+        made for it alone (``placement.security.local_security``: another local user's client
+        is refused);
         ``security=False`` starts it on plain tcp, open to every local process.
     timeout : float
         Seconds to wait for the scheduler before raising ``OSError`` (a ``tcp://`` address
@@ -241,6 +242,8 @@ class OwnClient(Client):
     each ``connect`` then left its worker processes behind."""
 
     def close(self, *args, **kwargs):
+        """Close this client, then the LocalCluster it was started with (its arguments are
+        ``distributed.Client.close``'s)."""
         cluster = self.cluster
         try:
             return super().close(*args, **kwargs)
