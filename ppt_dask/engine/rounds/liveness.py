@@ -13,6 +13,7 @@ back half-way through a round) and the run recovers as from a lost worker.
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -53,14 +54,29 @@ class Liveness:
         """``wait(call)``, asking the loops where they are whenever :meth:`bound` passes with no
         answer: a hung loop's worker is restarted and the run recovers as from a lost worker
         (:class:`ppt_dask.engine.waits.WorkerLost` naming it); loops that all still work or
-        wait for each other are waited for again."""
+        wait for each other are waited for again, at most :data:`ppt_dask.engine.waits.ROUND_TIMEOUT`
+        seconds in all (then a ``TimeoutError`` says where the loops were)."""
+        deadline = time.monotonic() + waits.ROUND_TIMEOUT
         while True:
             try:
-                return wait(call, timeout=self.bound())
+                return wait(call, timeout=min(self.bound(), max(1.0, deadline - time.monotonic())))
             except TimeoutError:
                 hung = self._hung()
                 if hung:
                     raise restart(self.client, hung, self.bound()) from None
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"no round of the loops came within {waits.ROUND_TIMEOUT:.0f} s, and none "
+                                       f"of them is hung: {self._where()}") from None
+
+    def _where(self) -> list:
+        """What every mailbox says of its loop now (for an error)."""
+        out = []
+        for j, (f, actor) in enumerate(self.boxes):
+            try:
+                out.append(actor.progress().result(timeout=PROBE_SECONDS) if f.status == "finished" else f.status)
+            except Exception as exc:  # noqa: BLE001 - said as it is
+                out.append(f"slot {j}: {type(exc).__name__}")
+        return out
 
     def _hung(self) -> list:
         """The slots whose loops make no progress while the others wait: a mailbox that does not
@@ -75,7 +91,8 @@ class Liveness:
                 hung.append((j, self.workers[j] or self.homes[j],
                              f"its worker did not answer in {PROBE_SECONDS:.0f} s ({type(exc).__name__})"))
         for j, where in answers:
-            if not where["ended"] and where["phase"] != "exchange" and where["seconds"] > bound:
+            # a loop still linking up ("start") answers to the link-up's own deadlines, not to this bound
+            if not where["ended"] and where["phase"] not in ("exchange", "start") and where["seconds"] > bound:
                 hung.append((j, where["worker"], f"round {where['round']}, {where['phase']} for "
                                                  f"{where['seconds']:.0f} s"))
         return hung
