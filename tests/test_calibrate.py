@@ -186,15 +186,16 @@ def test_streamed_rounds_timed_for_the_model(client4, workers4, tiny):
 def test_the_floors_rows_are_its_rounds_each_phase_apart(client4, workers4):
     """floor_rows: the rounds after the warm-up, streamed, over the shard tree's shards; the
     phases of a row add up to its wall time (the breakdown's rule), so what links_floor takes
-    of each (the four phases beyond compute and update) is the wall less gradient and update,
-    the measure graphs/exchange_floor.py takes of a real round beside it."""
+    of each (the four phases beyond compute and update) is the wall less gradient, update and the
+    loops' own checks (evaluate), the measure graphs/exchange_floor.py takes of a real round beside it."""
     rows = loops.floor_rows(client4, workers4[:2], 2, 1000, 12, warmup=3, dtype="float32", n_shards=4)
     assert len(rows) == 12 and [r["round"] for r in rows] == list(range(rows[0]["round"], rows[0]["round"] + 12))
     assert all(r["streamed"] and r["workers"] == 2 for r in rows)
     for r in rows:
         assert all(r[phase] >= 0 for phase in breakdown.PHASES)
         assert r["wall"] == pytest.approx(sum(r[phase] for phase in breakdown.PHASES))
-        assert loops.exchange_phases(r) == pytest.approx(r["wall"] - r["gradient"] - r["update"], abs=1e-9)
+        assert loops.exchange_phases(r) == pytest.approx(r["wall"] - r["gradient"] - r["update"] - r["evaluate"],
+                                                         abs=1e-9)
     assert sum(r["transfer_bytes"] for r in rows) >= 12 * 2 * 1000 * 4  # each loop sends its 1000 float32 a round
     with pytest.raises(ValueError, match="n_shards must be at least p = 2, got 1"):
         loops.floor_rows(client4, workers4[:2], 2, 16, 5, n_shards=1)

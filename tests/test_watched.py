@@ -179,3 +179,27 @@ def test_a_worker_that_hangs_is_named_restarted_and_the_run_ends_as_undisturbed(
     assert victim in result.settings["events"][0]["error"]
     assert [r["round"] for r in result.history] == list(range(rounds))
     assert result.params.tobytes() == expected.tobytes()
+
+
+def test_a_run_on_one_cluster_is_not_stalled_by_another_clusters_default_client(client4, workers4, digits):
+    """A second client made later (another cluster's, the default one now): the run's mailboxes
+    are called through the run's client, not the default. (Before: the mailboxes' handles took
+    the default client, their calls went to a scheduler that does not know them, and the run
+    waited forever.) distributed's Actor still has the attributes ppt_dask binds."""
+    from distributed import Client, LocalCluster
+
+    from ppt_dask.engine.wire import mailbox
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as other, Client(other) as default:
+        from distributed import get_client
+
+        assert get_client() is default  # the other cluster's client is the default now
+        ours = _run(client4, workers4[:2], digits, ppt.Sync(lr=0.3, momentum=0.9, block=200),
+                    ppt.Stop(max_epochs=1), head_rule=False)
+    assert len(ours.history) == 10
+    handle = mailbox.Mailbox.__new__(mailbox.Mailbox)  # any object: bound() sets what distributed's Actor has
+    from distributed.actor import Actor
+
+    actor = Actor(mailbox.Mailbox, "tcp://127.0.0.1:1", "k")
+    assert hasattr(actor, "_client") and hasattr(actor, "_future")
+    del handle

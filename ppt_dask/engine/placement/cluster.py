@@ -115,6 +115,7 @@ def connect(
     security=None,
     timeout: float = 10.0,
     batch_interval: float | None = messages.INTERVAL,
+    set_as_default: bool = True,
     **cluster_kwargs,
 ) -> Client:
     """A Dask client: to the scheduler at ``address``, or to a new LocalCluster.
@@ -147,6 +148,9 @@ def connect(
         made for it alone (``placement.security.local_security``: another local user's client
         is refused);
         ``security=False`` starts it on plain tcp, open to every local process.
+    set_as_default : bool
+        Whether the client becomes the default one (Dask's computations without a client
+        named go to it); False for a client kept apart, as the estimator's shared cluster is.
     timeout : float
         Seconds to wait for the scheduler before raising ``OSError`` (a ``tcp://`` address
         that does not answer like a Dask scheduler, an HTTP port for one, is named as such).
@@ -180,7 +184,7 @@ def connect(
         security = resolve_security(security, address)
         probe.check_scheduler(address, timeout)  # an HTTP port would keep the Client waiting in silence
         try:
-            client = Client(address, timeout=f"{timeout}s", security=security)
+            client = Client(address, timeout=f"{timeout}s", security=security, set_as_default=set_as_default)
         except (OSError, TimeoutError) as exc:
             hint = ""  # say what to check when TLS is involved
             if address.split("://", 1)[0] in TLS_SCHEMES:
@@ -226,7 +230,7 @@ def connect(
             scheduler_kwargs=scheduler_kwargs,
             **cluster_kwargs,
         )
-    client = OwnClient(cluster, security=security)
+    client = OwnClient(cluster, security=security, set_as_default=set_as_default)
     client._ppt_owns_cluster = True  # close() of the client also closes the cluster
     if processes:  # their scheduler is in this process: a failed heartbeat means we are closing
         client.register_plugin(_QuietHeartbeats())

@@ -57,7 +57,7 @@ from ppt_dask.engine.rounds.steps import local_state
 from ppt_dask.engine.rounds.streamloops import StreamStep, stream_task
 from ppt_dask.engine.wire.handshake import new_secret
 from ppt_dask.engine.wire.links import LinkLost
-from ppt_dask.engine.wire.mailbox import AHEAD, WAIT_SECONDS, Mailbox, Stopped
+from ppt_dask.engine.wire.mailbox import AHEAD, WAIT_SECONDS, Mailbox, Stopped, bound
 
 KEEP_BYTES = 256 * 2**20  # what a loop may keep for the head (a state a round) bounds that for large models
 STOP_SECONDS = 5.0  # the longest the head waits for a loop to end after stopping it
@@ -274,7 +274,7 @@ def start_loops(rounds, box_class, box_firsts: list, kind: str, loop=None, rule=
     futures = [rounds.client.submit(box_class, f"{rounds.tag}-s{slot}", box_firsts[slot], rounds.ahead, actor=True,
                                     key=f"mailbox-{rounds.tag}-s{slot}", resources={label: 1})
                for slot, label in enumerate(labels)]
-    boxes = [(f, f.result(timeout=WAIT_SECONDS)) for f in futures]
+    boxes = [(f, bound(f.result(timeout=WAIT_SECONDS), rounds.client, f)) for f in futures]
     loops = []
     # the generation's secret: in the loops' arguments, over the cluster's own comms (TLS where
     # it is TLS), never on the links; a loop of another generation cannot join this one's

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
 
 import numpy as np
 from distributed import get_worker
@@ -296,3 +297,22 @@ def worker_address() -> str | None:
         return get_worker().address
     except ValueError:
         return None
+
+
+def bound(actor, client, future):
+    """The handle of a mailbox (a ``distributed.Actor``) bound to the ``client`` that made it.
+
+    A handle calls through the client it finds when it is built, ``get_client()``: the default
+    client of the process, which need not be the run's (a second cluster's client made later,
+    say), and then every call went to a scheduler that does not know the actor and never
+    answered. Its attributes ``_client`` and ``_future`` are distributed's, not public: this is
+    the one place that sets them (tests/test_watched.py checks that they still exist), and a
+    release without them gets the handle as it is, with a warning."""
+    if hasattr(actor, "_client") and hasattr(actor, "_future"):
+        actor._client, actor._future = client, future
+    else:  # pragma: no cover - a distributed to come
+        warnings.warn("ppt_dask cannot bind its mailboxes to the run's client with this version of distributed: "
+                      "with several clients in one process, use the run's as the default", RuntimeWarning,
+                      stacklevel=2)
+    return actor
+
