@@ -7,6 +7,7 @@ The oracle for a fit trained in this process is the same fit on a cluster: the s
 in the same order, so the same weights to the bit for the same seed and shard count.
 """
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -56,9 +57,28 @@ def quietly(call):
 
 
 @pytest.mark.timeout(180)
+@contextlib.contextmanager
+def no_current_client():
+    """No current Dask client for a while: the clients the suite's session fixtures made (the
+    default ones) are set aside, as a user's process without a client has none. distributed's
+    registry of global clients (``distributed.client._global_clients``) is not public: a test
+    helper only."""
+    import dask
+    import distributed.client as dc
+
+    saved = dict(dc._global_clients)
+    dc._global_clients.clear()
+    try:
+        with dask.config.set(scheduler="threads"):  # what dask computes with where no client is
+            yield
+    finally:
+        dc._global_clients.update(saved)
+
+
 def test_a_fit_in_this_process_gives_the_clusters_weights_bitwise(cluster_client):
     """Without a client a one-shard fit trains here; with the client, on a worker: the same bits."""
-    here = quietly(lambda: PPTClassifier(**SMALL).fit(X_DIGITS, Y_DIGITS))
+    with no_current_client():  # the suite's own clients (conftest's session fixtures) set aside
+        here = quietly(lambda: PPTClassifier(**SMALL).fit(X_DIGITS, Y_DIGITS))
     assert here.placement_.startswith("in this process")
     with cluster_client.as_current():
         there = quietly(lambda: PPTClassifier(**SMALL).fit(X_DIGITS, Y_DIGITS))
@@ -140,13 +160,15 @@ def test_dask_ml_incremental_under_a_client_and_without_one(cluster_client):
     Xd, yd = da.from_array(X_DIGITS, chunks=450), da.from_array(Y_DIGITS, chunks=450)
     classes = np.arange(10)
     oracle = PPTClassifier(**SMALL)
-    for a in range(0, len(X_DIGITS), 450):
-        quietly(lambda a=a: oracle.partial_fit(X_DIGITS[a:a + 450], Y_DIGITS[a:a + 450], classes=classes))
+    with no_current_client():  # the suite's own clients (conftest's session fixtures) set aside
+        for a in range(0, len(X_DIGITS), 450):
+            quietly(lambda a=a: oracle.partial_fit(X_DIGITS[a:a + 450], Y_DIGITS[a:a + 450], classes=classes))
     with cluster_client.as_current():
         inc = quietly(lambda: Incremental(PPTClassifier(**SMALL), shuffle_blocks=False).fit(Xd, yd, classes=classes))
         assert inc.estimator_.placement_ == "in this process: inside a Dask task"
         np.testing.assert_array_equal(inc.estimator_.params_, oracle.params_)
-    alone = quietly(lambda: Incremental(PPTClassifier(**SMALL), shuffle_blocks=False).fit(Xd, yd, classes=classes))
+    with no_current_client():
+        alone = quietly(lambda: Incremental(PPTClassifier(**SMALL), shuffle_blocks=False).fit(Xd, yd, classes=classes))
     assert alone.estimator_.placement_.startswith("in this process")
     np.testing.assert_array_equal(alone.estimator_.params_, oracle.params_)
     assert alone.estimator_.n_iter_ == 1 and len(alone.estimator_.loss_curve_) == 4
