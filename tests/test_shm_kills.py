@@ -1,4 +1,4 @@
-"""Nothing of a run in /dev/shm, whatever is killed at round 0 (ppt_dask/engine/placement/
+"""Nothing of a run in /dev/shm, whatever is killed at round 0 (ppt_dask/engine/wire/
 sharedmem.py: the loops' segments are unlinked as they are made and mapped through their
 writer's descriptor). A worker, or the head whose LocalCluster the workers belong to, is
 SIGKILLed the moment a loop holds its first segment (a generation's first round, before its
@@ -43,7 +43,7 @@ if __name__ == "__main__":
 
 def named(pids: set) -> set:
     """The segments named in /dev/shm whose names carry one of ``pids`` as their maker."""
-    from ppt_dask.engine.placement import sharedmem
+    from ppt_dask.engine.wire import sharedmem
 
     return {n for n in os.listdir(SHM) if (sharedmem.creator(n) or (0, 0, -1))[2] in pids}
 
