@@ -32,7 +32,7 @@ def table(n=400, seed=0):
 def address():
     import ppt_dask as ppt
 
-    client = ppt.connect(n_workers=2, dashboard_address=None)
+    client = ppt.connect(n_workers=2, dashboard_address=None, security=False)  # its address goes to a command
     yield client.scheduler.address
     ppt.cluster.close(client)
 
