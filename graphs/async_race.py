@@ -84,7 +84,7 @@ def run(address: str, flags: list, kill_epoch: float | None, client) -> dict:
 
 def main():
     args = common.arguments(__doc__, dict(REPEATS=REPEATS, KILL_EPOCH=KILL_EPOCH), QUICK)
-    client = common.start(2)
+    client = common.start(2, security=False)  # the command lines below take its address: plain tcp
     address = client.scheduler.address
     runs: dict = {name: [] for name in CONTENDERS}
     for repeat in range(args.repeats):

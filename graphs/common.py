@@ -194,10 +194,11 @@ def one_thread():
     return threadpool_limits(1)
 
 
-def start(workers: int):
-    """A LocalCluster of ``workers`` single-threaded processes (no dashboard), waited for."""
+def start(workers: int, security=None):
+    """A LocalCluster of ``workers`` single-threaded processes (no dashboard), waited for;
+    ``security=False`` for one whose address other processes (a command line) are given."""
     import ppt_dask as ppt
-    client = ppt.connect(n_workers=workers, dashboard_address=None)
+    client = ppt.connect(n_workers=workers, dashboard_address=None, security=security)
     client.wait_for_workers(workers, timeout=120)
     return client
 
