@@ -178,13 +178,11 @@ def median_round(net, shards, block: int, rounds: int, warmup: int, seconds: flo
     default exchange: the breakdown's rows (the loops' own timing on streamed rounds) after
     ``warmup``, at least ``rounds`` of them and until they took ``seconds``."""
     import ppt_dask as ppt
-    from ppt_dask.perf.loops import enough_rounds
+    from ppt_dask.perf.loops import timed_rows
 
     strategy = ppt.Sync(lr=0.05, momentum=0.9, block=block)
     most = max(rounds, MAX_ROUNDS) if seconds > 0 else rounds
-    result = ppt.train(net, shards, strategy, ppt.Stop(max_epochs=(most + warmup) * block / shards.n_rows),
-                       on_round=enough_rounds(warmup, seconds, rounds))
-    rows = result.breakdown()[warmup:]
+    rows = timed_rows(net, shards, strategy, most, warmup, seconds, rounds)  # the user's rounds: no call-back
     return (float(np.median([r["wall"] for r in rows])), float(np.median([r["gradient"] for r in rows])))
 
 

@@ -201,23 +201,24 @@ def test_the_floors_rows_are_its_rounds_each_phase_apart(client4, workers4):
         loops.floor_rows(client4, workers4[:2], 2, 16, 5, n_shards=1)
 
 
-def test_a_timing_run_of_long_rounds_ends_once_enough_of_them_took_long_enough(client4, workers4, tiny):
-    """enough_rounds: rounds after the warm-up counted; the run ends at the first round where
-    there are ``at_least`` of them and their wall time reaches ``seconds``, not before; through
-    ppt.train the run stops there (its history that long, "stopped")."""
-    on_round = loops.enough_rounds(warmup=3, seconds=1.5, at_least=10)
-    ends = [on_round({"round": r, "wall_seconds": 0.2}) for r in range(20)]
-    assert ends.index(True) == 3 + 9  # the tenth timed round: 2.0 s; 1.5 s at the eighth is too few
-    short = loops.enough_rounds(warmup=3, seconds=1.5, at_least=10)
-    assert not any(short({"round": r, "wall_seconds": 0.01}) for r in range(43))  # 40 short rounds: 0.4 s
+def test_timing_runs_take_the_rounds_wanted_and_no_more_once_they_took_long_enough(client4, workers4, tiny):
+    """timed_rows: a first run of ``at_least`` rounds after the warm-up; where they took less
+    than ``seconds`` a second run adds rounds up to ``most``, never past it; where they took
+    ``seconds`` already (0 here) there is no second run. Rows after the warm-up only, each a
+    round of the breakdown."""
     net, X, y = tiny
     shards = ppt.enter_data(client4, X, y, n_shards=4, workers=workers4[:2])
+    strategy = ppt.Sync(lr=1e-3, block=40)
     try:
-        result = ppt.train(net, shards, ppt.Sync(lr=1e-3, block=40), ppt.Stop(max_epochs=4),
-                           exchange="stream", on_round=loops.enough_rounds(warmup=2, seconds=0.0, at_least=3))
+        enough = loops.timed_rows(net, shards, strategy, most=12, warmup=2, seconds=0.0, at_least=3)
+        wanted = loops.timed_rows(net, shards, strategy, most=12, warmup=2, seconds=1e9, at_least=3)
+        capped = loops.timed_rows(net, shards, strategy, most=2, warmup=2, seconds=1e9, at_least=3)
     finally:
         ppt.exit_data(shards)
-    assert result.rounds == 5 and result.stopped_because == "stopped"
+    assert len(enough) == 3  # 3 rounds took more than no time: one run
+    assert len(wanted) == 12  # 3, then 9 more: never a billion seconds' worth
+    assert len(capped) == 2  # most below at_least: most
+    assert all(row["wall"] > 0 and row["gradient"] >= 0 for row in enough + wanted + capped)
 
 
 def test_measure_head_fits_tasks_per_round(client4, workers4):

@@ -28,22 +28,14 @@ ROUNDS = 8
 
 STRANGER = r"""
 import json, os, pickle, socket, ssl, struct, sys, threading, time
-import psutil
+import dripper  # tests/dripper.py (the caller puts tests/ on the path)
 
 pids = [int(p) for p in sys.argv[1].split(",")]
 create, done, out, want = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 tls = json.loads(sys.argv[6]) if len(sys.argv) > 6 else None
 
 def listening():
-    found = set()
-    for pid in pids:
-        try:
-            for c in psutil.Process(pid).net_connections(kind="tcp"):
-                if c.status == psutil.CONN_LISTEN:
-                    found.add((c.laddr.ip, c.laddr.port))
-        except psutil.Error:
-            pass
-    return found
+    return dripper.listening(pids)
 
 class Creates:
     def __reduce__(self):
@@ -110,7 +102,8 @@ def _knocked_run(client, tmp_path, workers: int, pids: list, tls: dict | None = 
     ``workers - 1`` (the last slot's loop held back until it is done): the result, the
     stranger's connections, the file its pickle would create."""
     created, done, out = tmp_path / "created", tmp_path / "done", tmp_path / "hits.json"
-    args = [sys.executable, "-c", STRANGER, ",".join(map(str, pids)), str(created), str(done), str(out),
+    code = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n" + STRANGER
+    args = [sys.executable, "-c", code, ",".join(map(str, pids)), str(created), str(done), str(out),
             str(workers - 1)] + ([json.dumps(tls)] if tls else [])
     X, y = _data()
     shards = ppt.enter_data(client, X, y, n_shards=8, workers=ppt.cluster.worker_addresses(client)[:workers])

@@ -128,14 +128,9 @@ def check_round(run: Run, attempt: int, engine, r: int, record: dict, estimate,
     if r in run.snapshot_rounds:
         run.snapshots[run.snapshot_rounds[r]] = waits.round_result(engine.state_after(r), shards).params
     if keep_due(run, r) and r + 1 < run.max_rounds:
-        t0 = time.perf_counter()
-        kept = keep(run, attempt, r, waits.round_result(engine.state_after(r), shards))
-        run.kept_at = time.perf_counter()
-        run.keep_seconds = run.kept_at - t0
-        if shards.can_grow and shards.joined_workers():  # use new workers from here on
-            if shards.lost_workers():  # a lost worker's restarted process, not a new worker:
-                raise waits.WorkerLost("a worker left and another joined")  # the lost slot takes it
-            return Grow(kept)
+        grow = keep_and_grow(run, attempt, r, lambda: waits.round_result(engine.state_after(r), shards))
+        if grow is not None:
+            return grow
     screened = (estimate.full or strategy.exact_stats) and estimate.rate <= (stop.target_error or 0)
     due = record["epoch"] >= checks["next_check"] - 1e-9 or (stop.screen and strategy.exact_stats)
     if stop.target_error is not None and (screened or not stop.screen) and due:
@@ -160,13 +155,30 @@ def keep_due(run: Run, r: int | None) -> bool:
             and time.perf_counter() - run.kept_at >= run.keep_seconds / KEEP_SHARE)
 
 
-def keep(run: Run, attempt: int, r: int, state) -> Kept:
-    """The head's copy to roll back to (and to the run's ``on_keep``: the checkpoint file)."""
-    kept = Kept(r, state, len(run.history))
+def keep(run: Run, attempt: int, r: int, state, n_history: int | None = None) -> Kept:
+    """The head's copy to roll back to (and to the run's ``on_keep``: the checkpoint file), the
+    state after round ``r``; ``n_history``: the history's records up to that round (default:
+    all of it)."""
+    n = len(run.history) if n_history is None else n_history
+    kept = Kept(r, state, n)
     run.last_kept = kept
     if run.on_keep is not None:
-        run.on_keep(state, r, attempt, run.history)
+        run.on_keep(state, r, attempt, run.history if n_history is None else run.history[:n])
     return kept
+
+
+def keep_and_grow(run: Run, attempt: int, r: int, fetch, n_history: int | None = None) -> Grow | None:
+    """:func:`keep` the state ``fetch()`` gives (the wait for it timed with the copy, what
+    :func:`keep_due` paces the copies by), then a Grow where new workers joined, else None."""
+    t0 = time.perf_counter()
+    kept = keep(run, attempt, r, fetch(), n_history)
+    run.kept_at = time.perf_counter()
+    run.keep_seconds = run.kept_at - t0
+    if run.shards.can_grow and run.shards.joined_workers():  # use new workers from here on
+        if run.shards.lost_workers():  # a lost worker's restarted process, not a new worker:
+            raise waits.WorkerLost("a worker left and another joined")  # the lost slot takes it
+        return Grow(kept)
+    return None
 
 
 def verify(run: Run, state_future, record: dict) -> float:

@@ -35,7 +35,7 @@ from ppt_dask.core.stopping import ErrorEstimate, RoundRule
 from ppt_dask.engine import loopenv, waits
 from ppt_dask.engine.checks import KEEP_ROUNDS as KEEP_ROUNDS
 from ppt_dask.engine.checks import KEEP_SHARE as KEEP_SHARE
-from ppt_dask.engine.checks import End, Grow, Kept, Run, check_round, keep_due, record_round, verify
+from ppt_dask.engine.checks import End, Grow, Kept, Run, check_round, keep_and_grow, keep_due, record_round, verify
 from ppt_dask.engine.placement.cluster import worker_addresses
 from ppt_dask.engine.result import Outcome
 from ppt_dask.engine.rounds import choose, graph, watched
@@ -290,18 +290,11 @@ def _watch(run: Run, attempt: int, engine) -> End | Grow:
         if end is not None:
             return _watched_end(run, end)
         if latest is not None and latest[0] + 1 < run.max_rounds:
-            t1 = time.perf_counter()
             newest = rounds[-1][0] if rounds else last_round  # the history's last round
-            kept = Kept(latest[0], latest[1], len(run.history) - (newest - latest[0]))
-            run.last_kept = kept
-            if run.on_keep is not None:
-                run.on_keep(kept.state, kept.round, attempt, run.history[:kept.n_history])
-            run.kept_at = time.perf_counter()
-            run.keep_seconds = run.kept_at - t1
-            if shards.can_grow and shards.joined_workers():  # use new workers from here on
-                if shards.lost_workers():  # a lost worker's restarted process, not a new worker:
-                    raise waits.WorkerLost("a worker left and another joined")  # the lost slot takes it
-                return Grow(kept)
+            grow = keep_and_grow(run, attempt, latest[0], lambda state=latest[1]: state,
+                                 len(run.history) - (newest - latest[0]))
+            if grow is not None:
+                return grow
 
 
 def _watched_end(run: Run, end: dict) -> End:

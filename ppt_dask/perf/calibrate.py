@@ -159,7 +159,7 @@ def calibrate(client, net, X, y, *, block: int, workers=None, n_shards: int | No
     well (:mod:`ppt_dask.perf.loops`): their gradient phase over the same call sizes (the
     ``stream_*`` curve) and the links floor over p = 1..len(workers) and vectors of 16, w and
     4w values (``tl0``, ``tl1``, ``tlw``), at least ``loops.STREAM_ROUNDS`` rounds each (the
-    curve's long rounds fewer, :func:`ppt_dask.perf.loops.enough_rounds`); ``tl1``
+    curve's long rounds fewer, :func:`ppt_dask.perf.loops.timed_rows`); ``tl1``
     is then levelled so that ``Tl(p)`` at p = all workers, plus ``stream_lag_ratio`` times the
     gradient phase (the wait for the slower loop, which the floor without compute does not
     have), is what the real streamed rounds of the curve spent beyond their gradient and update
