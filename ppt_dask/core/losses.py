@@ -60,10 +60,11 @@ class Loss:
     ----------
     name : str
         The registry key.
-    shard_values : callable ``shard_values(out, target, output) -> ndarray``
+    shard_values : callable ``shard_values(out, target, output, weights=None) -> ndarray``
         Per shard, the sum over its n patterns of the per-pattern loss: ``out`` has shape
         (S, n, n_outputs), ``target`` (S, n) labels or (S, n, n_outputs), ``output`` names
-        the output activation; float64 of shape (S,).
+        the output activation; float64 of shape (S,). ``weights``, shape (S * n,), multiplies
+        each pattern's loss before the sum (a weight of 2 counts the pattern twice).
     deltas : mapping output name -> callable ``delta(out, target) -> ndarray``
         ``dL/dz`` of shape (n, n_outputs), a new array; the keys are the
         output activations this loss may be paired with. Row by row: a block of
@@ -71,7 +72,7 @@ class Loss:
     """
 
     name: str
-    shard_values: Callable[[np.ndarray, np.ndarray, str], np.ndarray]
+    shard_values: Callable[..., np.ndarray]
     deltas: Mapping[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]
 
     def value(self, out: np.ndarray, target: np.ndarray, output: str) -> float:
@@ -101,9 +102,12 @@ def _clip(p: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ mean squared error
 
-def _per_shard(terms: np.ndarray, n_shards: int) -> np.ndarray:
+def _per_shard(terms: np.ndarray, n_shards: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Each shard's sum of its ``terms`` (its rows' entries, contiguous), as float64: the
-    same pairwise reduction over the same entries whatever ``n_shards`` is."""
+    same pairwise reduction over the same entries whatever ``n_shards`` is. With ``weights``
+    (one per row, shape (S * n,)) each row's terms are multiplied by its weight first."""
+    if weights is not None:
+        terms = terms * weights.astype(terms.dtype, copy=False).reshape(len(weights), *(1,) * (terms.ndim - 1))
     return terms.reshape(n_shards, -1).sum(axis=1).astype(np.float64)
 
 
@@ -114,11 +118,11 @@ def _rows(out: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, (target.reshape(-1) if target.ndim == out.ndim - 1 else target.reshape(rows.shape))
 
 
-def _mse_values(out: np.ndarray, target: np.ndarray, output: str) -> np.ndarray:
+def _mse_values(out: np.ndarray, target: np.ndarray, output: str, weights=None) -> np.ndarray:
     # 0.5 * sum over patterns and outputs of (out - t)**2
     r = residual(*_rows(out, target))
     r *= r
-    return 0.5 * _per_shard(r, len(out))
+    return 0.5 * _per_shard(r, len(out), weights)
 
 
 def _mse_delta_linear(out: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -143,7 +147,7 @@ def _mse_delta_softmax(out: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ cross-entropy
 
-def _cross_entropy_values(out: np.ndarray, target: np.ndarray, output: str) -> np.ndarray:
+def _cross_entropy_values(out: np.ndarray, target: np.ndarray, output: str, weights=None) -> np.ndarray:
     rows, t = _rows(out, target)
     if output == "softmax":
         # categorical: -sum_i log p[i, label_i], or -sum t * log p for 2-D targets
@@ -152,14 +156,14 @@ def _cross_entropy_values(out: np.ndarray, target: np.ndarray, output: str) -> n
         else:
             terms = np.log(_clip(rows))
             terms *= t
-        return -_per_shard(terms, len(out))
+        return -_per_shard(terms, len(out), weights)
     if output == "sigmoid":
         # binary, summed over the outputs: -sum t log p + (1 - t) log(1 - p)
         p = _clip(rows)
         terms = np.log(p)
         terms *= t
         terms += (1 - t) * np.log1p(-p)
-        return -_per_shard(terms, len(out))
+        return -_per_shard(terms, len(out), weights)
     raise ValueError(_pair_message(output, "cross_entropy"))
 
 

@@ -46,7 +46,7 @@ import dataclasses
 import functools
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,6 +83,13 @@ class MLP:
     tolerance : float
         Linear output only: a pattern counts as wrong when any ``|out - t|``
         exceeds it.
+    weighted : bool, keyword-only
+        The targets ``Y`` carry one more column, the last: each row's weight (finite,
+        >= 0). A row's loss, its gradient and its count in the stats are multiplied by
+        its weight, so ``n`` in ``[loss_sum, n_wrong, n]`` is the sum of the weights
+        and the update divides by it: a weight of 2 is the row twice, 0 the row left
+        out (scikit-learn's ``sample_weight`` of MLPClassifier). Labels of a softmax
+        output are then the first of two columns.
 
     Notes
     -----
@@ -113,6 +120,7 @@ class MLP:
     loss: str | None = None
     dtype: str = "float64"
     tolerance: float = 0.1
+    weighted: bool = field(default=False, kw_only=True)
 
     def __post_init__(self):
         sizes = tuple(self.sizes) if np.ndim(self.sizes) == 1 else ()
@@ -140,6 +148,8 @@ class MLP:
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < math.inf:
             raise ValueError(f"tolerance must be a finite number >= 0, got {tol!r}")
         object.__setattr__(self, "tolerance", float(tol))
+        if not isinstance(self.weighted, (bool, np.bool_)):
+            raise ValueError(f"weighted must be True or False, got {self.weighted!r}")
 
     def __getstate__(self) -> dict:
         """The fields only: the worked-out layout and mask stay behind (a network travels in
@@ -173,8 +183,9 @@ class MLP:
 
     def describe(self) -> dict:
         """The network in a run's settings and checkpoints (JSON values)."""
-        return {"network": list(self.sizes), "hidden": self.hidden, "output": self.output,
-                "loss": self.loss, "dtype": self.dtype}
+        shown = {"network": list(self.sizes), "hidden": self.hidden, "output": self.output,
+                 "loss": self.loss, "dtype": self.dtype}
+        return {**shown, "weighted": True} if self.weighted else shown
 
     @functools.cached_property
     def _layout(self) -> tuple:
@@ -342,7 +353,8 @@ class MLP:
         checked = self._check_params(params)  # a copy when params needs a cast or an alignment
         in_place = checked is params
         direct = isinstance(X, np.ndarray) and self._check_X(X) is X  # rows need no cast
-        target = self._check_targets([Y], len(X))[0]
+        target, weights = self._targets([Y], len(X))
+        target = target[0]
         layers = self.unflatten(checked)
         grads = np.empty((1, self.n_params), dtype=self.dtype)
         grad_layers = self._shard_views(grads)
@@ -354,7 +366,8 @@ class MLP:
             if len(block) == 0:
                 raise ValueError("a pass needs at least one row")
             block = np.require(block, requirements="C")  # a fancy index copies; a slice of C rows is C already
-            return grads[0], self._pass(layers, block[None], target[rows][None], grad_layers)[0]
+            w = None if weights is None else weights[0, rows][None]
+            return grads[0], self._pass(layers, block[None], target[rows][None], grad_layers, w)[0]
 
         return one
 
@@ -404,18 +417,20 @@ class MLP:
     def _evaluate(self, params, blocks, backward: bool) -> tuple[np.ndarray | None, np.ndarray]:
         """One pass over blocks of rows: ``(grad_sums (S, n_params) or None, stats (S, 3))``."""
         params, X = self._check_params(params), self._stack(blocks)
-        target = self._check_targets([Y for _, Y in blocks], X.shape[1])
+        target, weights = self._targets([Y for _, Y in blocks], X.shape[1])
         grads = np.empty((len(X), self.n_params), dtype=self.dtype) if backward else None
         if X.shape[1] == 0:
             if grads is not None:
                 grads[...] = 0
             return grads, np.zeros((len(X), 3))
-        return grads, self._pass(self.unflatten(params), X, target, None if grads is None else self._shard_views(grads))
+        return grads, self._pass(self.unflatten(params), X, target, None if grads is None else self._shard_views(grads),
+                                 weights)
 
-    def _pass(self, layers, X: np.ndarray, target: np.ndarray, grad_layers) -> np.ndarray:
+    def _pass(self, layers, X: np.ndarray, target: np.ndarray, grad_layers, weights=None) -> np.ndarray:
         """Forward (and, given ``grad_layers``, backward into them) over checked, stacked rows
         ``X`` (S, n, n_inputs): per shard ``[loss_sum, n_wrong, n]``, shape (S, 3). Every
-        entry of ``grad_layers`` (:meth:`_shard_views`) is written."""
+        entry of ``grad_layers`` (:meth:`_shard_views`) is written. ``weights`` (S, n): the
+        rows' weights (``weighted``), which multiply each row's loss, count and output delta."""
         activations = self._forward(layers, X)
         out = activations[-1]
         n_shards, n = out.shape[:2]
@@ -423,10 +438,15 @@ class MLP:
         flat_target = target.reshape(n_shards * n, *target.shape[2:])
         assert self.loss is not None  # __post_init__ chose it
         stats = np.empty((n_shards, 3))
-        stats[:, 0] = LOSSES[self.loss].shard_values(out, target, self.output)
-        stats[:, 1] = np.count_nonzero(wrong_rows(self.output, rows, flat_target, self.tolerance)
-                                       .reshape(n_shards, n), axis=1)
-        stats[:, 2] = n
+        wrong = wrong_rows(self.output, rows, flat_target, self.tolerance).reshape(n_shards, n)
+        if weights is None:
+            stats[:, 0] = LOSSES[self.loss].shard_values(out, target, self.output)
+            stats[:, 1] = np.count_nonzero(wrong, axis=1)
+            stats[:, 2] = n
+        else:  # sums of the weights where the plain pass counts rows
+            stats[:, 0] = LOSSES[self.loss].shard_values(out, target, self.output, weights.reshape(-1))
+            stats[:, 1] = np.sum(weights * wrong, axis=1, dtype=np.float64)
+            stats[:, 2] = np.sum(weights, axis=1, dtype=np.float64)
         if grad_layers is None:
             return stats
 
@@ -434,6 +454,8 @@ class MLP:
         # layer; the layer's gradient is a_in^T delta and the column sums of delta,
         # both per shard (a sum over that shard's rows only).
         delta = output_delta(self.loss, self.output, rows, flat_target).reshape(out.shape)
+        if weights is not None:  # dL/dz of the weighted sum (scikit-learn's deltas[last] *= sample_weight)
+            delta *= weights[..., None]
         d_hidden = HIDDEN[self.hidden].backward
         assert d_hidden is not None  # every hidden activation has one (only outputs do without)
         for l in range(len(layers) - 1, -1, -1):
@@ -470,6 +492,20 @@ class MLP:
         if any(len(X) != len(Xs[0]) for X in Xs):
             raise ValueError(f"every block must have the same number of rows, got {[len(X) for X in Xs]}")
         return Xs[0][None] if len(Xs) == 1 else np.stack(Xs)
+
+    def _targets(self, Ys: list, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`_check_targets` of the blocks' targets and, for a ``weighted`` network, the
+        rows' weights split off their last column: (S, n) of ``self.dtype`` (None unweighted)."""
+        if not self.weighted:
+            return self._check_targets(Ys, n), None
+        Ys = [np.asarray(Y) for Y in Ys]
+        for Y in Ys:
+            if Y.ndim != 2 or Y.shape[1] < 2:
+                raise ValueError(f"a weighted network's Y has the targets and then the rows' weights as its "
+                                 f"last column; got shape {Y.shape}")
+        labels = self.output == "softmax" and Ys[0].shape[1] == 2
+        target = self._check_targets([Y[:, 0] if labels else Y[:, :-1] for Y in Ys], n)
+        return target, np.stack([Y[:, -1] for Y in Ys]).astype(self.dtype)
 
     def _check_targets(self, Ys: list, n: int) -> np.ndarray:
         """Every block's targets (n rows each), stacked: (S, n) integer labels (softmax) or

@@ -340,6 +340,12 @@ def check_network_fits(net, shards) -> None:
     if net.dtype != shards.dtype:
         raise ValueError(f"the network is {net.dtype} but the shards hold {shards.dtype} (enter_data(dtype=...))")
     y_shape = shards.info[0].y_shape
+    if getattr(net, "weighted", False):  # the last column holds the weights: the network checks the rest
+        columns = (2, net.n_outputs + 1) if net.task == "classification" else (net.n_outputs + 1,)
+        if len(y_shape) != 1 or y_shape[0] not in columns:
+            raise ValueError(f"a weighted network's targets have the rows' weights as one more column: "
+                             f"{' or '.join(map(str, columns))} columns, got targets of shape {y_shape}")
+        return
     lo = min(i.y_min for i in shards.info)
     hi = max(i.y_max for i in shards.info)
     k = net.n_outputs
