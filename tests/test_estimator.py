@@ -145,15 +145,26 @@ def client():
 FAST = dict(hidden_layer_sizes=(8,), max_iter=10, learning_rate_init=0.3, random_state=0)
 
 
+def expected_failures(estimator) -> dict:
+    """The one check expected to fail, and why: float32 (the classifier's default) puts the
+    weighted sums and the repeated rows' sums, added in another order, 2e-6 apart in
+    predict_proba where the check asks 1e-7. The float64 classifier passes it
+    (tests/test_sample_weight.py), as the float64 regressor does here."""
+    if estimator._dtype() != "float32":
+        return {}
+    return {"check_sample_weight_equivalence_on_dense_data": "float32 sums added in another order (2e-6 > 1e-7)"}
+
+
 with warnings.catch_warnings():  # by design they do not inherit from sklearn.base.BaseEstimator
     warnings.filterwarnings("ignore", message="Estimator .* does not inherit from")
     SKLEARN_CHECKS = parametrize_with_checks(
-        [PPTClassifier(**FAST), PPTRegressor(**{**FAST, "learning_rate_init": 0.1, "batch_size": 50})])
+        [PPTClassifier(**FAST), PPTRegressor(**{**FAST, "learning_rate_init": 0.1, "batch_size": 50})],
+        expected_failed_checks=expected_failures, xfail_strict=True)
 
 
 @SKLEARN_CHECKS
 def test_sklearn_contract(estimator, check, client):
-    """Every check of scikit-learn's, none marked to skip or expected to fail by this estimator.
+    """Every check of scikit-learn's, one expected to fail by this estimator (:func:`expected_failures`).
 
     scikit-learn skips four by itself here (two per estimator), each naming its reason:
     ``check_estimators_data_not_an_array`` with pandas objects ("pandas is not installed")

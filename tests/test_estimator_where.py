@@ -303,9 +303,8 @@ def test_a_multilabel_y_fits_a_sigmoid_output_per_label():
         PPTClassifier().fit(X_DIGITS, Y * 2)
 
 
-def test_sample_weight_is_refused_with_a_pointer():
-    with pytest.raises(ValueError, match="sample_weight is not supported by this estimator yet.*estimator.md"):
-        PPTClassifier().fit(X_DIGITS, Y_DIGITS, sample_weight=np.ones(len(Y_DIGITS)))
+def test_an_unknown_fit_argument_is_refused_by_name():
+    """sample_weight is taken (tests/test_sample_weight.py); anything else is a TypeError."""
     with pytest.raises(TypeError, match="unexpected keyword argument 'weights'"):
         PPTClassifier().fit(X_DIGITS, Y_DIGITS, weights=1)
 

@@ -19,7 +19,7 @@ from ppt_dask.core.tree import split_rows
 from ppt_dask.engine.placement import cluster
 from ppt_dask.engine.placement.enter import enter_data, exit_data
 from ppt_dask.observe.display import LossCurve
-from ppt_dask.sklearn import placement
+from ppt_dask.sklearn import placement, weights
 from ppt_dask.sklearn.contract import (
     BaseEstimator,
     as_numpy,
@@ -28,7 +28,6 @@ from ppt_dask.sklearn.contract import (
     frame_as_array,
     is_dask,
     is_dask_frame,
-    refuse_fit_params,
     refuse_inapplicable,
     rows_message,
     seed_of,
@@ -217,7 +216,7 @@ class PPTBase(BaseEstimator):
 
     # -- fitting --
 
-    def fit(self, X, y, **fit_params):
+    def fit(self, X, y, sample_weight=None):
         """Train from new weights (from the learned ones with ``warm_start``).
 
         Parameters
@@ -229,19 +228,23 @@ class PPTBase(BaseEstimator):
             Labels (numbers or strings; a 0/1 indicator matrix (n_samples, n_labels) for
             multilabel) for the classifier; targets, also of shape (n_samples, n_outputs),
             for the regressor.
+        sample_weight : array-like of shape (n_samples,), or a number, default=None
+            Weights of the rows, finite and >= 0, as MLPClassifier's: a weight of 2 is the
+            row twice, 0 the row left out (:mod:`ppt_dask.sklearn.weights`). Numpy or pandas
+            X and y; not with ``module``.
 
         Returns
         -------
         self
         """
-        return self._fit(X, y, incremental=False, fit_params=fit_params)
+        return self._fit(X, y, incremental=False, sample_weight=sample_weight)
 
-    def partial_fit(self, X, y, **fit_params):
-        """One more epoch on ``(X, y)`` from the current weights; returns self."""
-        return self._fit(X, y, incremental=True, fit_params=fit_params)
+    def partial_fit(self, X, y, sample_weight=None):
+        """One more epoch on ``(X, y)`` (rows weighted by ``sample_weight``, as in :meth:`fit`)
+        from the current weights; returns self."""
+        return self._fit(X, y, incremental=True, sample_weight=sample_weight)
 
-    def _fit(self, X, y, *, incremental: bool, classes=None, fit_params=None):
-        refuse_fit_params(fit_params or {})
+    def _fit(self, X, y, *, incremental: bool, classes=None, sample_weight=None):
         settings = self._settings()
         if incremental and self.early_stopping:
             raise ValueError("partial_fit does not support early_stopping=True (as MLPClassifier)")
@@ -254,6 +257,7 @@ class PPTBase(BaseEstimator):
         if continuing and row_shape != self.row_shape_:
             raise ValueError(rows_message(self, row_shape, self.row_shape_))
         y = self._check_y(y, int(X.shape[0]), type(self).__name__)
+        X, y, w = weights.rows(self, X, y, sample_weight)  # checked; rows of weight 0 out before their labels are read
         args = (continuing, incremental, classes)
         prepared = None if is_dask(y) else self._prepare(y, None, *args)  # errors before the cluster
         validation_set = None
@@ -261,8 +265,10 @@ class PPTBase(BaseEstimator):
             if prepared is None or is_dask(X):
                 raise ValueError("early_stopping=True takes numpy or pandas X and y (it splits off a validation "
                                  "set here); compute a dask collection first, or stop by tol/n_iter_no_change")
-            X, target, validation_set = self._split(X, prepared[0], settings["seed"])
+            X, target, w, validation_set = weights.split(self, X, prepared[0], w, settings["seed"])
             prepared = (target, *prepared[1:])
+        if w is not None:  # the weights travel with the rows, as one more column of the targets
+            prepared = (weights.with_weights(prepared[0], w), *prepared[1:])
         n_rows = int(X.shape[0])
         adam = self._solver(n_rows) == "adam"
         if adam:  # Adam's step size and each pass in a new order, as MLPClassifier's defaults
@@ -284,11 +290,11 @@ class PPTBase(BaseEstimator):
                 if prepared is None:
                     prepared = self._prepare(as_numpy(y, RESULT_TIMEOUT, "y"), None, *args)
                     net = self._network(prepared[1], row_shape, settings, continuing, prepared)
-                n_shards = self._train_here(job, net, X, prepared[0])
+                n_shards = self._train_here(job, weights.net_for(net, w), X, prepared[0])
             else:
                 prepared = prepared or self._prepare(y, place.client, *args)
                 net = net or self._network(prepared[1], row_shape, settings, continuing, prepared)
-                n_shards = self._train_on(place.client, job, net, X, prepared[0])
+                n_shards = self._train_on(place.client, job, weights.net_for(net, w), X, prepared[0])
         finally:
             placement.close(place)
         _, n_outputs, learned = prepared
@@ -298,19 +304,6 @@ class PPTBase(BaseEstimator):
         if validation_set is not None:
             self.validation_scores_, self.best_validation_score_ = run.scores, max(run.scores, default=-np.inf)
         return self
-
-    def _split(self, X, target, seed: int):
-        """MLPClassifier's validation split of ``validation_fraction`` of the rows: (X, target,
-        (X_val, target_val))."""
-        from sklearn.model_selection import train_test_split
-
-        stratify = target if self._estimator_kind == "classifier" and target.ndim == 1 else None
-        X, X_val, target, target_val = train_test_split(X, target, test_size=self.validation_fraction,
-                                                        random_state=seed, stratify=stratify)
-        if len(X_val) < 2:
-            raise ValueError(f"The validation set is too small ({len(X_val)} rows). Increase validation_fraction "
-                             f"({self.validation_fraction!r}) or the size of your dataset.")
-        return X, target, (X_val, target_val)
 
     def _train_here(self, job, net, X, target) -> int:
         """Train in this process (:mod:`ppt_dask.sklearn.inprocess`); returns the shard count."""

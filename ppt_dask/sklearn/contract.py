@@ -198,16 +198,6 @@ def seed_of(random_state) -> int:
     raise ValueError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
 
 
-def refuse_fit_params(fit_params: dict) -> None:
-    """What MLPClassifier's fit takes and this one does not yet, refused by name with a pointer."""
-    for name in fit_params:
-        if name == "sample_weight":
-            raise ValueError("sample_weight is not supported by this estimator yet: its rounds add unweighted "
-                             "gradient sums (see docs/guide/estimator.md, 'Differences from MLPClassifier'); "
-                             "repeat or resample rows to weight them")
-        raise TypeError(f"fit() got an unexpected keyword argument {name!r}")
-
-
 def rows_message(estimator, shape: tuple, fitted: tuple) -> str:
     """X's rows are not those the estimator was fitted on: scikit-learn's words for tables."""
     if len(shape) == len(fitted) == 1:

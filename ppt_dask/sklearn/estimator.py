@@ -155,7 +155,8 @@ _DOC = """
         A list that draws itself in a notebook (:class:`ppt_dask.observe.display.LossCurve`).
     n_iter_ : int
         Epochs trained by the last ``fit`` or ``partial_fit`` call (MLPClassifier's count);
-        ``t_`` the training patterns processed over all calls.
+        ``t_`` the training patterns processed over all calls (with ``sample_weight``, the
+        sum of their weights).
     loss_ : float
         The last epoch's mean training loss.
     validation_scores_ : list of float
@@ -178,10 +179,12 @@ _DOC = """
 
     Notes
     -----
-    scikit-learn's ``parametrize_with_checks`` passes with no check skipped or expected to
-    fail by this estimator (scikit-learn itself skips ``check_estimators_data_not_an_array``
-    with pandas objects when pandas is not installed, and ``check_array_api_input`` when
-    ``SCIPY_ARRAY_API`` is not set). Where it differs from ``{sklearn}``: one solver,
+    scikit-learn's ``parametrize_with_checks`` passes with no check skipped by this estimator
+    (scikit-learn itself skips ``check_estimators_data_not_an_array`` with pandas objects
+    when pandas is not installed, and ``check_array_api_input`` when ``SCIPY_ARRAY_API`` is
+    not set) and one expected to fail in float32: ``check_sample_weight_equivalence_on_dense_data``
+    asks predict_proba to 1e-7, and float32 sums of the weighted rows and of the repeated rows,
+    added in another order, are 2e-6 apart (in float64 it passes). Where it differs from ``{sklearn}``: one solver,
     gradient descent with momentum and a constant step (a distributed round per block, or
     with "local" per ``interval`` patterns of each shard);
     ``partial_fit`` starts the momentum again from zero; ``loss_curve_`` leaves out the L2
@@ -266,15 +269,19 @@ class PPTClassifier(ClassifierMixin, PPTBase):
         tags.classifier_tags.multi_label = True  # a 0/1 indicator matrix, a sigmoid output per label
         return tags
 
-    def _validation_score(self, net, params, X_val, target_val) -> float:
-        """Accuracy on the validation set (all labels of a row right, for multilabel)."""
+    def _validation_score(self, net, params, X_val, target_val, w_val=None) -> float:
+        """Accuracy on the validation set (all labels of a row right, for multilabel), weighted
+        by ``w_val``."""
         if target_val.ndim == 2:
-            return float(np.all((net.predict_proba(params, X_val) > 0.5) == (target_val > 0.5), axis=1).mean())
-        return float((net.predict(params, X_val) == target_val).mean())
+            right = np.all((net.predict_proba(params, X_val) > 0.5) == (target_val > 0.5), axis=1)
+        else:
+            right = net.predict(params, X_val) == target_val
+        return float(right.mean() if w_val is None else np.average(right, weights=w_val))
 
-    def partial_fit(self, X, y, classes=None, **fit_params):
-        """One more epoch from the current weights; ``classes`` (all labels) needed the first time."""
-        return self._fit(X, y, incremental=True, classes=classes, fit_params=fit_params)
+    def partial_fit(self, X, y, classes=None, *, sample_weight=None):
+        """One more epoch from the current weights; ``classes`` (all labels) needed the first
+        time; ``sample_weight`` as in :meth:`fit`."""
+        return self._fit(X, y, incremental=True, classes=classes, sample_weight=sample_weight)
 
     def predict(self, X):
         """Labels of the rows of X, shape (n_samples,); a dask array for a dask X."""
@@ -334,9 +341,9 @@ class PPTRegressor(RegressorMixin, PPTBase):
             raise ValueError(f"y has {y.shape[1]} targets; the model was fitted with {self.n_outputs_}")
         return y, int(y.shape[1]), {}
 
-    def _validation_score(self, net, params, X_val, target_val) -> float:
-        """R^2 on the validation set (MLPRegressor's early-stopping score)."""
-        return r2_score(target_val, net.predict(params, X_val).reshape(target_val.shape))
+    def _validation_score(self, net, params, X_val, target_val, w_val=None) -> float:
+        """R^2 on the validation set (MLPRegressor's early-stopping score), weighted by ``w_val``."""
+        return r2_score(target_val, net.predict(params, X_val).reshape(target_val.shape), w_val)
 
     def predict(self, X):
         """Predictions, shape (n_samples,) for one target, else (n_samples, n_outputs)."""

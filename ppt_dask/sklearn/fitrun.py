@@ -38,7 +38,8 @@ class FitRun:
 @dataclass
 class Job:
     """One fit's settings for :func:`train_epochs`: its run, the estimator's settings, the
-    batch, the epochs, whether the ``tol`` rule stops it, and its validation set (X, target)."""
+    batch, the epochs, whether the ``tol`` rule stops it, and its validation set (X, target,
+    weights or None)."""
 
     run: FitRun
     settings: dict
@@ -121,7 +122,7 @@ def _validated(estimator, job: Job, net, curve: EpochCurve, train_for):
     """MLPClassifier's early stopping: after every epoch the score on the validation set;
     an epoch whose score is below the best so far plus ``tol`` counts as no improvement,
     more than ``n_iter_no_change`` in a row stop; the weights of the best score are kept."""
-    run, (X_val, target_val) = job.run, job.validation
+    run, (X_val, target_val, w_val) = job.run, job.validation
     best, count, best_params, result, state = -math.inf, 0, None, None, run.state
     for epoch in range(job.epochs):
         def one_epoch(record: dict, done: int = epoch) -> bool:
@@ -131,7 +132,7 @@ def _validated(estimator, job: Job, net, curve: EpochCurve, train_for):
         if result.outcome is Outcome.DIVERGED or len(curve.losses) <= epoch:
             break
         state = result.state
-        score = estimator._validation_score(net, result.params, X_val, target_val)
+        score = estimator._validation_score(net, result.params, X_val, target_val, w_val)
         run.scores.append(score)
         if estimator.verbose:
             print(f"Validation score: {score:f}", flush=True)
