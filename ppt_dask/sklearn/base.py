@@ -240,7 +240,7 @@ class PPTBase(BaseEstimator):
         return self._fit(X, y, incremental=False, sample_weight=sample_weight)
 
     def partial_fit(self, X, y, sample_weight=None):
-        """One more epoch on ``(X, y)`` (rows weighted by ``sample_weight``, as in :meth:`fit`)
+        """One more epoch on ``(X, y)`` (rows weighted by ``sample_weight``, as in ``fit``)
         from the current weights; returns self."""
         return self._fit(X, y, incremental=True, sample_weight=sample_weight)
 

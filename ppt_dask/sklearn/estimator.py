@@ -280,7 +280,7 @@ class PPTClassifier(ClassifierMixin, PPTBase):
 
     def partial_fit(self, X, y, classes=None, *, sample_weight=None):
         """One more epoch from the current weights; ``classes`` (all labels) needed the first
-        time; ``sample_weight`` as in :meth:`fit`."""
+        time; ``sample_weight`` as in ``fit``."""
         return self._fit(X, y, incremental=True, classes=classes, sample_weight=sample_weight)
 
     def predict(self, X):
