@@ -112,6 +112,26 @@ def test_a_search_with_n_jobs_2_trains_in_lokys_processes():
     assert out["two"] == out["one"] and min(out["two"]) > 0.9
 
 
+def test_a_fit_in_this_process_imports_neither_dask_nor_distributed():
+    """A fit without a client that trains in this process (one shard here; a joblib worker's
+    fits alike) needs no cluster: it imports neither dask nor distributed, whose import (about
+    0.3 s, most of the estimator's) every loky worker of a search would pay again. A fit
+    under a client still finds the client (test_a_fit_in_this_process_gives_the_clusters_weights_bitwise)."""
+    out = run_script("""
+        import json, sys, warnings
+        from sklearn.datasets import load_digits
+        import ppt_dask as ppt
+        X, y = load_digits(return_X_y=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = ppt.PPTClassifier(max_iter=60, random_state=0).fit(X / 16, y)
+        print(json.dumps({"imported": sorted(m for m in ("dask", "distributed") if m in sys.modules),
+                          "placement": est.placement_, "score": est.score(X, y)}))
+    """)
+    assert out["placement"].startswith("in this process") and out["score"] > 0.8, out  # it trained
+    assert out["imported"] == [], out
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_the_process_warning_is_said_once_in_a_process_that_cannot_start_workers():

@@ -10,11 +10,12 @@ import asyncio
 import sys
 from types import SimpleNamespace
 
-import asyncssh
 import pytest
 
 import ppt_dask
 from ppt_dask.deploy import preflight, ssh
+
+asyncssh = preflight.import_asyncssh()  # as the package imports it: cryptography's DSA warnings of its import silenced
 
 
 class _Session:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import html
 import uuid
@@ -15,23 +14,11 @@ import numpy as np
 from ppt_dask.algorithms import asynchronous, strategies
 from ppt_dask.core import keys
 from ppt_dask.core.model import Network
+from ppt_dask.core.outcome import Outcome as Outcome
 from ppt_dask.engine.placement.shards import ShardSet
 from ppt_dask.engine.rounds import graph
 from ppt_dask.engine.rounds.steps import partial_sums
 from ppt_dask.engine.waits import ROUND_TIMEOUT
-
-
-class Outcome(enum.Enum):
-    """Why a run stopped (``Result.outcome``; ``Result.stopped_because`` says it in words)."""
-
-    TARGET_ERROR = "target_error"  # the verified error reached the target: learned
-    MAX_EPOCHS = "max_epochs"  # the epochs ran out
-    DIVERGED = "diverged"  # a loss was not finite: the weights before it are kept
-    STOPPED = "stopped"  # an ``on_round`` call-back asked to stop
-
-    def words(self, where: str | None = None) -> str:
-        """``stopped_because``: the value, with where it happened for a divergence."""
-        return f"{self.value} at {where}" if where else self.value
 
 
 @dataclass

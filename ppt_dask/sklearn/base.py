@@ -16,8 +16,6 @@ from ppt_dask.core import validation
 from ppt_dask.core.model import describe
 from ppt_dask.core.network import MLP
 from ppt_dask.core.tree import split_rows
-from ppt_dask.engine.placement import cluster
-from ppt_dask.engine.placement.enter import enter_data, exit_data
 from ppt_dask.observe.display import LossCurve
 from ppt_dask.sklearn import placement, weights
 from ppt_dask.sklearn.contract import (
@@ -161,6 +159,8 @@ class PPTBase(BaseEstimator):
         if self.solver == "adam" and self.strategy != "local":
             raise ValueError(f"solver='adam' applies to strategy local, not to strategy {self.strategy}")
         if self.scheduler is not None:
+            from ppt_dask.engine.placement import cluster
+
             cluster.check_address(self.scheduler)
         extra = {} if self.strategy_params is None else self.strategy_params
         if not isinstance(extra, dict) or not isinstance(self.strategy, str):
@@ -318,6 +318,9 @@ class PPTBase(BaseEstimator):
 
     def _train_on(self, client, job, net, X, target) -> int:
         """Train on ``client``'s cluster: the data placed as shards, trained, released."""
+        from ppt_dask.engine.placement import cluster
+        from ppt_dask.engine.placement.enter import enter_data, exit_data
+
         n_rows = int(X.shape[0])
         n_workers = len(cluster.worker_addresses(client))
         n_shards = min(self.n_shards or self._default_shards(n_workers, n_rows, job.batch), n_rows, job.batch)

@@ -4,16 +4,15 @@ the per-epoch bookkeeping)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ppt_dask.api import train
+from ppt_dask.core.outcome import Outcome
 from ppt_dask.core.stopping import Stop
-from ppt_dask.engine.placement import cluster
-from ppt_dask.engine.result import Outcome
 from ppt_dask.progress import Training
 from ppt_dask.sklearn.contract import ConvergenceWarning
 from ppt_dask.sklearn.epochs import EpochCurve, ToleranceRule
@@ -61,9 +60,17 @@ def _trainer(estimator, job: Job, net, shards, strategy, here, shown):
             X, y, n_shards = here
             return train_here(net, X, y, strategy, epochs, n_shards=n_shards, seed=seed, params=params,
                               fan_in=estimator.fan_in, on_round=_shown(shown, on_round), state=state)
+        from ppt_dask.api import train  # the engine (dask, distributed) only for a fit on a cluster
+
         return train(net, shards, strategy, Stop(max_epochs=epochs), seed=seed, params=params,
                      fan_in=estimator.fan_in, progress=shown, on_round=on_round, initial_state=state)
     return train_for
+
+
+def _page_url(client) -> str | None:
+    from ppt_dask.engine.placement import cluster
+
+    return cluster.page_url(client)
 
 
 def train_epochs(estimator, job: Job, net, shards, strategy, *, here: tuple | None = None):
@@ -84,7 +91,7 @@ def train_epochs(estimator, job: Job, net, shards, strategy, *, here: tuple | No
     run, epochs = job.run, job.epochs
     rule = ToleranceRule(estimator.tol, estimator.n_iter_no_change, run.best, run.no_improvement)
     # verbose: scikit-learn's line per epoch, and the progress display (a widget in Jupyter)
-    link = None if shards is None else (lambda: cluster.page_url(shards.client))
+    link = None if shards is None else functools.partial(_page_url, shards.client)
     shown = Training(epochs, link=link) if estimator.verbose else None
     curve = EpochCurve(None if job.validation else rule, start_epoch=job.start_epoch,
                        on_epoch=epoch_printer(0, shown) if estimator.verbose else None)

@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from ppt_dask.algorithms import localsgd
 from ppt_dask.core import model, tree
-from ppt_dask.engine.result import Outcome
+from ppt_dask.core.outcome import Outcome
 
 BLAS_THREADS = 1  # a default worker's (see the module's docstring)
 

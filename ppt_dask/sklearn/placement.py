@@ -19,10 +19,10 @@ Decided by where the fit is, in this order:
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import warnings
 from dataclasses import dataclass
 
-from ppt_dask.engine.placement import cluster
 from ppt_dask.sklearn import shared
 
 _WARNED: set = set()  # the reasons already said in this process
@@ -46,7 +46,10 @@ class Place:
 
 
 def in_dask_task() -> bool:
-    """Whether this code runs inside a task on a Dask worker."""
+    """Whether this code runs inside a task on a Dask worker (never where distributed was not
+    imported: a worker imports it before any task)."""
+    if "distributed" not in sys.modules:
+        return False
     try:
         from distributed import get_worker
         get_worker()
@@ -70,9 +73,10 @@ def _say_once(key: str, message: str) -> None:
 
 
 def choose(estimator, one_shard: bool, given=None) -> Place:
-    """The :class:`Place` of one fit of ``estimator`` (see the module's docstring)."""
-    from distributed import get_client
-
+    """The :class:`Place` of one fit of ``estimator`` (see the module's docstring). Where
+    distributed was never imported there is no client and no worker: a fit that then trains
+    in this process imports neither dask nor distributed (a joblib worker's fits pay no
+    import of them)."""
     if given is not None:
         return Place(given, False, "the given client's cluster")
     if in_dask_task():
@@ -80,11 +84,10 @@ def choose(estimator, one_shard: bool, given=None) -> Place:
                   "process (the cluster's tasks would wait for the thread this fit holds)")
         return Place(None, False, "in this process: inside a Dask task")
     if estimator.scheduler is not None:
+        from ppt_dask.engine.placement import cluster
+
         return Place(cluster.connect(estimator.scheduler), True, f"the cluster of {estimator.scheduler}")
-    try:
-        client = get_client()
-    except ValueError:
-        client = None
+    client = _current_client()
     if client is not None and not shared.is_shared(client):
         return Place(client, False, "the current client's cluster")
     if one_shard:
@@ -97,6 +100,20 @@ def choose(estimator, one_shard: bool, given=None) -> Place:
     return Place(shared.client(estimator.n_workers), False, "the shared LocalCluster (no client given)")
 
 
+def _current_client():
+    """The current client (``distributed.get_client``), None where there is none."""
+    if "distributed" not in sys.modules:  # no client was ever made in this process
+        return None
+    from distributed import get_client
+
+    try:
+        return get_client()
+    except ValueError:
+        return None
+
+
 def close(place: Place) -> None:
     if place.close and place.client is not None:
+        from ppt_dask.engine.placement import cluster
+
         cluster.close(place.client)
