@@ -137,9 +137,11 @@ def test_truncated_idx_file_in_the_data_dir(tmp_path):
     import subprocess
     import sys
 
-    from ppt_dask.data import files
+    from ppt_dask.data import fetch, files
 
-    src = files.find_data_dir() / "mnist"
+    # the folder that holds the four files, as ppt.datasets.mnist looks (not merely the first
+    # that exists: a fetch that failed offline leaves an empty cache folder behind)
+    src = fetch.ensure_mnist(files.data_dir_candidates(), offline=True) / "mnist"
     (tmp_path / "mnist").mkdir()
     for f in src.iterdir():
         shutil.copy(f, tmp_path / "mnist" / f.name)
