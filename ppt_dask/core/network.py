@@ -23,7 +23,8 @@ numpy only.
 
 The module stays whole, over 400 lines: it is one class whose forward pass, backward pass and
 batched per-shard pass share the flat layout and must stay bitwise the same; read apart, the
-invariant that holds them together would be in no one file.
+invariant that holds them together would be in no one file. What a pass takes (its rows,
+targets and weights, checked and stacked) is :mod:`ppt_dask.core.passinputs`.
 
 Examples
 --------
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ppt_dask.core import passinputs
 from ppt_dask.core.activations import HIDDEN, OUTPUT
 from ppt_dask.core.losses import LOSSES, check_pair, output_delta, wrong_rows
 from ppt_dask.core.validation import check_dtype
@@ -269,7 +271,7 @@ class MLP:
 
     def forward(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Network output, shape (n, n_outputs), for X of shape (n, n_inputs)."""
-        params, X = self._check_params(params), self._check_X(X)
+        params, X = self._check_params(params), passinputs.check_rows(self, X)
         return self._forward(self.unflatten(params), X[None])[-1][0]
 
     def loss_and_grad(self, params: np.ndarray, X: np.ndarray, Y
@@ -352,8 +354,8 @@ class MLP:
             raise ValueError(f"passes() reads params at each pass: it needs an ndarray, got {type(params).__name__}")
         checked = self._check_params(params)  # a copy when params needs a cast or an alignment
         in_place = checked is params
-        direct = isinstance(X, np.ndarray) and self._check_X(X) is X  # rows need no cast
-        target, weights = self._targets([Y], len(X))
+        direct = isinstance(X, np.ndarray) and passinputs.check_rows(self, X) is X  # rows need no cast
+        target, weights = passinputs.targets_and_weights(self, [Y], len(X))
         target = target[0]
         layers = self.unflatten(checked)
         grads = np.empty((1, self.n_params), dtype=self.dtype)
@@ -362,7 +364,7 @@ class MLP:
         def one(rows) -> tuple[np.ndarray, np.ndarray]:
             if not in_place:
                 np.copyto(checked, params, casting="same_kind")
-            block = X[rows] if direct else self._check_X(X[rows])
+            block = X[rows] if direct else passinputs.check_rows(self, X[rows])
             if len(block) == 0:
                 raise ValueError("a pass needs at least one row")
             block = np.require(block, requirements="C")  # a fancy index copies; a slice of C rows is C already
@@ -416,8 +418,8 @@ class MLP:
 
     def _evaluate(self, params, blocks, backward: bool) -> tuple[np.ndarray | None, np.ndarray]:
         """One pass over blocks of rows: ``(grad_sums (S, n_params) or None, stats (S, 3))``."""
-        params, X = self._check_params(params), self._stack(blocks)
-        target, weights = self._targets([Y for _, Y in blocks], X.shape[1])
+        params, X = self._check_params(params), passinputs.stack_rows(self, blocks)
+        target, weights = passinputs.targets_and_weights(self, [Y for _, Y in blocks], X.shape[1])
         grads = np.empty((len(X), self.n_params), dtype=self.dtype) if backward else None
         if X.shape[1] == 0:
             if grads is not None:
@@ -475,64 +477,3 @@ class MLP:
             raise ValueError(f"params must be a 1-D vector of length n_params={self.n_params} "
                              f"for sizes {self.sizes}, got shape {params.shape}")
         return params
-
-    def _check_X(self, X) -> np.ndarray:
-        # no copy when dtype, alignment and C order fit (C order: every block's products are
-        # then the same BLAS calls, whether it is stacked with others or not)
-        X = np.require(X, dtype=self.dtype, requirements=("A", "C"))
-        if X.ndim != 2 or X.shape[1] != self.n_inputs:
-            raise ValueError(f"X must have shape (n, {self.n_inputs}), got {X.shape}")
-        return X
-
-    def _stack(self, blocks) -> np.ndarray:
-        """The blocks' rows checked and stacked: shape (S, n, n_inputs) (a view for one block)."""
-        Xs = [self._check_X(X) for X, _ in blocks]
-        if not Xs:
-            raise ValueError("blocks must hold at least one (X, Y) pair")
-        if any(len(X) != len(Xs[0]) for X in Xs):
-            raise ValueError(f"every block must have the same number of rows, got {[len(X) for X in Xs]}")
-        return Xs[0][None] if len(Xs) == 1 else np.stack(Xs)
-
-    def _targets(self, Ys: list, n: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """:meth:`_check_targets` of the blocks' targets and, for a ``weighted`` network, the
-        rows' weights split off their last column: (S, n) of ``self.dtype`` (None unweighted)."""
-        if not self.weighted:
-            return self._check_targets(Ys, n), None
-        Ys = [np.asarray(Y) for Y in Ys]
-        for Y in Ys:
-            if Y.ndim != 2 or Y.shape[1] < 2:
-                raise ValueError(f"a weighted network's Y has the targets and then the rows' weights as its "
-                                 f"last column; got shape {Y.shape}")
-        labels = self.output == "softmax" and Ys[0].shape[1] == 2
-        target = self._check_targets([Y[:, 0] if labels else Y[:, :-1] for Y in Ys], n)
-        return target, np.stack([Y[:, -1] for Y in Ys]).astype(self.dtype)
-
-    def _check_targets(self, Ys: list, n: int) -> np.ndarray:
-        """Every block's targets (n rows each), stacked: (S, n) integer labels (softmax) or
-        (S, n, n_outputs) of ``self.dtype``; checked once for all blocks."""
-        Ys = [np.asarray(Y) for Y in Ys]
-        for Y in Ys:
-            if Y.ndim not in (1, 2) or (Y.ndim == 1 and self.output != "softmax" and self.n_outputs != 1) or (
-                    Y.ndim == 2 and Y.shape[1] != self.n_outputs):
-                one_d = " or (n,)" if self.output == "softmax" or self.n_outputs == 1 else ""
-                raise ValueError(f"Y must have shape (n, {self.n_outputs}){one_d}, got {Y.shape}")
-            if len(Y) != n:
-                raise ValueError(f"Y has {len(Y)} rows but X has {n}")
-        Y = Ys[0][None] if len(Ys) == 1 else np.stack(Ys)
-        if Y.ndim == 2 and self.output == "softmax":
-            return self._check_labels(Y)
-        if Y.ndim == 2:
-            return Y.astype(self.dtype, copy=False)[..., None]
-        return Y.astype(self.dtype, copy=False)
-
-    def _check_labels(self, y: np.ndarray) -> np.ndarray:
-        if y.dtype.kind not in "iu":
-            # bool labels must become 0/1 (a bool array would index as a mask)
-            labels = y.astype(np.intp) if y.dtype.kind in "bf" else None
-            if labels is None or not np.array_equal(labels, y):
-                raise ValueError(f"1-D Y must hold integer class labels, got dtype {y.dtype}")
-            y = labels
-        if y.size and (y.min() < 0 or y.max() >= self.n_outputs):
-            raise ValueError(f"class labels must lie in 0..{self.n_outputs - 1}, "
-                             f"got values in {y.min()}..{y.max()}")
-        return y
